@@ -1,0 +1,46 @@
+# Two entry points for a fresh clone: `make demo` and `make test`. Both set everything up
+# first (venv, pinned stack, the TFRecord data source jar) and are safe to re-run.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JAR := tfos_jobs/jars/tfos-tfrecord.jar
+SCALA_SRC := $(shell find jvm -name '*.scala' 2>/dev/null)
+
+# Driver and executors must run the venv's Python, and TensorFlowOnSpark needs tf-keras.
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: help setup demo test test-all clean
+
+help:
+	@echo "make demo      set up, generate the default data and run the pipeline into demo-output/"
+	@echo "make test      set up and run the test suite (slow cases excluded)"
+	@echo "make test-all  set up and run every test, slow cases included"
+
+setup: $(STAMP) $(JAR)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
+	scripts/build_tfrecord_jar.sh $(abspath $(PY)) $@
+
+demo: setup
+	$(VENV)/bin/tfos demo --config conf/census.toml
+
+test: setup
+	$(PY) -m pytest -m "not slow"
+
+test-all: setup
+	$(PY) -m pytest
+
+clean:
+	rm -rf demo-output .pytest_cache $(JAR)

@@ -1,0 +1,44 @@
+"""Shared fixtures. Spark tests use one real local[2] session with the TFRecord jar."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CENSUS = ROOT / "conf" / "census.toml"
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from tfos_jobs import session
+    from tfos_jobs.config import SparkConfig
+
+    spark = session.build(SparkConfig(master="local[2]", app_name="tfos-tests", conf={
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.default.parallelism": "4",
+    }))
+    yield spark
+    spark.stop()
+
+
+def census_overrides(raw: Path, out: Path, people: int = 3000, master: str = "local[2]") -> list[str]:
+    """Overrides that point conf/census.toml at a small data set under a temporary directory."""
+    return [
+        f"spark.master={master}",
+        f"synthetic.people={people}",
+        f"synthetic.output={raw}",
+        f"sources.people.path={raw}/people",
+        f"sources.regions.path={raw}/regions",
+        f"sources.events.path={raw}/events",
+        f"prepare.output={out}",
+        "prepare.files_per_split=4",
+    ]

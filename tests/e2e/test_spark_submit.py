@@ -1,0 +1,47 @@
+"""spark-submit of the prepare entry point on local-cluster: real executor JVMs and Python workers."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import CENSUS, ROOT, census_overrides
+
+BIN = Path(sys.executable).parent
+
+
+def run(cmd, expect: int = 0):
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "TFOS_VENV": str(BIN.parent)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert proc.returncode == expect, f"{cmd[:3]} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def test_generate_then_spark_submit_prepare_on_local_cluster(tmp_path):
+    raw, out = tmp_path / "raw", tmp_path / "dataset"
+    sets = [a for o in census_overrides(raw, out, people=2000, master="local[1]") for a in ("--set", o)]
+    gen = run([str(BIN / "tfos"), "generate", "--config", str(CENSUS), *sets])
+    assert "people 2,000 rows" in gen.stdout
+
+    submit = run([
+        str(ROOT / "scripts" / "tfos-submit"), "--master", "local-cluster[2,1,1024]",
+        "--conf", "spark.ui.showConsoleProgress=false",
+        "tfos_jobs/prepare.py", "--config", str(CENSUS), *sets,
+    ])
+    manifest = json.loads((out / "_meta" / "manifest.json").read_text())
+    records = manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"]
+    assert records == 2000 - manifest["rejected"]["rows"]
+    assert len(manifest["splits"]["train"]["files"]) == 4
+    assert f"train {manifest['splits']['train']['records']:,} in 4 files" in submit.stdout
+    assert manifest["spark"]["master"] == "local-cluster[2,1,1024]"  # spark-submit's master wins over the config's
+
+
+def test_plain_spark_submit_without_the_jar_is_told_how_to_fix_it(tmp_path):
+    proc = run([
+        str(BIN / "spark-submit"), "--master", "local[1]", "tfos_jobs/prepare.py", "--config", str(CENSUS),
+        "--set", f"prepare.output={tmp_path}/out",
+    ], expect=2)
+    output = proc.stdout + proc.stderr  # spark-submit merges the Python driver's stderr into its stdout
+    assert "spark-submit was run without the TFRecord data source jar: add --jars" in output
+    assert "scripts/tfos-submit" in output

@@ -1,0 +1,137 @@
+"""Joins, aggregations, split and rejects against hand-computed expectations."""
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.data import transforms
+from tfos_jobs.errors import InputError
+from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
+
+ACT = ActivityConfig(source="events", key="pid")
+AS_OF = dt.date(2026, 1, 1)
+
+
+def ts(s: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(s)
+
+
+@pytest.fixture(scope="module")
+def events(spark):
+    rows = [
+        (1, ts("2025-12-01 10:00:00"), "impression"),
+        (1, ts("2025-12-01 11:00:00"), "click"),
+        (1, ts("2025-12-20 09:00:00"), "impression"),
+        (1, ts("2025-12-30 23:59:59"), "impression"),
+        (2, ts("2025-11-02 08:00:00"), "click"),          # clicks but no impressions: ctr undefined
+        (2, ts("2026-01-03 08:00:00"), "impression"),     # after as_of: excluded
+        (None, ts("2025-12-05 08:00:00"), "impression"),  # no key: excluded
+        (3, None, "impression"),                          # no timestamp: excluded
+    ]
+    return spark.createDataFrame(rows, "pid long, ts timestamp, event_type string")
+
+
+def test_activity_aggregates_match_hand_computation(spark, events):
+    usable, _ = transforms.activity_window(events, ACT, AS_OF)
+    got = transforms.aggregate_activity(usable, ACT, AS_OF)
+    expected = spark.createDataFrame(
+        [(1, 4, 3, 1 / 3, 2), (2, 1, 1, None, 60)],
+        "pid long, event_count long, active_days long, ctr double, days_since_last long",
+    )
+    assertDataFrameEqual(got, expected)
+
+
+def test_activity_window_counts_what_it_leaves_out(events):
+    _, usable = transforms.activity_window(events, ACT, AS_OF)
+    excluded = events.agg(F.sum(F.when(usable, 0).otherwise(1))).first()[0]
+    assert excluded == 3
+
+
+def test_people_join_regions_and_activity(spark, events):
+    people = spark.createDataFrame(
+        [(1, "US", 30), (2, "DE", 40), (3, "XX", 50), (4, None, 60)],
+        "pid long, country string, age int",
+    )
+    regions = spark.createDataFrame([("US", "NA", 65.0), ("DE", "EU", 46.0)], "code string, region string, gdp double")
+    joined = transforms.join_lookup(people, regions, "country", "code", "regions")
+    usable, _ = transforms.activity_window(events, ACT, AS_OF)
+    joined = transforms.join_activity(joined, transforms.aggregate_activity(usable, ACT, AS_OF), "pid", "pid")
+    expected = spark.createDataFrame(
+        [
+            (1, "US", 30, "NA", 65.0, 4, 3, 1 / 3, 2),
+            (2, "DE", 40, "EU", 46.0, 1, 1, None, 60),
+            (3, "XX", 50, None, None, 0, 0, None, None),
+            (4, None, 60, None, None, 0, 0, None, None),
+        ],
+        "pid long, country string, age int, region string, gdp double, event_count long, "
+        "active_days long, ctr double, days_since_last long",
+    )
+    assertDataFrameEqual(joined, expected)
+
+
+def test_lookup_column_clash_and_duplicate_keys(spark):
+    people = spark.createDataFrame([(1, "US", "x")], "pid long, country string, region string")
+    regions = spark.createDataFrame([("US", "NA"), ("US", "N. America"), ("DE", "EU")], "code string, region string")
+    with pytest.raises(InputError, match="source 'regions' would add columns that already exist: region"):
+        transforms.join_lookup(people, regions, "country", "code", "regions")
+    assert transforms.duplicate_keys(regions, "code") == ["US"]
+
+
+def test_hash_split_is_deterministic_and_close_to_the_ratio(spark):
+    df = spark.range(0, 20_000).withColumnRenamed("id", "key")
+    split = transforms.split_column(SplitConfig(eval_fraction=0.2), "key")
+    first = df.select("key", split.alias("s"))
+    second = spark.range(0, 20_000).withColumnRenamed("id", "key").repartition(7).select("key", split.alias("s"))
+    assertDataFrameEqual(first, second)
+    share = first.where("s = 'eval'").count() / 20_000
+    assert 0.19 < share < 0.21
+    salted = df.select("key", transforms.split_column(SplitConfig(eval_fraction=0.2, salt="b"), "key").alias("s"))
+    changed = first.join(salted.withColumnRenamed("s", "t"), "key").where("s != t").count()
+    assert changed > 1000  # a new salt draws a new split
+
+
+def test_column_split_and_reject_reasons(spark):
+    spec = FeatureSpec((
+        KeyFeature("pid"), NumericFeature("age"), CategoricalFeature("job"),
+        Label("income", positive=(">50K",), negative=("<=50K",)),
+    )).check()
+    split = SplitConfig(mode="column", column="part")
+    df = spark.createDataFrame(
+        [(1, 30, "a", ">50K", "train"), (2, 30, "a", "<=50K", "EVAL"), (None, 30, "a", ">50K", "train"),
+         (4, 30, "a", None, "train"), (5, 30, "a", "50K+", "train"), (6, 30, "a", ">50K", "test")],
+        "pid long, age int, job string, income string, part string",
+    )
+    got = df.select("pid", transforms.split_column(split, "pid").alias("split"),
+                    transforms.reject_reason(spec, split, df.columns).alias("reason"))
+    expected = spark.createDataFrame([
+        (1, "train", None), (2, "eval", None), (None, "train", "key 'pid' is null"),
+        (4, "train", "label 'income' is null"), (5, "train", "label 'income' is not one of ['>50K', '<=50K']"),
+        (6, None, "split column 'part' is not 'train' or 'eval'"),
+    ], "pid long, split string, reason string")
+    assertDataFrameEqual(got, expected)
+
+
+def test_impute_and_record_columns(spark):
+    spec = FeatureSpec((
+        KeyFeature("pid"), NumericFeature("age", default=35.0), CategoricalFeature("job", default="?"),
+        Label("income", positive=(">50K",), negative=("<=50K",)),
+    )).check()
+    df = spark.createDataFrame(
+        [(1, None, "a", ">50K"), (2, float("nan"), None, "<=50K"), (3, 41.5, "b", "<=50K")],
+        "pid long, age double, job string, income string",
+    )
+    got = transforms.impute(df, spec, {"age": 35.0}).select(*transforms.record_columns(spec))
+    expected = spark.createDataFrame(
+        [(1, 35.0, "a", 1), (2, 35.0, "?", 0), (3, 41.5, "b", 0)],
+        "pid long, age float, job string, income long",
+    )
+    assertDataFrameEqual(got, expected)
+
+
+def test_multiclass_label_is_encoded_by_class_order(spark):
+    label = Label("kind", task="multiclass")
+    df = spark.createDataFrame([("cat",), ("dog",), ("bird",)], "kind string")
+    got = df.select(transforms.encode_label(label, ("dog", "cat", "bird")).alias("y"))
+    assert [r.y for r in got.collect()] == [1, 0, 2]

@@ -1,0 +1,91 @@
+import pytest
+
+from tfos_jobs import config
+from tfos_jobs.errors import ConfigError
+
+from tests.conftest import CENSUS
+
+
+def test_census_config_loads_into_frozen_dataclasses():
+    cfg = config.load(CENSUS)
+    assert cfg.prepare.main == "people"
+    assert cfg.prepare.lookups[0].right_on == "country"
+    assert cfg.prepare.activity.as_of == "2026-01-01"
+    assert cfg.features.label.positive == (">50K",)
+    with pytest.raises(AttributeError):
+        cfg.prepare.output = "x"
+
+
+def test_overrides_are_typed_by_toml_rules():
+    cfg = config.load(CENSUS, [
+        "prepare.split.eval_fraction=0.25", "synthetic.people=500", "prepare.output=/tmp/x",
+        "features.native_country.top_k=10", "spark.conf.spark.sql.shuffle.partitions=3",
+    ])
+    assert cfg.prepare.split.eval_fraction == 0.25
+    assert cfg.synthetic.people == 500
+    assert cfg.prepare.output == "/tmp/x"
+    assert cfg.features.get("native_country").top_k == 10
+    assert cfg.spark.conf["spark.sql.shuffle.partitions"] == "3"
+
+
+def test_unknown_key_names_key_and_allowed_keys():
+    with pytest.raises(ConfigError) as err:
+        config.load(CENSUS, ["prepare.split.fraction=0.3"])
+    msg = str(err.value)
+    assert "prepare.split.fraction: unknown key" in msg
+    assert "eval_fraction" in msg and "mode" in msg
+
+
+def test_bad_choice_lists_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        config.load(CENSUS, ["prepare.compression=snappy"])
+    assert "prepare.compression: 'snappy' is not one of: none, gzip" in str(err.value)
+
+
+def test_bad_feature_kind_lists_kinds():
+    with pytest.raises(ConfigError) as err:
+        config.load(CENSUS, ["features.age.kind=numerc"])
+    assert "features.age.kind: 'numerc' is not one of: key, numeric, categorical" in str(err.value)
+
+
+def test_wrong_value_type_names_key():
+    with pytest.raises(ConfigError, match=r"synthetic.people: expected an integer, got 'many'"):
+        config.load(CENSUS, ["synthetic.people=many"])
+    with pytest.raises(ConfigError, match=r"features.age.default: 'median' does not fit"):
+        config.load(CENSUS, ["features.age.default=median"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("prepare.split.eval_fraction=1.5", "prepare.split.eval_fraction: must be between 0 and 1"),
+    ("prepare.main=peple", "prepare.main: 'peple' is not a source; sources: people, regions, events"),
+    ("prepare.activity.as_of=yesterday", "prepare.activity.as_of: 'yesterday' is not an ISO date"),
+    ("prepare.files_per_split=0", "prepare.files_per_split: must be >= 1"),
+    ("prepare.split.mode=column", "prepare.split.column: required"),
+    ("sources.people.format=csv", None),
+])
+def test_cross_field_validation(override, message):
+    if message is None:  # a valid override
+        assert config.load(CENSUS, [override]).sources["people"].format == "csv"
+        return
+    with pytest.raises(ConfigError) as err:
+        config.load(CENSUS, [override])
+    assert message in str(err.value)
+
+
+def test_malformed_override_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="expected key=value"):
+        config.load(CENSUS, ["prepare.output"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[prepare\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config.load(bad)
+
+
+def test_missing_required_key(tmp_path):
+    text = CENSUS.read_text().replace('main = "people"\n', "")
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="prepare.main: required key is missing"):
+        config.load(path)

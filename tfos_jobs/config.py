@@ -1,0 +1,329 @@
+"""Configuration: TOML in `conf/` -> frozen dataclasses, with `--set key=value` overrides.
+
+Everything is checked here, before any Spark job starts; an error names the key (as a dotted
+path, the way it is written with `--set`) and what it allows.
+"""
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import datetime as dt
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence, Union
+
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.features.spec import FEATURE_KINDS, FeatureSpec
+
+FILE_FORMATS = ("parquet", "csv", "json", "orc", "adult_csv")
+SOURCE_FORMATS = FILE_FORMATS + ("table", "jdbc")
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """Session settings. `master` applies only when spark-submit did not set one."""
+
+    master: Union[str, None] = None
+    app_name: str = "tfos"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One input table: a path in a file format, a catalog table, or a JDBC query."""
+
+    format: Literal["parquet", "csv", "json", "orc", "adult_csv", "table", "jdbc"]
+    path: Union[str, None] = None
+    table: Union[str, None] = None
+    schema: Union[str, None] = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def location(self) -> str:
+        return self.path or self.table or self.options.get("dbtable", "") or self.options.get("query", "")
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    """A small dimension table, broadcast-joined to the main table (left join)."""
+
+    source: str
+    left_on: str
+    right_on: str
+
+
+@dataclass(frozen=True)
+class ActivityConfig:
+    """An event log aggregated per example key into activity features."""
+
+    source: str
+    key: str
+    timestamp: str = "ts"
+    event_column: str = "event_type"
+    click_value: str = "click"
+    impression_value: str = "impression"
+    as_of: Union[str, None] = None  # ISO date; events on or after it are excluded. Default: day after the last event.
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """Train/eval split: by a hash of the key column, or by a column holding "train"/"eval"."""
+
+    mode: Literal["hash", "column"] = "hash"
+    eval_fraction: float = 0.2
+    column: Union[str, None] = None
+    salt: str = ""
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    main: str
+    output: str
+    lookups: tuple[LookupConfig, ...] = ()
+    activity: Union[ActivityConfig, None] = None
+    split: SplitConfig = SplitConfig()
+    files_per_split: int = 8
+    compression: Literal["none", "gzip"] = "none"
+    tfrecord_format: str = "tfos.spark.tfrecord"
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """The embedded census-like data set: `people`, `regions` and `events` tables."""
+
+    output: str = "demo-output/raw"
+    people: int = 100_000
+    events_per_person: float = 20.0
+    seed: int = 42
+    as_of: str = "2026-01-01"
+
+
+@dataclass(frozen=True)
+class Config:
+    features: FeatureSpec
+    sources: Mapping[str, SourceConfig]
+    prepare: PrepareConfig
+    spark: SparkConfig = SparkConfig()
+    synthetic: SyntheticConfig = SyntheticConfig()
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+def load(path: str | Path, overrides: Sequence[str] = ()) -> Config:
+    """Read a TOML file, apply `key=value` overrides, build and validate the config."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    for item in overrides:
+        apply_override(raw, item)
+    return from_dict(raw)
+
+
+def from_dict(raw: Mapping[str, Any]) -> Config:
+    raw = dict(raw)
+    features = raw.pop("features", None)
+    if not isinstance(features, Mapping) or not features:
+        raise ConfigError("features: required table is missing (one [features.<name>] table per feature)")
+    spec = _build_spec(features)
+    sources = raw.pop("sources", None)
+    if not isinstance(sources, Mapping) or not sources:
+        raise ConfigError("sources: required table is missing (one [sources.<name>] table per input)")
+    built_sources = {name: _build(SourceConfig, s, f"sources.{name}") for name, s in sources.items()}
+    config = _build(Config, {**raw, "features": spec, "sources": built_sources}, "")
+    validate(config)
+    return config
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """`a.b.c=value`: the value is read as a TOML value when it parses as one, else as a string."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. prepare.split.eval_fraction=0.25")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    node = raw
+    parts = _split_key(key)
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is a value, not a table")
+        node = nxt
+    node[parts[-1]] = value
+
+
+# Tables whose keys are free-form (Spark settings, reader options): the rest of a dotted
+# override key after them is one key, e.g. spark.conf.spark.sql.shuffle.partitions=4.
+_FREE_FORM = (("spark", "conf"), ("sources", "*", "options"))
+
+
+def _split_key(key: str) -> list[str]:
+    parts = key.split(".")
+    for pattern in _FREE_FORM:
+        n = len(pattern)
+        if len(parts) > n and all(p == "*" or p == q for p, q in zip(pattern, parts)):
+            return parts[:n] + [".".join(parts[n:])]
+    return parts
+
+
+def _build_spec(features: Mapping[str, Any]) -> FeatureSpec:
+    built = []
+    for name, body in features.items():
+        where = f"features.{name}"
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{where}: expected a table with a kind, got {body!r}")
+        kind = body.get("kind")
+        if kind not in FEATURE_KINDS:
+            raise ConfigError(f"{where}.kind: {kind!r} is not one of: {', '.join(FEATURE_KINDS)}")
+        built.append(_build(FEATURE_KINDS[kind], {**body, "name": name}, where))
+    return FeatureSpec(tuple(built)).check()
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(data) and isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or 'config'}: expected a table, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{_join(where, key)}: unknown key; allowed keys: {', '.join(known)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = _join(where, f.name)
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{key}: required key is missing")
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any or tp is FeatureSpec:
+        return value
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of: {', '.join(map(str, args))}")
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        failures = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, where)
+            except ConfigError as e:
+                failures.append(str(e).split(": ", 1)[1])
+        raise ConfigError(f"{where}: {value!r} does not fit; " + " / ".join(failures))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (collections.abc.Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        if args[1] is str:  # settings maps: TOML numbers and booleans are written the way Spark reads them
+            value = {k: str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, (int, float)) else v
+                     for k, v in value.items()}
+        return {str(k): _convert(args[1], v, _join(where, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    raise TypeError(f"unsupported config type {tp!r} at {where}")
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def validate(config: Config) -> None:
+    """Cross-field checks; raises one ConfigError listing every problem found."""
+    errs: list[str] = []
+    names = ", ".join(config.sources)
+    for name, src in config.sources.items():
+        where = f"sources.{name}"
+        if src.format in FILE_FORMATS and not src.path:
+            errs.append(f"{where}.path: required for format = {src.format!r}")
+        if src.format == "table" and not src.table:
+            errs.append(f"{where}.table: required for format = 'table'")
+        if src.format == "jdbc" and not ("url" in src.options and ("dbtable" in src.options or "query" in src.options)):
+            errs.append(f"{where}.options: format = 'jdbc' needs url and dbtable (or query)")
+    prep = config.prepare
+    if prep.main not in config.sources:
+        errs.append(f"prepare.main: {prep.main!r} is not a source; sources: {names}")
+    for i, lk in enumerate(prep.lookups):
+        if lk.source not in config.sources:
+            errs.append(f"prepare.lookups[{i}].source: {lk.source!r} is not a source; sources: {names}")
+    if prep.activity is not None:
+        act = prep.activity
+        if act.source not in config.sources:
+            errs.append(f"prepare.activity.source: {act.source!r} is not a source; sources: {names}")
+        if act.as_of is not None:
+            try:
+                dt.date.fromisoformat(act.as_of)
+            except ValueError:
+                errs.append(f"prepare.activity.as_of: {act.as_of!r} is not an ISO date (YYYY-MM-DD)")
+        if config.features.key is None:
+            errs.append("prepare.activity: joining activity needs a feature with kind = \"key\"")
+    split = prep.split
+    if not 0.0 < split.eval_fraction < 1.0:
+        errs.append(f"prepare.split.eval_fraction: must be between 0 and 1 (exclusive), got {split.eval_fraction}")
+    if split.mode == "column" and not split.column:
+        errs.append("prepare.split.column: required when prepare.split.mode = 'column'")
+    if split.mode == "hash" and config.features.key is None:
+        errs.append("prepare.split.mode: 'hash' needs a feature with kind = \"key\" to hash")
+    if prep.files_per_split < 1:
+        errs.append(f"prepare.files_per_split: must be >= 1, got {prep.files_per_split}")
+    if not prep.output:
+        errs.append("prepare.output: must not be empty")
+    syn = config.synthetic
+    if syn.people < 1:
+        errs.append(f"synthetic.people: must be >= 1, got {syn.people}")
+    if syn.events_per_person < 0:
+        errs.append(f"synthetic.events_per_person: must be >= 0, got {syn.events_per_person}")
+    try:
+        dt.date.fromisoformat(syn.as_of)
+    except ValueError:
+        errs.append(f"synthetic.as_of: {syn.as_of!r} is not an ISO date (YYYY-MM-DD)")
+    if errs:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    """A plain-data view (for printing and for the manifest)."""
+    out = dataclasses.asdict(dataclasses.replace(config, features=FeatureSpec(())))
+    out["features"] = config.features.to_dict()["features"]
+    return out

@@ -1,0 +1,85 @@
+"""The `_meta/` directory of a prepared dataset: what training and serving must agree on.
+
+    _meta/feature_spec.json   the spec, with "mean" defaults resolved to numbers
+    _meta/vocab/<name>.txt    one value per line, in vocabulary order
+    _meta/stats.json          per numeric feature: count, mean, std, min, max (train split)
+    _meta/manifest.json       files and records per split, spec fingerprint, source counts,
+                              rows imputed and rejected. Written last: its presence means done.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tfos_jobs.errors import InputError
+from tfos_jobs.features.spec import FeatureSpec
+
+META = "_meta"
+MANIFEST = "manifest.json"
+SPEC = "feature_spec.json"
+STATS = "stats.json"
+VOCAB = "vocab"
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    root: str
+    spec: FeatureSpec
+    stats: dict[str, Any]
+    manifest: dict[str, Any]
+    vocab: dict[str, list[str]]
+
+    def split_dir(self, split: str) -> str:
+        return f"{self.root}/{split}"
+
+    def files(self, split: str) -> list[str]:
+        return [f"{self.root}/{split}/{f['path']}" for f in self.manifest["splits"][split]["files"]]
+
+    @property
+    def compression(self) -> str:
+        return self.manifest["records"]["compression"]
+
+
+def _read_text(path: str) -> str:
+    if "://" in path and not path.startswith("file://"):
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path) as fh:
+            return fh.read()
+    with open(path.removeprefix("file://"), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def read(root: str) -> DatasetMeta:
+    """Load a prepared dataset's metadata; refuse a directory whose preparation did not finish."""
+    root = root.rstrip("/")
+    try:
+        manifest = json.loads(_read_text(f"{root}/{META}/{MANIFEST}"))
+    except (FileNotFoundError, OSError):
+        raise InputError(
+            f"{root!r} is not a prepared dataset: {META}/{MANIFEST} is missing "
+            "(run `tfos prepare`, or the preparation did not finish)"
+        ) from None
+    spec = FeatureSpec.from_json(_read_text(f"{root}/{META}/{SPEC}"))
+    if spec.fingerprint() != manifest["spec_fingerprint"]:
+        raise InputError(f"{root}/{META}/{SPEC} does not match the manifest's spec fingerprint")
+    stats = json.loads(_read_text(f"{root}/{META}/{STATS}"))
+    vocab = {f.name: _read_text(f"{root}/{META}/{VOCAB}/{f.name}.txt").splitlines() for f in spec.categorical}
+    return DatasetMeta(root, spec, stats, manifest, vocab)
+
+
+def summary(manifest: dict[str, Any]) -> str:
+    """A few lines for the console: records per split, rejects, imputations, vocabulary sizes."""
+    splits = manifest["splits"]
+    lines = [
+        f"dataset {manifest['output']}",
+        "  records: " + ", ".join(f"{s} {v['records']:,} in {len(v['files'])} files" for s, v in splits.items()),
+        "  sources: " + ", ".join(f"{n} {v['rows']:,} rows" for n, v in manifest["sources"].items()),
+        f"  rejected: {manifest['rejected']['rows']:,} rows"
+        + "".join(f"\n    {n:,} {reason}" for reason, n in manifest["rejected"]["by_reason"].items()),
+        f"  imputed: {manifest['imputed']['rows']:,} rows; by column: "
+        + (", ".join(f"{c} {n:,}" for c, n in manifest["imputed"]["by_column"].items() if n) or "none"),
+        "  vocabulary sizes: " + ", ".join(f"{c} {n}" for c, n in manifest["vocabulary_sizes"].items()),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""The relational part of preparation: joins, activity aggregates, split, rejects, imputation.
+
+Each function returns a lazy DataFrame or Column; the driver decides when jobs run.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.errors import InputError
+from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
+
+ACTIVITY_COLUMNS = ("event_count", "active_days", "ctr", "days_since_last")
+SPLIT = "split"
+REJECT = "_reject_reason"
+CORRUPT = "_corrupt_record"
+HASH_BUCKETS = 1_000_000
+
+
+def join_lookup(main: DataFrame, lookup: DataFrame, left_on: str, right_on: str, source: str) -> DataFrame:
+    """Left join a small table by broadcast; the lookup key column itself is not kept."""
+    clash = (set(lookup.columns) - {right_on}) & set(main.columns)
+    if clash:
+        raise InputError(
+            f"source {source!r} would add columns that already exist: {', '.join(sorted(clash))}; "
+            "rename them in one of the sources"
+        )
+    joined = main.join(F.broadcast(lookup), main[left_on] == lookup[right_on], "left")
+    return joined.drop(lookup[right_on])
+
+
+def duplicate_keys(lookup: DataFrame, key: str, limit: int = 5) -> list:
+    """Keys that appear more than once: a lookup with them would multiply rows of the main table."""
+    dupes = lookup.groupBy(key).count().where("count > 1").limit(limit).collect()
+    return [r[key] for r in dupes]
+
+
+def activity_window(events: DataFrame, act: ActivityConfig, as_of: dt.date) -> tuple[DataFrame, Column]:
+    """Events usable for features (key and timestamp set, strictly before `as_of`), and the
+    condition that selects them, so the driver can count what was left out."""
+    usable = (
+        F.col(act.key).isNotNull()
+        & F.col(act.timestamp).isNotNull()
+        & (F.col(act.timestamp) < F.lit(as_of).cast("timestamp"))
+    )
+    return events.where(usable), usable
+
+
+def aggregate_activity(events: DataFrame, act: ActivityConfig, as_of: dt.date) -> DataFrame:
+    """Per key: number of events, distinct active days, clicks per impression, days since last event."""
+    kind = F.col(act.event_column)
+    clicks = F.sum(F.when(kind == act.click_value, 1).otherwise(0))
+    impressions = F.sum(F.when(kind == act.impression_value, 1).otherwise(0))
+    return events.groupBy(act.key).agg(
+        F.count(F.lit(1)).cast("long").alias("event_count"),
+        F.countDistinct(F.to_date(act.timestamp)).cast("long").alias("active_days"),
+        (clicks / F.when(impressions > 0, impressions)).cast("double").alias("ctr"),
+        F.datediff(F.lit(as_of), F.to_date(F.max(act.timestamp))).cast("long").alias("days_since_last"),
+    )
+
+
+def join_activity(main: DataFrame, activity: DataFrame, main_key: str, act_key: str) -> DataFrame:
+    """People without events have zero events and active days; ctr and recency stay null (imputed)."""
+    activity = activity.withColumnRenamed(act_key, "__activity_key")
+    joined = main.join(activity, main[main_key] == activity["__activity_key"], "left").drop("__activity_key")
+    return joined.fillna(0, subset=["event_count", "active_days"])
+
+
+def split_column(split: SplitConfig, key: str | None) -> Column:
+    """"train" or "eval" per row, deterministic: a salted hash of the key, or a column's value."""
+    if split.mode == "column":
+        value = F.lower(F.col(split.column))
+        return F.when(value.isin("train", "eval"), value)
+    bucket = F.pmod(F.xxhash64(F.lit(split.salt), F.col(key)), F.lit(HASH_BUCKETS))
+    return F.when(bucket < int(round(split.eval_fraction * HASH_BUCKETS)), "eval").otherwise("train")
+
+
+def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> Column:
+    """Why a row cannot be used (null when it can). Rejected rows are written out and counted."""
+    label: Label = spec.label
+    y = F.col(label.name)
+    checks: list[tuple[Column, str]] = []
+    if CORRUPT in columns:
+        checks.append((F.col(CORRUPT).isNotNull(), "malformed input row"))
+    if spec.key is not None:
+        checks.append((F.col(spec.key.name).isNull(), f"key {spec.key.name!r} is null"))
+    checks.append((y.isNull(), f"label {label.name!r} is null"))
+    if label.task == "binary":
+        if label.positive:
+            known = list(label.positive) + list(label.negative)
+            checks.append((~y.cast("string").isin(known), f"label {label.name!r} is not one of {known}"))
+        else:
+            checks.append((~y.cast("long").isin(0, 1), f"label {label.name!r} is not 0 or 1"))
+    elif label.task == "multiclass" and label.classes:
+        checks.append((~y.cast("string").isin(list(label.classes)), f"label {label.name!r} is not one of {list(label.classes)}"))
+    elif label.task == "regression":
+        checks.append((F.isnan(y.cast("double")), f"label {label.name!r} is NaN"))
+    if split.mode == "column":
+        checks.append((split_column(split, None).isNull(), f"split column {split.column!r} is not 'train' or 'eval'"))
+    reason = F.lit(None).cast("string")
+    for cond, text in reversed(checks):
+        reason = F.when(cond, F.lit(text)).otherwise(reason)
+    return reason
+
+
+def impute(df: DataFrame, spec: FeatureSpec, numeric_defaults: Mapping[str, float]) -> DataFrame:
+    """Replace missing values with the spec's defaults (numeric "mean" already resolved)."""
+    out = []
+    for col in df.columns:
+        f = _stored(spec, col)
+        if isinstance(f, NumericFeature):
+            c = F.col(col).cast("double")
+            out.append(F.when(c.isNull() | F.isnan(c), F.lit(numeric_defaults[col])).otherwise(c).alias(col))
+        elif isinstance(f, CategoricalFeature):
+            out.append(F.coalesce(F.col(col).cast("string"), F.lit(f.default)).alias(col))
+        else:
+            out.append(F.col(col))
+    return df.select(out)
+
+
+def record_columns(spec: FeatureSpec, classes: tuple[str, ...] = ()) -> list[Column]:
+    """Stored columns cast to their record dtypes, the label encoded as the model expects it."""
+    cols = []
+    for name, dtype in spec.record_dtypes().items():
+        f = spec.get(name)
+        if isinstance(f, Label):
+            cols.append(encode_label(f, classes).alias(name))
+        elif isinstance(f, KeyFeature):
+            cols.append(F.col(name).cast("long" if f.dtype == "int64" else "string").alias(name))
+        else:
+            cols.append(F.col(name).cast({"float32": "float", "string": "string", "int64": "long"}[dtype]).alias(name))
+    return cols
+
+
+def encode_label(label: Label, classes: tuple[str, ...]) -> Column:
+    y = F.col(label.name)
+    if label.task == "regression":
+        return y.cast("float")
+    if label.task == "binary":
+        if label.positive:
+            return F.when(y.cast("string").isin(list(label.positive)), 1).otherwise(0).cast("long")
+        return y.cast("long")
+    index = F.create_map(*[F.lit(x) for i, c in enumerate(classes) for x in (c, i)])
+    return index[y.cast("string")].cast("long")
+
+
+def _stored(spec: FeatureSpec, name: str):
+    try:
+        return spec.get(name)
+    except KeyError:
+        return None

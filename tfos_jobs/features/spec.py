@@ -1,0 +1,319 @@
+"""The feature spec: the one description of every column, shared by preparation, training and serving.
+
+Everything downstream is derived from it: the Spark input check, the TFRecord column types,
+the `tf.io` parse spec, later the Keras inputs and the UDF signature. It is written once (in a
+`conf/*.toml` file), travels as `_meta/feature_spec.json` with the dataset, and as an asset
+with the model, so no stage re-types a feature name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal, Mapping, Union
+
+from tfos_jobs.errors import ConfigError
+
+FORMAT_VERSION = 1
+Task = Literal["binary", "multiclass", "regression"]
+RecordDtype = Literal["int64", "float32", "string"]
+
+
+@dataclass(frozen=True)
+class KeyFeature:
+    """An example identifier: written to the records, used for the split, never a model input."""
+
+    name: str
+    dtype: Literal["int64", "string"] = "int64"
+    kind: Literal["key"] = "key"
+
+
+@dataclass(frozen=True)
+class NumericFeature:
+    """A number. `default` replaces nulls: a value, or "mean" (of the train split, fixed at prepare)."""
+
+    name: str
+    normalize: bool = True
+    default: Union[float, Literal["mean"]] = "mean"
+    kind: Literal["numeric"] = "numeric"
+
+
+@dataclass(frozen=True)
+class CategoricalFeature:
+    """A string category looked up in a vocabulary computed at prepare time."""
+
+    name: str
+    top_k: Union[int, None] = None
+    min_count: int = 1
+    num_oov_buckets: int = 1
+    embedding_dim: int = 8
+    default: str = "__missing__"
+    kind: Literal["categorical"] = "categorical"
+
+
+@dataclass(frozen=True)
+class CrossedFeature:
+    """A hashed cross of categorical features, for the wide (linear) part of a model."""
+
+    name: str
+    columns: tuple[str, ...]
+    hash_buckets: int = 1000
+    kind: Literal["crossed"] = "crossed"
+
+
+@dataclass(frozen=True)
+class BucketizedFeature:
+    """A numeric feature cut at fixed boundaries, one-hot in the wide part."""
+
+    name: str
+    source: str
+    boundaries: tuple[float, ...]
+    kind: Literal["bucketized"] = "bucketized"
+
+
+@dataclass(frozen=True)
+class Label:
+    """The target. Binary labels in a string column name their positive and negative values."""
+
+    name: str
+    task: Task = "binary"
+    positive: tuple[str, ...] = ()
+    negative: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+    kind: Literal["label"] = "label"
+
+
+Feature = Union[KeyFeature, NumericFeature, CategoricalFeature, CrossedFeature, BucketizedFeature, Label]
+FEATURE_KINDS: dict[str, type] = {
+    "key": KeyFeature,
+    "numeric": NumericFeature,
+    "categorical": CategoricalFeature,
+    "crossed": CrossedFeature,
+    "bucketized": BucketizedFeature,
+    "label": Label,
+}
+
+# Spark SQL type names each stored kind accepts on input (DataType.typeName()).
+_INTEGRAL = ("byte", "short", "integer", "long")
+_NUMERIC = _INTEGRAL + ("float", "double", "decimal")
+_STRING = ("string",)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    features: tuple[Feature, ...]
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def of_kind(self, kind: str) -> tuple[Any, ...]:
+        return tuple(f for f in self.features if f.kind == kind)
+
+    @property
+    def key(self) -> KeyFeature | None:
+        keys = self.of_kind("key")
+        return keys[0] if keys else None
+
+    @property
+    def label(self) -> Label:
+        return self.of_kind("label")[0]
+
+    @property
+    def numeric(self) -> tuple[NumericFeature, ...]:
+        return self.of_kind("numeric")
+
+    @property
+    def categorical(self) -> tuple[CategoricalFeature, ...]:
+        return self.of_kind("categorical")
+
+    @property
+    def model_inputs(self) -> tuple[str, ...]:
+        """Raw columns a model reads, in spec order: the serving signature's arguments."""
+        return tuple(f.name for f in self.features if f.kind in ("numeric", "categorical"))
+
+    @property
+    def stored_columns(self) -> tuple[str, ...]:
+        """Columns read from the input table and written to every record, in spec order."""
+        return tuple(f.name for f in self.features if f.kind in ("key", "numeric", "categorical", "label"))
+
+    def get(self, name: str) -> Feature:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise KeyError(f"no feature named {name!r}; features: {', '.join(f.name for f in self.features)}")
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def errors(self) -> list[str]:
+        """Every inconsistency, each prefixed with the config key it concerns."""
+        errs: list[str] = []
+        names = [f.name for f in self.features]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            errs.append(f"features.{name}: defined more than once")
+        labels = self.of_kind("label")
+        if len(labels) != 1:
+            errs.append(f"features: exactly one feature needs kind = \"label\", found {len(labels)}")
+        if len(self.of_kind("key")) > 1:
+            errs.append("features: at most one feature may have kind = \"key\"")
+        if not self.model_inputs:
+            errs.append("features: no numeric or categorical feature to train on")
+        kinds = {f.name: f.kind for f in self.features}
+        for name in names:
+            if not _NAME.fullmatch(name):
+                errs.append(f"features.{name}: a feature name must be letters, digits and _, not starting with a digit")
+        for f in self.features:
+            where = f"features.{f.name}"
+            if isinstance(f, CategoricalFeature):
+                if f.top_k is not None and f.top_k < 1:
+                    errs.append(f"{where}.top_k: must be >= 1 (or left out for no limit), got {f.top_k}")
+                if f.min_count < 1:
+                    errs.append(f"{where}.min_count: must be >= 1, got {f.min_count}")
+                if f.num_oov_buckets < 1:
+                    errs.append(f"{where}.num_oov_buckets: must be >= 1, got {f.num_oov_buckets}")
+                if f.embedding_dim < 1:
+                    errs.append(f"{where}.embedding_dim: must be >= 1, got {f.embedding_dim}")
+            elif isinstance(f, CrossedFeature):
+                if len(f.columns) < 2:
+                    errs.append(f"{where}.columns: a cross needs at least two features, got {list(f.columns)}")
+                for c in f.columns:
+                    if kinds.get(c) not in ("categorical", "bucketized"):
+                        errs.append(f"{where}.columns: {c!r} is not a categorical or bucketized feature")
+                if f.hash_buckets < 1:
+                    errs.append(f"{where}.hash_buckets: must be >= 1, got {f.hash_buckets}")
+            elif isinstance(f, BucketizedFeature):
+                if kinds.get(f.source) != "numeric":
+                    errs.append(f"{where}.source: {f.source!r} is not a numeric feature")
+                if not f.boundaries or list(f.boundaries) != sorted(set(f.boundaries)):
+                    errs.append(f"{where}.boundaries: need strictly increasing values, got {list(f.boundaries)}")
+            elif isinstance(f, Label):
+                if f.task == "binary" and bool(f.positive) != bool(f.negative):
+                    errs.append(f"{where}: a binary label with string values needs both positive and negative")
+                if set(f.positive) & set(f.negative):
+                    errs.append(f"{where}: values {sorted(set(f.positive) & set(f.negative))} are both positive and negative")
+                if f.task != "binary" and (f.positive or f.negative):
+                    errs.append(f"{where}: positive/negative apply to task = \"binary\" only")
+                if f.task != "multiclass" and f.classes:
+                    errs.append(f"{where}.classes: applies to task = \"multiclass\" only")
+        return errs
+
+    def check(self) -> "FeatureSpec":
+        errs = self.errors()
+        if errs:
+            raise ConfigError("invalid feature spec:\n  " + "\n  ".join(errs))
+        return self
+
+    def input_type_errors(self, column_types: Mapping[str, str]) -> list[tuple[str, str]]:
+        """Check a table's columns ({name: Spark typeName}) against what each stored feature
+        needs; returns (column, problem) pairs."""
+        errs = []
+        for name in self.stored_columns:
+            f = self.get(name)
+            allowed = self._accepted_input_types(f)
+            if name not in column_types:
+                errs.append((name, f"column {name!r} ({f.kind} feature) is missing"))
+            elif column_types[name] not in allowed:
+                errs.append((name, f"column {name!r} ({f.kind} feature) has type {column_types[name]}, "
+                                   f"expected one of: {', '.join(allowed)}"))
+        return errs
+
+    @staticmethod
+    def _accepted_input_types(f: Feature) -> tuple[str, ...]:
+        if isinstance(f, KeyFeature):
+            return _INTEGRAL if f.dtype == "int64" else _STRING
+        if isinstance(f, NumericFeature):
+            return _NUMERIC
+        if isinstance(f, CategoricalFeature):
+            return _STRING + _INTEGRAL
+        if isinstance(f, Label):
+            if f.task == "regression":
+                return _NUMERIC
+            if f.task == "binary" and not f.positive:
+                return _INTEGRAL + ("boolean",)
+            return _STRING + _INTEGRAL
+        raise TypeError(f"{f.kind} features are not stored")
+
+    # -- what the records hold -----------------------------------------------------------------
+
+    def record_dtypes(self) -> dict[str, RecordDtype]:
+        """The dtype of every column in the TFRecords, in spec order."""
+        out: dict[str, RecordDtype] = {}
+        for name in self.stored_columns:
+            f = self.get(name)
+            if isinstance(f, KeyFeature):
+                out[name] = f.dtype
+            elif isinstance(f, NumericFeature):
+                out[name] = "float32"
+            elif isinstance(f, CategoricalFeature):
+                out[name] = "string"
+            else:
+                out[name] = "float32" if f.task == "regression" else "int64"
+        return out
+
+    def record_schema(self) -> dict[str, dict[str, Any]]:
+        """Per record column: dtype, shape and default. Enough for plain TensorFlow to parse the records."""
+        schema = {}
+        for name, dtype in self.record_dtypes().items():
+            f = self.get(name)
+            default = f.default if isinstance(f, (NumericFeature, CategoricalFeature)) else None
+            schema[name] = {"dtype": dtype, "shape": [], "default": default if default != "mean" else None}
+        return schema
+
+    def parse_spec(self, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """`tf.io.parse_example` features for the given record columns (all stored columns by default)."""
+        import tensorflow as tf
+
+        schema = self.record_schema()
+        out = {}
+        for name in columns or self.stored_columns:
+            col = schema[name]
+            dtype = tf.as_dtype(col["dtype"])
+            default = col["default"]
+            out[name] = tf.io.FixedLenFeature(col["shape"], dtype, default_value=default)
+        return out
+
+    # -- serialisation -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "features": [_feature_to_dict(f) for f in self.features],
+            "records": self.record_schema(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FeatureSpec":
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ConfigError(f"feature spec format_version {version!r} is not supported (expected {FORMAT_VERSION})")
+        features = []
+        for item in data["features"]:
+            item = dict(item)
+            kind = item.get("kind")
+            if kind not in FEATURE_KINDS:
+                raise ConfigError(f"feature {item.get('name')!r}: unknown kind {kind!r}")
+            cls_ = FEATURE_KINDS[kind]
+            tuples = {f.name for f in fields(cls_) if str(f.type).startswith("tuple")}
+            features.append(cls_(**{k: tuple(v) if k in tuples else v for k, v in item.items()}))
+        return cls(tuple(features)).check()
+
+    @classmethod
+    def from_json(cls, text: str) -> "FeatureSpec":
+        return cls.from_dict(json.loads(text))
+
+    def fingerprint(self) -> str:
+        """A hash of the spec's meaning: equal specs give equal fingerprints."""
+        canonical = json.dumps([_feature_to_dict(f) for f in self.features], sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def with_feature(self, feature: Feature) -> "FeatureSpec":
+        """A copy with the feature of the same name replaced (used to record resolved defaults)."""
+        return FeatureSpec(tuple(feature if f.name == feature.name else f for f in self.features))
+
+
+def _feature_to_dict(f: Feature) -> dict[str, Any]:
+    d = asdict(f)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

@@ -1,0 +1,1 @@
+"""Spark SQL prediction UDFs for models exported by tfos_jobs."""
