@@ -224,3 +224,30 @@ def test_cli_reports_config_errors_before_spark_starts(tmp_path):
     assert proc.returncode == 2
     assert "prepare.compression: 'lz4' is not one of: none, gzip" in proc.stderr
     assert "SparkContext" not in proc.stderr and "log4j" not in proc.stderr
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_csv_json_and_catalog_sources(spark, tmp_path, fmt):
+    import collections
+
+    import tensorflow as tf
+
+    rows = [(i, 20 + i % 50, f"j{i % 4}" if i % 5 else "j9", ">50K" if i % 3 == 0 else "<=50K") for i in range(1, 101)]
+    df = spark.createDataFrame(rows, PEOPLE_SCHEMA)
+    if fmt == "csv":
+        df.write.option("header", "true").csv(str(tmp_path / "people"))
+    elif fmt == "json":
+        df.write.json(str(tmp_path / "people"))
+    else:
+        df.createOrReplaceTempView("people_view")
+    tiny_config(tmp_path, tmp_path / "people")  # writes tiny.toml
+    source = ["sources.people.table=people_view"] if fmt == "table" else []
+    cfg = config.load(tmp_path / "tiny.toml", [f"sources.people.format={fmt}", *source])
+    manifest = prepare.run(spark, cfg)
+    assert manifest["sources"]["people"]["rows"] == 100
+    assert manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"] == 100
+    m = meta.read(str(tmp_path / "out"))
+    parse = {"job": tf.io.FixedLenFeature([], tf.string)}
+    jobs = [tf.io.parse_single_example(r, parse)["job"].numpy().decode() for r in tf.data.TFRecordDataset(m.files("train"))]
+    counts = collections.Counter(jobs)
+    assert m.vocab["job"] == sorted(counts, key=lambda v: (-counts[v], v))
