@@ -102,12 +102,52 @@ class SyntheticConfig:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """The model: `wide_deep` (built from the spec) or a user function given as "module:function".
+
+    Hidden layers of the deep part, as in the census wide & deep sample: `num_layers` layers,
+    the first of `first_layer_size` units, each next one `scale_factor` times the previous."""
+
+    kind: str = "wide_deep"
+    first_layer_size: int = 100
+    num_layers: int = 4
+    scale_factor: float = 0.7
+    dropout: float = 0.0
+
+    def hidden_units(self) -> tuple[int, ...]:
+        return tuple(max(2, round(self.first_layer_size * self.scale_factor**i)) for i in range(self.num_layers))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: str = "demo-output/dataset"
+    model_dir: str = "demo-output/model"
+    strategy: Literal["multi_worker_mirrored", "parameter_server", "local"] = "multi_worker_mirrored"
+    workers: int = 2  # TF workers, the chief included (parameter_server: workers besides the chief)
+    ps: int = 1  # parameter servers (parameter_server only)
+    gpus_per_worker: int = 0
+    epochs: int = 5
+    steps_per_epoch: Union[int, None] = None  # default: one pass over the train split per epoch
+    batch_size: int = 256  # per worker
+    optimizer: Literal["adam", "adagrad", "sgd", "rmsprop", "ftrl"] = "adam"
+    learning_rate: float = 0.001
+    early_stopping_patience: int = 0  # epochs without improvement of val_loss; 0 = off
+    shuffle_buffer: int = 10_000
+    seed: int = 42
+    reservation_timeout: int = 120  # seconds to wait for executors and TF nodes to start
+    tensorboard: bool = False
+    overwrite: bool = False
+    model: ModelConfig = ModelConfig()
+
+
+@dataclass(frozen=True)
 class Config:
     features: FeatureSpec
     sources: Mapping[str, SourceConfig]
     prepare: PrepareConfig
     spark: SparkConfig = SparkConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
+    train: TrainConfig = TrainConfig()
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -309,6 +349,25 @@ def validate(config: Config) -> None:
         errs.append(f"prepare.files_per_split: must be >= 1, got {prep.files_per_split}")
     if not prep.output:
         errs.append("prepare.output: must not be empty")
+    tr = config.train
+    positive = {"workers": tr.workers, "epochs": tr.epochs, "batch_size": tr.batch_size,
+                "reservation_timeout": tr.reservation_timeout, "model.first_layer_size": tr.model.first_layer_size,
+                "model.num_layers": tr.model.num_layers}
+    errs += [f"train.{k}: must be >= 1, got {v}" for k, v in positive.items() if v < 1]
+    if tr.strategy == "parameter_server" and tr.ps < 1:
+        errs.append(f"train.ps: parameter_server needs at least 1 parameter server, got {tr.ps}")
+    if tr.steps_per_epoch is not None and tr.steps_per_epoch < 1:
+        errs.append(f"train.steps_per_epoch: must be >= 1 (or left out for one pass per epoch), got {tr.steps_per_epoch}")
+    if tr.learning_rate <= 0:
+        errs.append(f"train.learning_rate: must be > 0, got {tr.learning_rate}")
+    if tr.gpus_per_worker < 0 or tr.early_stopping_patience < 0:
+        errs.append("train.gpus_per_worker and train.early_stopping_patience: must be >= 0")
+    if not 0 < tr.model.scale_factor <= 1:
+        errs.append(f"train.model.scale_factor: must be in (0, 1], got {tr.model.scale_factor}")
+    if not 0 <= tr.model.dropout < 1:
+        errs.append(f"train.model.dropout: must be in [0, 1), got {tr.model.dropout}")
+    if tr.model.kind != "wide_deep" and ":" not in tr.model.kind:
+        errs.append(f"train.model.kind: {tr.model.kind!r} is neither 'wide_deep' nor 'module:function'")
     syn = config.synthetic
     if syn.people < 1:
         errs.append(f"synthetic.people: must be >= 1, got {syn.people}")
