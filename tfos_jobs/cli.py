@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -22,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--people", type=int, help="number of people (same as --set synthetic.people=N)")
     prep = sub.add_parser("prepare", parents=[common], help="raw tables -> train/eval TFRecords + _meta/")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    train = sub.add_parser("train", parents=[common], help="train on a prepared dataset with TensorFlowOnSpark")
+    train.add_argument("--overwrite", action="store_true", help="replace a trained model in train.model_dir")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
     return parser
 
@@ -40,12 +43,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TfosError as e:
         print(f"tfos {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        _stop_session()
+
+
+def _stop_session() -> None:
+    """Stop Spark before the interpreter exits: local-cluster masters otherwise keep
+    relaunching executors while the JVM shuts down."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
 
 
 def _session(cfg):
+    """The session; GPU training needs Spark's resource settings before the context starts."""
     from tfos_jobs import session
+    from tfos_jobs.driver.train import gpu_conf
 
-    return session.build(cfg.spark)
+    script = os.path.abspath(cfg.train.gpu_discovery_script)
+    return session.build(cfg.spark, gpu_conf(cfg.train, script))
 
 
 def cmd_generate(cfg, args) -> int:
@@ -68,6 +86,14 @@ def cmd_prepare(cfg, args) -> int:
     return 0
 
 
+def cmd_train(cfg, args) -> int:
+    from tfos_jobs.driver import train
+
+    spark = _session(cfg)
+    train.run(spark, cfg, overwrite=args.overwrite)
+    return 0
+
+
 def cmd_demo(cfg, args) -> int:
     from tfos_jobs.data import synthetic
     from tfos_jobs.data.meta import summary
@@ -84,7 +110,7 @@ def cmd_demo(cfg, args) -> int:
     return 0
 
 
-COMMANDS = {"generate": cmd_generate, "prepare": cmd_prepare, "demo": cmd_demo}
+COMMANDS = {"generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "demo": cmd_demo}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,288 @@
+"""The train job (driver side): start a TF cluster on the executors with TensorFlowOnSpark,
+watch it, and report.
+
+TFoS's `TFCluster.run/shutdown` stop the SparkContext and `sys.exit` on any error and wait
+for tasks in fixed 5-second polls, so the driver uses TFoS's node runtime (`TFSparkNode.run`,
+the reservation server) with its own supervision instead:
+  * it waits for enough executors first, and fails with a clear message after
+    `reservation_timeout` seconds if the cluster is too small;
+  * the node job runs in a job group; when any node fails, the group is cancelled at once
+    (a retried TF node could never rejoin its cluster) and the node's own traceback is reported;
+  * the chief (or, on failure, the driver) writes `<run>/done`, on which parameter servers
+    and PS workers return, so no task outlives the run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import random
+import shutil
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from pyspark import InheritableThread
+from pyspark.sql import SparkSession
+
+from tfos_jobs.config import Config, TrainConfig
+from tfos_jobs.data import meta as meta_mod
+from tfos_jobs.driver.progress import ProgressPrinter, plot_learning_curve, read_progress
+from tfos_jobs.errors import OutputExistsError, TfosError
+
+POLL = 0.5
+
+
+class TrainingError(TfosError):
+    """Training failed; the message carries the failing node's own error."""
+
+
+def node_count(tr: TrainConfig) -> int:
+    """Executors the TF cluster needs: MWMS uses `workers` (one of them the chief); PS adds a
+    chief (the coordinator) and `ps` parameter servers to `workers`."""
+    if tr.strategy == "parameter_server":
+        return 1 + tr.workers + tr.ps
+    return tr.workers
+
+
+def gpu_conf(tr: TrainConfig, discovery_script: str) -> dict[str, str]:
+    """Spark resource settings that give each TF node task `gpus_per_worker` GPUs."""
+    if tr.gpus_per_worker <= 0:
+        return {}
+    amount = str(tr.gpus_per_worker)
+    return {
+        "spark.executor.resource.gpu.amount": amount,
+        "spark.task.resource.gpu.amount": amount,
+        "spark.executor.resource.gpu.discoveryScript": discovery_script,
+        # standalone workers (and local-cluster) discover the GPUs they offer themselves
+        "spark.worker.resource.gpu.amount": amount,
+        "spark.worker.resource.gpu.discoveryScript": discovery_script,
+    }
+
+
+def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train as configured; returns the metrics written to `<model_dir>/metrics.json`."""
+    tr = config.train
+    meta = meta_mod.read(tr.dataset)  # refuses a directory without _meta/manifest.json
+    model_dir = os.path.abspath(tr.model_dir)
+    _prepare_model_dir(model_dir, overwrite or tr.overwrite)
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    run_dir = f"{model_dir}/_run/{run_id}"
+    os.makedirs(f"{run_dir}/nodes", exist_ok=True)
+    args = _node_args(tr, os.path.abspath(tr.dataset), model_dir, run_dir)
+    log(f"training {tr.strategy} on {meta.manifest['splits']['train']['records']:,} records "
+        f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir}")
+    started = time.time()
+    printer = ProgressPrinter(f"{model_dir}/progress.jsonl", log)
+    if tr.strategy == "local":
+        _run_local(args, printer)
+    else:
+        _run_cluster(spark, tr, args, run_dir, printer)
+    printer.poll()
+    return _finish(model_dir, run_dir, tr, time.time() - started, log)
+
+
+def _prepare_model_dir(model_dir: str, overwrite: bool) -> None:
+    if os.path.exists(f"{model_dir}/saved_model") or os.path.exists(f"{model_dir}/metrics.json"):
+        if not overwrite:
+            raise OutputExistsError(f"model directory {model_dir!r} holds a trained model; pass --overwrite to replace it")
+        shutil.rmtree(model_dir)
+    elif os.path.exists(f"{model_dir}/progress.jsonl"):
+        os.remove(f"{model_dir}/progress.jsonl")  # an unfinished run: start the progress log afresh
+    os.makedirs(model_dir, exist_ok=True)
+
+
+def _node_args(tr: TrainConfig, dataset: str, model_dir: str, run_dir: str) -> dict[str, Any]:
+    """Plain values only: this dict is pickled to every executor."""
+    return {
+        "strategy": tr.strategy, "num_ps": tr.ps if tr.strategy == "parameter_server" else 0,
+        "dataset": dataset, "model_dir": model_dir, "run_dir": run_dir,
+        "epochs": tr.epochs, "steps_per_epoch": tr.steps_per_epoch, "batch_size": tr.batch_size,
+        "optimizer": tr.optimizer, "learning_rate": tr.learning_rate,
+        "early_stopping_patience": tr.early_stopping_patience, "shuffle_buffer": tr.shuffle_buffer,
+        "seed": tr.seed, "tensorboard": tr.tensorboard, "model": dataclasses.asdict(tr.model),
+        "steps_per_execution": 10 if tr.strategy == "parameter_server" else 1,
+        "max_node_seconds": 7 * 24 * 3600,
+    }
+
+
+def _run_local(args: dict[str, Any], printer: ProgressPrinter) -> None:
+    """One process, no TF cluster: in a thread, so progress prints as it goes."""
+    from tfos_jobs.executor import training
+
+    failure: list[BaseException] = []
+
+    def target():
+        try:
+            training.fit_and_export(args, role="chief", worker_index=0, num_workers=1)
+        except BaseException as e:  # reported below, in the caller's thread
+            failure.append(e)
+
+    thread = threading.Thread(target=target, name="tfos-local-train")
+    thread.start()
+    while thread.is_alive():
+        printer.poll()
+        thread.join(POLL)
+    if failure:
+        raise TrainingError(f"local training failed: {failure[0]!r}") from failure[0]
+
+
+def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run_dir: str,
+                 printer: ProgressPrinter) -> None:
+    from tensorflowonspark import TFSparkNode, reservation
+
+    from tfos_jobs.executor.node import main_fun
+
+    sc = spark.sparkContext
+    nodes = node_count(tr)
+    _wait_for_executors(sc, nodes, tr)
+    server = reservation.Server(nodes)
+    template = {"chief": [0]} | ({"worker": list(range(1, nodes))} if nodes > 1 else {})
+    default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS").rstrip("/")
+    cluster_meta = {
+        "id": random.getrandbits(64), "cluster_template": template, "num_executors": nodes,
+        "default_fs": default_fs, "working_dir": os.getcwd(), "server_addr": server.start(), "release_port": True,
+    }
+    group = f"tfos-train-{os.path.basename(run_dir)}"
+    outcome: dict[str, Any] = {}
+
+    def start_nodes():
+        sc.setJobGroup(group, f"tfos train: {nodes} TF nodes", interruptOnCancel=True)
+        try:
+            sc.parallelize(range(nodes), nodes).foreachPartition(
+                TFSparkNode.run(main_fun, args, cluster_meta, False, None, ["error"], False))
+            outcome["ok"] = True
+        except Exception as e:  # reported by the supervising loop
+            outcome["error"] = e
+
+    thread = InheritableThread(target=start_nodes, name="tfos-nodes")
+    thread.daemon = True
+    thread.start()
+    try:
+        _await_reservations(server, outcome, tr.reservation_timeout, nodes, run_dir)
+        while thread.is_alive():
+            printer.poll()
+            failed = _failed_nodes(run_dir)
+            if failed or _failed_tasks(sc, group):
+                raise TrainingError(_failure_message(run_dir, failed, outcome))
+            thread.join(POLL)
+        if "error" in outcome:
+            raise TrainingError(_failure_message(run_dir, _failed_nodes(run_dir), outcome))
+    except BaseException:
+        _abort(sc, group, run_dir, thread)
+        raise
+    finally:
+        server.stop()
+
+
+def _wait_for_executors(sc, nodes: int, tr: TrainConfig) -> None:
+    """TFoS needs one executor per TF node; fail clearly rather than hang when there are too few."""
+    master = sc.master
+    if master.startswith("local") and not master.startswith("local-cluster"):
+        raise TrainingError(
+            f"strategy {tr.strategy!r} needs {nodes} Spark executors, but master {master!r} runs everything in "
+            "the driver; use local-cluster[N,1,MB], a real cluster, or train.strategy = \"local\"")
+    deadline = time.monotonic() + tr.reservation_timeout
+    while True:
+        have = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
+        if have >= nodes:
+            return
+        if time.monotonic() > deadline:
+            raise TrainingError(
+                f"the TF cluster needs {nodes} executors ({_layout(tr)}), but only {have} registered within "
+                f"train.reservation_timeout = {tr.reservation_timeout} s")
+        time.sleep(POLL)
+
+
+def _layout(tr: TrainConfig) -> str:
+    if tr.strategy == "parameter_server":
+        return f"1 chief + {tr.workers} workers + {tr.ps} ps"
+    return f"{tr.workers} workers, one of them the chief"
+
+
+def _await_reservations(server, outcome: dict[str, Any], timeout: float, nodes: int, run_dir: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not server.reservations.done():
+        if "error" in outcome or _failed_nodes(run_dir):
+            raise TrainingError(_failure_message(run_dir, _failed_nodes(run_dir), outcome))
+        if time.monotonic() > deadline:
+            raise TrainingError(
+                f"only {nodes - server.reservations.remaining()} of {nodes} TF nodes started within "
+                f"train.reservation_timeout = {timeout:.0f} s (are {nodes} executors free, with one task slot each?)")
+        time.sleep(POLL)
+
+
+def _failed_nodes(run_dir: str) -> list[str]:
+    return sorted(glob.glob(f"{run_dir}/nodes/*.error"))
+
+
+def _failed_tasks(sc, group: str) -> bool:
+    tracker = sc.statusTracker()
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job else []:
+            stage = tracker.getStageInfo(stage_id)
+            if stage and stage.numFailedTasks > 0:
+                return True
+    return False
+
+
+def _failure_message(run_dir: str, failed: list[str], outcome: dict[str, Any]) -> str:
+    if failed:
+        parts = []
+        for path in failed:
+            with open(path, encoding="utf-8") as fh:
+                lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]
+            node = os.path.basename(path).removesuffix(".error")
+            parts.append(f"TF node {node} failed: {lines[-1] if lines else '(no message)'}\n  full traceback: {path}")
+        return "\n".join(parts)
+    if "error" in outcome:
+        text = str(outcome["error"]).strip().splitlines()
+        return "a TF node task failed: " + next((ln for ln in reversed(text) if "Error" in ln or "Exception" in ln),
+                                                  text[-1] if text else "unknown error")
+    return "a TF node task failed (see the executor logs)"
+
+
+def _abort(sc, group: str, run_dir: str, thread: threading.Thread) -> None:
+    """Stop every node of the run: serving nodes see `done`, the rest are cancelled."""
+    from tfos_jobs.executor import lifecycle
+
+    try:
+        lifecycle.mark_done(run_dir, "failed")
+    except Exception:
+        pass
+    sc.cancelJobGroup(group)
+    thread.join(60)
+
+
+def _finish(model_dir: str, run_dir: str, tr: TrainConfig, seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
+    epochs = read_progress(f"{model_dir}/progress.jsonl")
+    with open(f"{run_dir}/result.json", encoding="utf-8") as fh:
+        result = json.load(fh)
+    nodes = []
+    for path in sorted(glob.glob(f"{run_dir}/nodes/*.json")):
+        with open(path, encoding="utf-8") as fh:
+            node = json.load(fh)
+        nodes.append({k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices")})
+    metrics = {
+        "strategy": tr.strategy, "nodes": nodes, "epochs": result["epochs_run"], "steps_per_epoch": result["steps_per_epoch"],
+        "seconds": round(seconds, 1), "final": result["final"],
+        "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
+        "history": epochs,
+        "saved_model": f"{model_dir}/saved_model",
+    }
+    with open(f"{model_dir}/metrics.json", "w", encoding="utf-8") as fh:
+        json.dump(metrics, fh, indent=2)
+    if epochs:
+        plot_learning_curve(epochs, f"{model_dir}/learning_curve.png", f"{tr.strategy}, {len(epochs)} epochs")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for leftover in (f"{model_dir}/_run", f"{model_dir}/backup"):  # empty once a run has finished
+        if os.path.isdir(leftover) and not os.listdir(leftover):
+            os.rmdir(leftover)
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics["eval"].items())
+    log(f"trained in {seconds:.1f} s; eval: {shown}")
+    log(f"saved model: {metrics['saved_model']}")
+    return metrics

@@ -1,0 +1,106 @@
+"""The function TensorFlowOnSpark runs on every TF node (executor side).
+
+TFoS starts one node per executor, labels them `chief` and `worker`, sets TF_CONFIG and
+CUDA_VISIBLE_DEVICES (from the GPU addresses Spark assigned the task), and calls
+`main_fun(args, ctx)`. For parameter-server training the last `num_ps` workers are turned
+into parameter servers here, so that every node runs in the foreground and returns on its
+own: TFoS's own ps handling would park them in background processes that outlive the run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from typing import Any
+
+from tfos_jobs.executor import lifecycle
+
+
+def assign_role(strategy: str, num_ps: int, job_name: str, task_index: int,
+                cluster: dict[str, list[str]]) -> tuple[str, int, dict[str, list[str]]]:
+    """(role, index, cluster spec) of this node. TFoS names chief + workers; with
+    parameter_server the last `num_ps` workers become `ps`."""
+    if strategy != "parameter_server" or job_name != "worker":
+        return job_name, task_index, _remap(strategy, num_ps, cluster)
+    workers = cluster["worker"]
+    first_ps = len(workers) - num_ps
+    if task_index >= first_ps:
+        return "ps", task_index - first_ps, _remap(strategy, num_ps, cluster)
+    return "worker", task_index, _remap(strategy, num_ps, cluster)
+
+
+def _remap(strategy: str, num_ps: int, cluster: dict[str, list[str]]) -> dict[str, list[str]]:
+    if strategy != "parameter_server":
+        return cluster
+    workers = cluster["worker"]
+    first_ps = len(workers) - num_ps
+    out = {"chief": cluster["chief"], "ps": workers[first_ps:]}
+    if first_ps:
+        out["worker"] = workers[:first_ps]
+    return out
+
+
+def main_fun(args: dict[str, Any], ctx) -> None:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    strategy = args["strategy"]
+    role, index, cluster = assign_role(strategy, args["num_ps"], ctx.job_name, ctx.task_index, ctx.cluster_spec)
+    if role == "ps":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+    run_dir = args["run_dir"]
+    node = f"{run_dir}/nodes/{role}-{index}"
+    manager_pid = _manager_pid()
+    lifecycle.start_reaper(os.getpid(), [manager_pid] if manager_pid else [])
+    lifecycle.write_json(f"{node}.json", {
+        "role": role, "index": index, "executor_id": ctx.executor_id, "pid": os.getpid(),
+        "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "cluster": cluster, "started": time.time(),
+    })
+    status = "failed"
+    try:
+        if strategy == "parameter_server" and role in ("ps", "worker"):
+            serve(cluster, role, index, run_dir, args["max_node_seconds"])
+        else:
+            from tfos_jobs.executor import training
+
+            workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+            worker_index = 0 if role == "chief" else index + 1
+            training.fit_and_export(args, role=role, worker_index=worker_index, num_workers=workers)
+        status = "ok"
+    except BaseException:
+        lifecycle.write_text(f"{node}.error", traceback.format_exc())
+        raise
+    finally:
+        if role == "chief":
+            lifecycle.mark_done(run_dir, status)
+        _stop_manager()
+
+
+def serve(cluster: dict[str, list[str]], role: str, index: int, run_dir: str, max_seconds: float) -> None:
+    """A parameter server or PS-mode worker: serve the chief until the run is done."""
+    import tensorflow as tf
+
+    tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=role, task_index=index, protocol="grpc", start=True)
+    status = lifecycle.wait_until_done(run_dir, max_seconds)
+    if status == "timeout":
+        raise TimeoutError(f"{role} {index}: the chief did not finish within {max_seconds:.0f} s")
+
+
+def _manager_pid() -> int | None:
+    from tensorflowonspark.TFSparkNode import TFSparkNode
+
+    process = getattr(TFSparkNode.mgr, "_process", None)
+    return process.pid if process is not None else None
+
+
+def _stop_manager() -> None:
+    """End TFoS's per-node manager process now: Spark reuses this Python worker, and the
+    manager would otherwise live on with it."""
+    from tensorflowonspark.TFSparkNode import TFSparkNode
+
+    if TFSparkNode.mgr is not None:
+        try:
+            TFSparkNode.mgr.shutdown()
+        finally:
+            TFSparkNode.mgr = None

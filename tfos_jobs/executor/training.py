@@ -1,0 +1,124 @@
+"""Build, fit and export the model on one TF node (or in one process for `local`).
+
+Everything comes from `args` (plain values) and the dataset's `_meta/`: the spec, vocabularies
+and statistics the model is built from are the ones the records were written with.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from tfos_jobs.config import ModelConfig
+from tfos_jobs.data import meta as meta_mod
+from tfos_jobs.data import reader
+
+
+def steps_for(args: dict[str, Any], records: int, num_workers: int) -> int:
+    """Steps per epoch: as configured, else one pass over the train split.
+
+    A multi-worker step consumes one batch on every worker; a parameter-server step one
+    batch on one worker."""
+    if args.get("steps_per_epoch"):
+        return int(args["steps_per_epoch"])
+    per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
+    return max(1, records // per_step)
+
+
+def make_strategy(name: str):
+    import tensorflow as tf
+
+    if name == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "parameter_server":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.ParameterServerStrategy(resolver)
+    return tf.distribute.get_strategy()
+
+
+def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_workers: int) -> dict[str, float]:
+    """Train; every worker exports (multi-worker saving is collective), only the chief keeps it."""
+    import tensorflow as tf
+
+    from tfos_jobs.model.builder import compile_model, resolve_model_fn
+    from tfos_jobs.model.export import export_saved_model
+
+    is_chief = role == "chief"
+    meta = meta_mod.read(args["dataset"])
+    spec = meta.spec
+    strategy = make_strategy(args["strategy"])
+    model_cfg = ModelConfig(**args["model"])
+    with strategy.scope():
+        model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
+        compile_model(model, spec, args["optimizer"], args["learning_rate"],
+                      steps_per_execution=args.get("steps_per_execution", 1))
+
+    splits = meta.manifest["splits"]
+    steps = steps_for(args, splits["train"]["records"], num_workers)
+    val_steps = max(1, math.ceil(splits["eval"]["records"] / args["batch_size"]))
+    train_files, eval_files = meta.files("train"), meta.files("eval")
+    common = dict(spec=spec, batch_size=args["batch_size"], compression=meta.compression)
+
+    def train_input(shards: int, index: int):
+        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args["shuffle_buffer"],
+                                   seed=args["seed"] + index, repeat=True, num_shards=shards, shard_index=index,
+                                   **common)
+
+    if args["strategy"] == "parameter_server":
+        train_data = tf.keras.utils.experimental.DatasetCreator(
+            lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
+    else:
+        train_data = _no_autoshard(train_input(num_workers, worker_index))
+    # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
+    eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, **common))
+
+    model_dir = args["model_dir"]
+    per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
+    callbacks: list = [epoch_progress(f"{model_dir}/progress.jsonl" if is_chief else None, args["epochs"], steps, per_step)]
+    if args["strategy"] != "parameter_server":
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir=f"{model_dir}/backup"))
+    if args.get("tensorboard"):
+        logs = f"{model_dir}/logs" if is_chief else f"{args['run_dir']}/logs-{role}-{worker_index}"
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logs))
+    if args.get("early_stopping_patience"):
+        callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args["early_stopping_patience"]))
+
+    history = model.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
+                        validation_steps=val_steps, callbacks=callbacks, verbose=0)
+    export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
+    final = {k: float(v[-1]) for k, v in history.history.items()}
+    if is_chief:
+        with tf.io.gfile.GFile(f"{args['run_dir']}/result.json", "w") as fh:
+            fh.write(json.dumps({"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps}))
+    return final
+
+
+def _no_autoshard(ds):
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
+def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step: int):
+    """A callback with which the chief appends one JSON line per epoch to `path`; the driver
+    tails that file to show progress while the cluster trains."""
+    import tensorflow as tf
+
+    class EpochProgress(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.time()
+
+        def on_epoch_end(self, epoch, logs=None):
+            if path is None:
+                return
+            seconds = time.time() - self.start
+            line = {"epoch": epoch + 1, "epochs": epochs, "seconds": round(seconds, 3),
+                    "examples_per_sec": round(steps * examples_per_step / max(seconds, 1e-9), 1),
+                    "time": time.time(), **{k: float(v) for k, v in (logs or {}).items()}}
+            with tf.io.gfile.GFile(path, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+
+    return EpochProgress()
