@@ -1,0 +1,176 @@
+"""SavedModel export: named signatures over raw columns and over tf.Example, with the spec in assets/.
+
+The model does its own preprocessing (see builder.py), so a signature only adds the head's
+outputs under fixed names (never the Keras output layer's name). The dataset's
+`_meta/feature_spec.json`, `stats.json` and `vocab/*.txt` travel in `assets/`, so whoever
+serves the model reads the spec it was trained on from the model itself.
+
+The chief writes to `<export_dir>.tmp-<random>` and renames it into place: an export
+directory is complete or absent. Files go through tf.io.gfile, so HDFS paths work too.
+"""
+from __future__ import annotations
+
+import posixpath
+import shutil
+import tempfile
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+from tfos_jobs.data.meta import META, SPEC, STATS, VOCAB, DatasetMeta
+from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.model.builder import input_dtype
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+SERVING = "serving_default"
+EXAMPLES = "predict_examples"
+# Output keys of both signatures, per task.
+OUTPUT_KEYS = {
+    "binary": ("probability", "class_id", "label"),
+    "multiclass": ("probabilities", "probability", "class_id", "label"),
+    "regression": ("value",),
+}
+
+
+def make_signatures(model: "tf.keras.Model", spec: FeatureSpec) -> dict[str, Any]:
+    """`serving_default` (one 1-D input per raw column) and `predict_examples` (serialized
+    tf.Example, parsed in-graph with the spec's defaults for absent features)."""
+    import tensorflow as tf
+
+    names = spec.model_inputs
+    head = _head(spec)
+    parse_spec = spec.parse_spec(names)
+
+    # Positional arguments: the TensorSpec names become the signature's input names.
+    @tf.function(input_signature=[tf.TensorSpec([None], input_dtype(spec, n), name=n) for n in names])
+    def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
+        return head(model(dict(zip(names, columns)), training=False))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        return head(model(tf.io.parse_example(examples, parse_spec), training=False))
+
+    return {SERVING: serving_default.get_concrete_function(), EXAMPLES: predict_examples.get_concrete_function()}
+
+
+def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
+    """Model output -> named outputs. Label strings are constants of the graph."""
+    import tensorflow as tf
+
+    label = spec.label
+    if label.task == "binary":
+        names = [label.negative[0], label.positive[0]] if label.positive else ["0", "1"]
+
+        def binary(y: tf.Tensor) -> dict[str, tf.Tensor]:
+            p = tf.reshape(tf.cast(y, tf.float32), [-1])
+            class_id = tf.cast(p >= 0.5, tf.int64)
+            return {"probability": p, "class_id": class_id, "label": tf.gather(tf.constant(names), class_id)}
+
+        return binary
+    if label.task == "multiclass":
+        classes = list(label.classes)
+
+        def multiclass(y: tf.Tensor) -> dict[str, tf.Tensor]:
+            probs = tf.cast(y, tf.float32)
+            class_id = tf.argmax(probs, axis=-1, output_type=tf.int64)
+            return {"probabilities": probs, "probability": tf.reduce_max(probs, axis=-1), "class_id": class_id,
+                    "label": tf.gather(tf.constant(classes), class_id)}
+
+        return multiclass
+
+    def regression(y: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"value": tf.reshape(tf.cast(y, tf.float32), [-1])}
+
+    return regression
+
+
+def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: str, *,
+                       is_chief: bool = True) -> str | None:
+    """Save the model with its signatures and the dataset's spec, stats and vocabularies.
+
+    Every worker of a multi-worker strategy must call this (saving runs collectives); only the
+    chief's copy is kept. Returns the export directory on the chief, None elsewhere.
+    """
+    import tensorflow as tf
+
+    gfile = tf.io.gfile
+    export_dir = export_dir.rstrip("/")
+    signatures = make_signatures(model, meta.spec)
+    if not is_chief:
+        scratch = tempfile.mkdtemp(prefix="tfos-export-")
+        try:
+            _save(model, scratch, signatures)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return None
+
+    parent = posixpath.dirname(export_dir)
+    if parent and not gfile.exists(parent):
+        gfile.makedirs(parent)
+    tmp = f"{export_dir}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        _save(model, tmp, signatures)
+        _copy_meta(meta, f"{tmp}/assets")
+        _move_into_place(tmp, export_dir)
+    finally:
+        if gfile.exists(tmp):
+            gfile.rmtree(tmp)
+    return export_dir
+
+
+def _save(model: "tf.keras.Model", path: str, signatures: dict[str, Any]) -> None:
+    # No Keras layer traces (serving uses the signatures only; traces slow the save down) and
+    # no optimizer state (a serving model does not train).
+    model.save(path, save_format="tf", signatures=signatures, include_optimizer=False, save_traces=False)
+
+
+def _copy_meta(meta: DatasetMeta, assets: str) -> None:
+    import tensorflow as tf
+
+    gfile = tf.io.gfile
+    src = f"{meta.root}/{META}"
+    gfile.makedirs(f"{assets}/{VOCAB}")
+    for name in (SPEC, STATS):
+        gfile.copy(f"{src}/{name}", f"{assets}/{name}", overwrite=True)
+    for f in meta.spec.categorical:
+        gfile.copy(f"{src}/{VOCAB}/{f.name}.txt", f"{assets}/{VOCAB}/{f.name}.txt", overwrite=True)
+
+
+def _move_into_place(tmp: str, export_dir: str) -> None:
+    """Rename tmp to export_dir; an existing export is moved aside first and deleted after."""
+    import tensorflow as tf
+
+    gfile = tf.io.gfile
+    old = None
+    if gfile.exists(export_dir):
+        old = f"{export_dir}.old-{uuid.uuid4().hex[:12]}"
+        gfile.rename(export_dir, old)
+    try:
+        gfile.rename(tmp, export_dir)
+    except Exception:
+        if old:
+            gfile.rename(old, export_dir)  # put the previous export back
+        raise
+    if old:
+        gfile.rmtree(old)
+
+
+def load_signature(export_dir: str, name: str = SERVING) -> Any:
+    """A signature of an exported model, as a concrete function taking tensors by keyword.
+
+    Loaded with tf.saved_model.load: only the saved graphs run, no Python code of the model."""
+    import tensorflow as tf
+
+    signatures = tf.saved_model.load(export_dir).signatures
+    if name not in signatures:
+        raise KeyError(f"{export_dir} has no signature {name!r}; it has: {', '.join(signatures)}")
+    return signatures[name]
+
+
+def read_spec(export_dir: str) -> FeatureSpec:
+    """The feature spec the model was trained on, from its assets."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(f"{export_dir.rstrip('/')}/assets/{SPEC}") as fh:
+        return FeatureSpec.from_json(fh.read())
