@@ -97,7 +97,7 @@ def cmd_train(cfg, args) -> int:
 def cmd_demo(cfg, args) -> int:
     from tfos_jobs.data import synthetic
     from tfos_jobs.data.meta import summary
-    from tfos_jobs.driver import prepare
+    from tfos_jobs.driver import prepare, train
 
     syn = cfg.synthetic
     spark = _session(cfg)
@@ -107,6 +107,8 @@ def cmd_demo(cfg, args) -> int:
     print(f"== prepare: {cfg.prepare.output}")
     manifest = prepare.run(spark, cfg, overwrite=True)
     print(summary(manifest))
+    print(f"== train: {cfg.train.strategy}, {cfg.train.workers} workers, into {cfg.train.model_dir}")
+    train.run(spark, cfg, overwrite=True)
     return 0
 
 

@@ -136,7 +136,7 @@ class TrainConfig:
     shuffle_buffer: int = 10_000
     seed: int = 42
     reservation_timeout: int = 120  # seconds to wait for executors and TF nodes to start
-    tensorboard: bool = False
+    tensorboard: bool = True  # event files in <model_dir>/logs
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
 

@@ -30,7 +30,8 @@ from pyspark.sql import SparkSession
 from tfos_jobs.config import Config, TrainConfig
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.driver.progress import ProgressPrinter, plot_learning_curve, read_progress
-from tfos_jobs.errors import OutputExistsError, TfosError
+from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
+from tfos_jobs.model.builder import resolve_model_fn
 
 POLL = 0.5
 
@@ -67,6 +68,10 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`."""
     tr = config.train
     meta = meta_mod.read(tr.dataset)  # refuses a directory without _meta/manifest.json
+    try:
+        resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     model_dir = os.path.abspath(tr.model_dir)
     _prepare_model_dir(model_dir, overwrite or tr.overwrite)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
@@ -266,7 +271,7 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, seconds: float, log: 
     for path in sorted(glob.glob(f"{run_dir}/nodes/*.json")):
         with open(path, encoding="utf-8") as fh:
             node = json.load(fh)
-        nodes.append({k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices")})
+        nodes.append({k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "manager_pid")})
     metrics = {
         "strategy": tr.strategy, "nodes": nodes, "epochs": result["epochs_run"], "steps_per_epoch": result["steps_per_epoch"],
         "seconds": round(seconds, 1), "final": result["final"],
@@ -276,6 +281,8 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, seconds: float, log: 
     }
     with open(f"{model_dir}/metrics.json", "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
+    with open(f"{model_dir}/sample_predictions.json", "w", encoding="utf-8") as fh:
+        json.dump(result["sample"], fh)  # the trained model's outputs on a few eval rows
     if epochs:
         plot_learning_curve(epochs, f"{model_dir}/learning_curve.png", f"{tr.strategy}, {len(epochs)} epochs")
     shutil.rmtree(run_dir, ignore_errors=True)

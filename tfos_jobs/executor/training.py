@@ -89,9 +89,20 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
     final = {k: float(v[-1]) for k, v in history.history.items()}
     if is_chief:
+        result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
+                  "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
         with tf.io.gfile.GFile(f"{args['run_dir']}/result.json", "w") as fh:
-            fh.write(json.dumps({"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps}))
+            fh.write(json.dumps(result))
     return final
+
+
+def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict:
+    """The trained model's outputs on a few eval rows, kept with the rows, so the exported
+    SavedModel can be checked against the model that was actually trained."""
+    features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
+    outputs = model(features, training=False)
+    decode = lambda t: [v.decode() if isinstance(v, bytes) else float(v) for v in t.numpy().tolist()]
+    return {"rows": {name: decode(t) for name, t in features.items()}, "outputs": outputs.numpy().tolist()}
 
 
 def _no_autoshard(ds):

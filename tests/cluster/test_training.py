@@ -1,0 +1,176 @@
+"""Training on a real local-cluster: TFoS nodes on separate executor JVMs, each with its own Python.
+
+Each run is a `tfos train` process, as users run it; the small dataset is prepared once."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfos_jobs import config
+from tfos_jobs.data import synthetic
+from tfos_jobs.driver import prepare
+from tfos_jobs.executor.lifecycle import alive
+
+from tests.conftest import CENSUS, ROOT, census_overrides
+
+BIN = Path(sys.executable).parent
+PEOPLE = 12_000
+FAST = ["train.epochs=3", "train.batch_size=128", "train.reservation_timeout=60",
+        "spark.conf.spark.ui.showConsoleProgress=false"]
+
+
+@pytest.fixture(scope="module")
+def dataset(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    raw, out = root / "raw", root / "dataset"
+    synthetic.generate(spark, str(raw), PEOPLE, 5.0, 7, "2026-01-01")
+    prepare.run(spark, config.load(CENSUS, census_overrides(raw, out, PEOPLE)))
+    return out
+
+
+def train(dataset: Path, model_dir: Path, *overrides: str, expect: int = 0, env: dict | None = None):
+    sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", *FAST, *overrides]
+    cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})})
+    assert proc.returncode == expect, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc, time.monotonic() - started
+
+
+def metrics(model_dir: Path) -> dict:
+    return json.loads((model_dir / "metrics.json").read_text())
+
+
+def assert_exported_model_matches_trained(model_dir: Path) -> None:
+    import tensorflow as tf
+
+    sample = json.loads((model_dir / "sample_predictions.json").read_text())
+    fn = tf.saved_model.load(str(model_dir / "saved_model")).signatures["serving_default"]
+    inputs = {k: tf.constant(v, dtype=tf.string if isinstance(v[0], str) else tf.float32) for k, v in sample["rows"].items()}
+    assert sorted(inputs) == sorted(k for k in fn.structured_input_signature[1])
+    got = fn(**inputs)["probability"].numpy()
+    np.testing.assert_allclose(got, np.asarray(sample["outputs"]).reshape(-1), atol=1e-6)
+
+
+def assert_no_node_process_left(m: dict) -> None:
+    pids = [p for n in m["nodes"] for p in (n["pid"], n["manager_pid"]) if p]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.5)
+    assert not [p for p in pids if alive(p)], "TF node processes outlived the run"
+
+
+@pytest.fixture(scope="module")
+def mwms(dataset, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("mwms") / "model"
+    proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]")
+    return model_dir, proc
+
+
+def test_multi_worker_mirrored_learns_and_exports(mwms):
+    model_dir, proc = mwms
+    m = metrics(model_dir)
+    assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
+    assert len({n["executor_id"] for n in m["nodes"]}) == 2
+    assert m["epochs"] == 3 and len(m["history"]) == 3
+    assert m["eval"]["auc"] > 0.8  # the base rate gives 0.5
+    assert "epoch   3/3 [" in proc.stdout and "val_auc" in proc.stdout
+    assert (model_dir / "learning_curve.png").stat().st_size > 10_000
+    assert (model_dir / "saved_model" / "assets" / "feature_spec.json").exists()
+    assert list((model_dir / "logs").glob("**/events.out.tfevents.*"))
+    assert not (model_dir / "_run").exists()
+    assert not list(model_dir.glob("saved_model.tmp*"))
+    assert_exported_model_matches_trained(model_dir)
+    assert_no_node_process_left(m)
+
+
+def test_parameter_server_matches_multi_worker_auc(dataset, mwms, tmp_path):
+    model_dir = tmp_path / "model"
+    train(dataset, model_dir, "spark.master=local-cluster[3,1,1536]", "train.strategy=parameter_server",
+          "train.workers=1", "train.ps=1")
+    m = metrics(model_dir)
+    assert [(n["role"], n["index"]) for n in m["nodes"]] == [("chief", 0), ("ps", 0), ("worker", 0)]
+    assert abs(m["eval"]["auc"] - metrics(mwms[0])["eval"]["auc"]) < 0.02
+    assert_exported_model_matches_trained(model_dir)
+    assert_no_node_process_left(m)
+
+
+def test_gpu_addresses_go_to_workers_only(dataset, tmp_path):
+    """Spark assigns GPU addresses (from a fake discovery script) per task; workers see only
+    their own, the parameter server none."""
+    gpu_dir = tmp_path / "gpus"
+    gpu_dir.mkdir()
+    script = ROOT / "tests" / "cluster" / "fake_gpu_discovery.sh"
+    model_dir = tmp_path / "model"
+    train(dataset, model_dir, "spark.master=local-cluster[3,1,1536]", "train.strategy=parameter_server",
+          "train.workers=1", "train.ps=1", "train.gpus_per_worker=2", f"train.gpu_discovery_script={script}",
+          "train.epochs=1", "train.steps_per_epoch=5", env={"TFOS_FAKE_GPU_DIR": str(gpu_dir)})
+    nodes = {n["role"]: n["cuda_visible_devices"] for n in metrics(model_dir)["nodes"]}
+    assert nodes["ps"] == ""
+    chief, worker = nodes["chief"].split(","), nodes["worker"].split(",")
+    assert len(chief) == len(worker) == 2
+    assert not set(chief) & set(worker)
+
+
+def test_too_few_executors_fails_clearly_within_the_timeout(dataset, tmp_path):
+    proc, seconds = train(dataset, tmp_path / "model", "spark.master=local-cluster[2,1,1024]", "train.workers=3",
+                          "train.reservation_timeout=10", expect=2)
+    assert "the TF cluster needs 3 executors (3 workers, one of them the chief), but only 2 registered" in proc.stderr
+    assert "train.reservation_timeout = 10 s" in proc.stderr
+    assert seconds < 90
+
+
+def test_exception_in_training_reaches_the_driver_and_nothing_is_left(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]", "train.model.kind=tests.cluster.boom:build",
+                    f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", expect=2, env={"PYTHONPATH": str(ROOT)})
+    # whichever node fails first is reported, with its own error
+    assert re.search(r"TF node (chief|worker)-0 failed: ValueError: boom: this model function always fails", proc.stderr)
+    assert not (model_dir / "saved_model").exists()
+    runs = list((model_dir / "_run").iterdir())
+    nodes = [json.loads(p.read_text()) for p in runs[0].glob("nodes/*.json")]
+    assert len(nodes) == 2
+    assert_no_node_process_left({"nodes": nodes})
+
+
+def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
+    from tfos_jobs.driver import train as train_driver
+
+    cfg = config.load(CENSUS, [f"train.dataset={dataset}", f"train.model_dir={tmp_path / 'model'}",
+                               "train.strategy=local", "train.epochs=2", "train.batch_size=128"])
+    lines: list[str] = []
+    m = train_driver.run(spark, cfg, log=lines.append)
+    assert m["eval"]["auc"] > 0.8
+    assert sum(line.startswith("epoch ") for line in lines) == 2
+    assert_exported_model_matches_trained(tmp_path / "model")
+
+
+def test_training_refuses_an_unprepared_dataset_and_a_trained_model_dir(spark, dataset, tmp_path):
+    from tfos_jobs.driver import train as train_driver
+    from tfos_jobs.errors import InputError, OutputExistsError
+
+    cfg = config.load(CENSUS, [f"train.dataset={tmp_path}", "train.strategy=local"])
+    with pytest.raises(InputError, match="_meta/manifest.json is missing"):
+        train_driver.run(spark, cfg)
+    (tmp_path / "model" / "saved_model").mkdir(parents=True)
+    cfg = config.load(CENSUS, [f"train.dataset={dataset}", f"train.model_dir={tmp_path / 'model'}", "train.strategy=local"])
+    with pytest.raises(OutputExistsError, match="holds a trained model; pass --overwrite"):
+        train_driver.run(spark, cfg)
+
+
+def test_a_model_function_that_cannot_be_imported_is_a_config_error(spark, dataset, tmp_path):
+    from tfos_jobs.driver import train as train_driver
+    from tfos_jobs.errors import ConfigError
+
+    cfg = config.load(CENSUS, [f"train.dataset={dataset}", f"train.model_dir={tmp_path}", "train.model.kind=nope:build"])
+    with pytest.raises(ConfigError, match="train.model.kind: cannot import module 'nope'"):
+        train_driver.run(spark, cfg)
