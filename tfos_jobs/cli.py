@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from typing import Sequence
 
 from tfos_jobs import config as config_mod
-from tfos_jobs.errors import TfosError
+from tfos_jobs.errors import ConfigError, TfosError
+
+
+DEMO_QUERY = "conf/queries/positive_rate_by_education.sql"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +29,17 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     train = sub.add_parser("train", parents=[common], help="train on a prepared dataset with TensorFlowOnSpark")
     train.add_argument("--overwrite", action="store_true", help="replace a trained model in train.model_dir")
+    pred = sub.add_parser("predict", parents=[common], help="score a table with a trained model, write the rows with predictions")
+    pred.add_argument("--model", help="model directory (default: predict.model)")
+    pred.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    sql = sub.add_parser("sql", parents=[common], help="run Spark SQL with the prediction UDF and the sources as views")
+    sql.add_argument("--model", help="model directory (default: predict.model)")
+    sql.add_argument("--name", help="SQL name of the prediction function (default: predict.name)")
+    query = sql.add_mutually_exclusive_group(required=True)
+    query.add_argument("-e", dest="sql", metavar="SQL", help="the query")
+    query.add_argument("-f", dest="file", metavar="FILE", help="a file of SQL statements; the last one's result is shown")
+    sql.add_argument("--output", help="write the result as Parquet here instead of printing it")
+    sql.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
     return parser
 
@@ -94,10 +109,34 @@ def cmd_train(cfg, args) -> int:
     return 0
 
 
+def cmd_predict(cfg, args) -> int:
+    from tfos_jobs.driver import predict
+
+    if args.model:
+        cfg = dataclasses.replace(cfg, predict=dataclasses.replace(cfg.predict, model=args.model))
+    predict.run(_session(cfg), cfg, overwrite=args.overwrite)
+    return 0
+
+
+def cmd_sql(cfg, args) -> int:
+    from tfos_jobs.driver import sql
+
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                script = fh.read()
+        except OSError as e:
+            raise ConfigError(f"-f {args.file}: {e.strerror}") from None
+    else:
+        script = args.sql
+    sql.run(_session(cfg), cfg, script, model=args.model, name=args.name, output=args.output, rows=args.rows)
+    return 0
+
+
 def cmd_demo(cfg, args) -> int:
     from tfos_jobs.data import synthetic
     from tfos_jobs.data.meta import summary
-    from tfos_jobs.driver import prepare, train
+    from tfos_jobs.driver import predict, prepare, sql, train
 
     syn = cfg.synthetic
     spark = _session(cfg)
@@ -109,10 +148,22 @@ def cmd_demo(cfg, args) -> int:
     print(summary(manifest))
     print(f"== train: {cfg.train.strategy}, {cfg.train.workers} workers, into {cfg.train.model_dir}")
     train.run(spark, cfg, overwrite=True)
+    print(f"== SQL: {DEMO_QUERY}, with {cfg.predict.name}() registered")
+    with open(DEMO_QUERY, encoding="utf-8") as fh:
+        sql.run(spark, cfg, fh.read(), rows=20)
+    print(f"== predict: into {cfg.predict.output}")
+    predict.run(spark, cfg, overwrite=True)
+    print("== artifacts")
+    for what, where in (("raw tables", syn.output), ("dataset", cfg.prepare.output),
+                        ("model", cfg.train.model_dir), ("SavedModel", f"{cfg.train.model_dir}/saved_model"),
+                        ("learning curve", f"{cfg.train.model_dir}/learning_curve.png"),
+                        ("predictions", cfg.predict.output)):
+        print(f"  {what:<15} {os.path.abspath(where)}")
     return 0
 
 
-COMMANDS = {"generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "demo": cmd_demo}
+COMMANDS = {"generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
+            "sql": cmd_sql, "demo": cmd_demo}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -142,6 +142,19 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class PredictConfig:
+    """Batch prediction and SQL: which model, under which SQL name, on what input."""
+
+    model: str = "demo-output/model"
+    name: str = "predict"  # the SQL function name
+    input: Union[str, None] = None  # a source name; default: the main source joined as in prepare
+    output: str = "demo-output/predictions"
+    output_table: Union[str, None] = None  # write a catalog table instead of Parquet files
+    batch_size: int = 10_000  # rows per Arrow batch handed to the model
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     features: FeatureSpec
     sources: Mapping[str, SourceConfig]
@@ -149,6 +162,7 @@ class Config:
     spark: SparkConfig = SparkConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
     train: TrainConfig = TrainConfig()
+    predict: PredictConfig = PredictConfig()
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -369,6 +383,13 @@ def validate(config: Config) -> None:
         errs.append(f"train.model.dropout: must be in [0, 1), got {tr.model.dropout}")
     if tr.model.kind != "wide_deep" and ":" not in tr.model.kind:
         errs.append(f"train.model.kind: {tr.model.kind!r} is neither 'wide_deep' nor 'module:function'")
+    pr = config.predict
+    if pr.input is not None and pr.input not in config.sources:
+        errs.append(f"predict.input: {pr.input!r} is not a source; sources: {names}")
+    if pr.batch_size < 1:
+        errs.append(f"predict.batch_size: must be >= 1, got {pr.batch_size}")
+    if not pr.name.isidentifier():
+        errs.append(f"predict.name: {pr.name!r} is not a valid SQL function name")
     syn = config.synthetic
     if syn.people < 1:
         errs.append(f"synthetic.people: must be >= 1, got {syn.people}")

@@ -1,1 +1,4 @@
 """Spark SQL prediction UDFs for models exported by tfos_jobs."""
+from udfs.register import PredictionUdf, register
+
+__all__ = ["PredictionUdf", "register"]

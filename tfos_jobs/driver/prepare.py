@@ -100,8 +100,11 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
         table.unpersist()
 
 
-def assemble(spark: SparkSession, config: Config) -> tuple[DataFrame, dict[str, dict[str, Any]]]:
-    """Read, check and join the sources into one lazy table holding every stored feature."""
+def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = False
+             ) -> tuple[DataFrame, dict[str, dict[str, Any]]]:
+    """Read, check and join the sources into one lazy table holding every stored feature.
+
+    For prediction only the model's inputs are required, and every column is kept."""
     prep, spec = config.prepare, config.features
     main_src = config.sources[prep.main]
     table = sources.read(spark, prep.main, main_src)
@@ -139,12 +142,14 @@ def assemble(spark: SparkSession, config: Config) -> tuple[DataFrame, dict[str, 
         table = transforms.join_activity(table, transforms.aggregate_activity(usable, act, as_of), spec.key.name, act.key)
         provided.update({c: act.source for c in transforms.ACTIVITY_COLUMNS})
 
-    errors = spec.input_type_errors(sources.column_types(table))
+    errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs if for_prediction else None)
     if errors:
         searched = ", ".join(dict.fromkeys(provided.values()))
         lines = [f"{msg} in source {provided[col]!r}" if col in provided else f"{msg} from every source ({searched})"
                  for col, msg in errors]
         raise InputError("input does not match the feature spec:\n  " + "\n  ".join(lines))
+    if for_prediction:
+        return table, source_rows
     keep = list(spec.stored_columns)
     if prep.split.mode == "column":
         keep.append(prep.split.column)

@@ -203,11 +203,12 @@ class FeatureSpec:
             raise ConfigError("invalid feature spec:\n  " + "\n  ".join(errs))
         return self
 
-    def input_type_errors(self, column_types: Mapping[str, str]) -> list[tuple[str, str]]:
+    def input_type_errors(self, column_types: Mapping[str, str],
+                          names: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
         """Check a table's columns ({name: Spark typeName}) against what each stored feature
-        needs; returns (column, problem) pairs."""
+        (or each of `names`) needs; returns (column, problem) pairs."""
         errs = []
-        for name in self.stored_columns:
+        for name in names or self.stored_columns:
             f = self.get(name)
             allowed = self._accepted_input_types(f)
             if name not in column_types:

@@ -1,0 +1,82 @@
+"""Batch prediction (driver side): input rows + prediction columns, rows out = rows in.
+
+The input is the main source joined with its lookups and activity exactly as `prepare` does
+it (so serving cannot be fed differently from training), or any configured source that
+already holds the feature columns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Callable
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import Config
+from tfos_jobs.data import sources
+from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.driver.prepare import assemble
+from tfos_jobs.errors import InputError, OutputExistsError, TfosError
+from udfs import PredictionUdf, register
+
+
+def input_table(spark: SparkSession, config: Config, spec) -> DataFrame:
+    """The rows to score, checked for every model input before any job runs."""
+    name = config.predict.input
+    if name is None:
+        table, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True)
+        return table
+    src = config.sources[name]
+    table = sources.read(spark, name, src)
+    errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs)
+    if errors:
+        raise InputError(f"source {name!r} ({src.location()}) does not fit the model:\n  " + "\n  ".join(m for _, m in errors))
+    return table
+
+
+def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
+    """The table with `predicted_probability` and `predicted_label` (or `prediction`) appended."""
+    scored = table.withColumn("__prediction", udf())
+    if udf.spec.label.task == "regression":
+        return scored.withColumnRenamed("__prediction", "prediction")
+    return scored.select("*", F.col("__prediction.probability").alias("predicted_probability"),
+                         F.col("__prediction.label").alias("predicted_label")).drop("__prediction")
+
+
+def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    pr = config.predict
+    started = time.time()
+    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size)
+    table = input_table(spark, config, udf.spec)
+    scored = with_predictions(table, udf)
+    rows_in = table.count()
+    if pr.output_table:
+        mode = "overwrite" if overwrite or pr.overwrite else "errorifexists"
+        try:
+            scored.write.mode(mode).saveAsTable(pr.output_table)
+        except AnalysisException as e:
+            raise TfosError(f"cannot write table {pr.output_table!r}: {str(e).splitlines()[0]}") from None
+        rows_out = spark.table(pr.output_table).count()
+        target = pr.output_table
+    else:
+        fs = HadoopFS(spark, pr.output)
+        target = fs.qualify(pr.output)
+        if fs.exists(target) and not (overwrite or pr.overwrite):
+            raise OutputExistsError(f"output directory {target!r} exists; pass --overwrite to replace it")
+        scored.write.mode("overwrite").parquet(target)
+        rows_out = spark.read.parquet(target).count()
+    if rows_out != rows_in:
+        raise TfosError(f"{target}: wrote {rows_out} rows for {rows_in} input rows")
+    summary = {"output": target, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
+               "seconds": round(time.time() - started, 1)}
+    log(f"predicted {rows_out:,} rows into {target} in {summary['seconds']} s")
+    served = {k: v for k, v in summary["counts"].items() if k != "rows"}
+    if served:
+        log("  filled nulls / unseen categories: " + ", ".join(f"{k} {v:,}" for k, v in served.items()))
+    if not pr.output_table:
+        fs.write_text(f"{target}/_prediction.json", json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,75 @@
+"""`tfos sql`: Spark SQL with the prediction UDF registered and the sources as views."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import DataFrame, SparkSession
+
+from tfos_jobs.config import Config
+from tfos_jobs.data import sources
+from tfos_jobs.driver.prepare import assemble
+from tfos_jobs.errors import InputError, TfosError
+from udfs import register
+
+FEATURES_VIEW = "features"
+
+
+def statements(text: str) -> list[str]:
+    """Split a script on semicolons that end a line, the way SQL files are usually written."""
+    parts, current = [], []
+    for line in text.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            parts.append("\n".join(current).rstrip().rstrip(";"))
+            current = []
+    parts.append("\n".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def open_views(spark: SparkSession, config: Config, spec) -> list[str]:
+    """Each configured source as a view under its own name, plus `features`: the main source
+    joined with its lookups and activity, as the model saw it in training."""
+    views = []
+    for name, src in config.sources.items():
+        try:
+            sources.read(spark, name, src).createOrReplaceTempView(name)
+            views.append(name)
+        except InputError:
+            continue  # a source that is not there cannot be queried, the rest can
+    try:
+        table, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True)
+        table.createOrReplaceTempView(FEATURES_VIEW)
+        views.append(FEATURES_VIEW)
+    except InputError:
+        pass
+    return views
+
+
+def run(spark: SparkSession, config: Config, script: str, *, model: str | None = None, name: str | None = None,
+        output: str | None = None, rows: int = 50, log: Callable[[str], None] = print) -> DataFrame:
+    udf = register(spark, name or config.predict.name, model or config.predict.model,
+                   batch_size=config.predict.batch_size)
+    views = open_views(spark, config, udf.spec)
+    log(f"-- {udf.name}({', '.join(udf.spec.model_inputs)}) or {udf.name}(struct(...)); views: {', '.join(views)}")
+    todo = statements(script)
+    if not todo:
+        raise TfosError("no SQL statement given")
+    result = None
+    for text in todo:
+        try:
+            result = spark.sql(text)
+        except (AnalysisException, ParseException) as e:
+            raise TfosError(f"SQL error: {str(e).strip().splitlines()[0]}\nin: {text[:300]}") from None
+    if output:
+        try:
+            result.write.parquet(output)
+        except AnalysisException as e:
+            raise TfosError(f"cannot write {output!r}: {str(e).strip().splitlines()[0]}") from None
+        log(f"wrote {spark.read.parquet(output).count():,} rows to {output}")
+    else:
+        result.show(rows, truncate=False)
+    return result

@@ -1,0 +1,138 @@
+"""Executor side of the prediction UDF: a SavedModel loaded once per Python worker, called on
+Arrow batches through its concrete `serving_default` function (not `model.predict`).
+
+Inputs are the raw feature columns, in spec order or as one struct. Serving applies the same
+rules as preparation: a null takes the spec's default, a category outside the vocabulary goes
+to the model's out-of-vocabulary buckets; both are counted.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec
+
+CAPACITY = 3  # models kept per Python worker
+_models: "OrderedDict[str, Scorer]" = OrderedDict()
+_lock = threading.Lock()
+
+
+def use_task_gpus() -> None:
+    """Before TensorFlow loads: see only the GPUs Spark gave this task, or none at all."""
+    if "tensorflow" in __import__("sys").modules:
+        return
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    gpus = ctx.resources().get("gpu") if ctx is not None else None
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus.addresses) if gpus is not None else ""
+
+
+class Scorer:
+    """One loaded model: raw numpy columns in, prediction arrays and counts out."""
+
+    def __init__(self, export_dir: str):
+        use_task_gpus()
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+        import tensorflow as tf
+
+        from tfos_jobs.model.export import read_spec
+
+        self._tf = tf
+        self._loaded = tf.saved_model.load(export_dir)  # keeps the function's variables alive
+        self.fn = self._loaded.signatures["serving_default"]
+        self.spec: FeatureSpec = read_spec(export_dir)
+        self.inputs = self.spec.model_inputs
+        self.vocab = {f.name: np.asarray(_read_lines(f"{export_dir}/assets/vocab/{f.name}.txt"), dtype=object)
+                      for f in self.spec.categorical}
+
+    def columns(self, batch: Any) -> dict[str, pd.Series]:
+        """Name the batch's columns: a struct arrives as a DataFrame, positional args as a tuple."""
+        if isinstance(batch, pd.DataFrame):
+            missing = [n for n in self.inputs if n not in batch.columns]
+            if missing:
+                raise ValueError(f"the struct passed to the prediction UDF lacks feature(s) {missing}; "
+                                 f"it needs: {', '.join(self.inputs)}")
+            return {n: batch[n] for n in self.inputs}
+        if len(batch) != len(self.inputs):
+            raise ValueError(f"the prediction UDF takes {len(self.inputs)} arguments in this order: "
+                             f"{', '.join(self.inputs)} (or one struct of them); got {len(batch)}")
+        return dict(zip(self.inputs, batch))
+
+    def prepare(self, cols: dict[str, pd.Series], counts: dict[str, int]) -> dict[str, Any]:
+        tensors = {}
+        for name, series in cols.items():
+            f = self.spec.get(name)
+            if isinstance(f, CategoricalFeature):
+                nulls = series.isna().to_numpy()
+                values = series.astype(object).where(~nulls, f.default).astype(str).to_numpy(dtype=object)
+                unseen = int((~np.isin(values, self.vocab[name])).sum())
+                _count(counts, f"unseen:{name}", unseen)
+                tensors[name] = self._tf.constant(values.astype(str), dtype=self._tf.string)
+            else:
+                numbers = _numeric(name, series)
+                nulls = np.isnan(numbers)
+                tensors[name] = self._tf.constant(np.where(nulls, float(f.default), numbers), dtype=self._tf.float32)
+            _count(counts, f"null:{name}", int(nulls.sum()))
+        return tensors
+
+    def __call__(self, batch: Any, counts: dict[str, int]) -> pd.DataFrame | pd.Series:
+        cols = self.columns(batch)
+        out = self.fn(**self.prepare(cols, counts))
+        _count(counts, "rows", len(next(iter(cols.values()))))
+        if self.spec.label.task == "regression":
+            return pd.Series(out["value"].numpy().astype("float64"))
+        return pd.DataFrame({
+            "probability": out["probability"].numpy().astype("float64"),
+            "label": [v.decode() for v in out["label"].numpy().tolist()],
+        })
+
+
+def _numeric(name: str, series: pd.Series) -> np.ndarray:
+    if series.dtype == object and series.map(lambda v: isinstance(v, (str, bytes))).any():
+        example = series[series.map(lambda v: isinstance(v, (str, bytes)))].iloc[0]
+        raise TypeError(f"column {name!r} (numeric feature) got text values such as {example!r}; pass a number")
+    return pd.to_numeric(series, errors="raise").to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _count(counts: dict[str, int], key: str, n: int) -> None:
+    if n:
+        counts[key] = counts.get(key, 0) + n
+
+
+def _read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read().splitlines()
+
+
+def scorer(export_dir: str, version: str) -> Scorer:
+    """The cached model for this Python worker (loaded on first use)."""
+    key = f"{export_dir}@{version}"
+    with _lock:
+        if key in _models:
+            _models.move_to_end(key)
+            return _models[key]
+    model = Scorer(export_dir)
+    with _lock:
+        _models[key] = model
+        while len(_models) > CAPACITY:
+            _models.popitem(last=False)
+    return model
+
+
+def make_udf_function(export_dir: str, version: str, counter) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The pandas iterator function behind the UDF; captures plain values and an accumulator."""
+
+    def predict(batches: Iterator[Any]) -> Iterator[Any]:
+        model = scorer(export_dir, version)
+        counts: dict[str, int] = {}
+        for batch in batches:
+            yield model(batch, counts)
+        counter.add(counts)
+
+    return predict
