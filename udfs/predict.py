@@ -130,9 +130,10 @@ def make_udf_function(export_dir: str, version: str, counter) -> Callable[[Itera
 
     def predict(batches: Iterator[Any]) -> Iterator[Any]:
         model = scorer(export_dir, version)
-        counts: dict[str, int] = {}
         for batch in batches:
-            yield model(batch, counts)
-        counter.add(counts)
+            counts: dict[str, int] = {}
+            out = model(batch, counts)
+            counter.add(counts)  # per batch: a LIMIT may stop the task before the input ends
+            yield out
 
     return predict

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Callable
 
 SHOWN = ("loss", "auc", "accuracy", "rmse", "val_loss", "val_auc", "val_accuracy", "val_rmse")
@@ -39,7 +40,8 @@ class ProgressPrinter:
     def poll(self) -> None:
         epochs = read_progress(self.path)
         for e in epochs[self.seen:]:
-            self.log(format_epoch(e))
+            # On a terminal, first clear the line Spark's console progress bar may be drawing on.
+            self.log(("\r\x1b[K" if self.log is print and sys.stdout.isatty() else "") + format_epoch(e))
         self.seen = max(self.seen, len(epochs))
 
 

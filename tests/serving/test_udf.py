@@ -1,0 +1,179 @@
+"""The SQL prediction UDF against the SavedModel called in-process, and its input rules."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pyspark.errors import PythonException
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+import udfs
+from tfos_jobs import config
+from tfos_jobs.data import synthetic
+from tfos_jobs.driver import predict as predict_job
+from tfos_jobs.driver import prepare, sql
+from tfos_jobs.driver import train as train_job
+from tfos_jobs.errors import ConfigError, InputError, OutputExistsError
+
+from tests.conftest import CENSUS, ROOT, census_overrides
+
+PEOPLE = 3000
+
+
+@pytest.fixture(scope="module")
+def setup(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving")
+    raw, out, model = root / "raw", root / "dataset", root / "model"
+    synthetic.generate(spark, str(raw), PEOPLE, 5.0, 11, "2026-01-01")
+    cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE) + [
+        f"train.dataset={out}", f"train.model_dir={model}", "train.strategy=local", "train.epochs=2",
+        "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}"])
+    prepare.run(spark, cfg)
+    train_job.run(spark, cfg, log=lambda _: None)
+    features, _ = prepare.assemble(spark, cfg, for_prediction=True)
+    return cfg, model, features.cache()
+
+
+def in_process(model_dir: Path, rows: dict[str, list]) -> np.ndarray:
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(str(model_dir / "saved_model")).signatures["serving_default"]
+    inputs = {k: tf.constant(v, dtype=tf.string if isinstance(v[0], str) else tf.float32) for k, v in rows.items()}
+    return fn(**inputs)["probability"].numpy()
+
+
+def test_udf_equals_the_savedmodel_called_in_process(spark, setup):
+    cfg, model, features = setup
+    p = udfs.register(spark, "predict_income", str(model))
+    complete = features.dropna(subset=list(p.spec.model_inputs)).limit(400)
+    scored = complete.select(*p.spec.model_inputs, p().alias("p")).collect()
+    rows = {name: [r[name] if isinstance(r[name], str) else float(r[name]) for r in scored] for name in p.spec.model_inputs}
+    expected = in_process(model, rows)
+    got = np.array([r.p.probability for r in scored])
+    assert len(got) == 400
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert {r.p.label for r in scored} <= {">50K", "<=50K"}
+    assert all((r.p.probability >= 0.5) == (r.p.label == ">50K") for r in scored)
+
+
+def test_sql_positional_arguments_and_struct_agree(spark, setup):
+    cfg, model, features = setup
+    p = udfs.register(spark, "predict_income", str(model))
+    features.limit(300).createOrReplaceTempView("census")
+    args = ", ".join(p.spec.model_inputs)
+    by_args = spark.sql(f"SELECT person_id, predict_income({args}).probability AS pr FROM census")
+    by_struct = spark.sql("SELECT person_id, predict_income(struct(*)).probability AS pr FROM census")
+    assertDataFrameEqual(by_args, by_struct)
+    assert by_args.count() == 300
+
+
+def test_unseen_categories_go_to_oov_and_are_counted(spark, setup):
+    cfg, model, features = setup
+    p = udfs.register(spark, "predict_unseen", str(model))
+    base = features.dropna(subset=list(p.spec.model_inputs)).where("person_id <= 60")  # no LIMIT: every row is scored
+    n = base.count()
+    a = base.withColumn("education", F.lit("Astronaut-school")).select("person_id", p().probability.alias("a"))
+    b = base.withColumn("education", F.lit("Pirate-academy")).select("person_id", p().probability.alias("b"))
+    joined = a.join(b, "person_id").collect()
+    assert len(joined) == n > 40
+    assert all(abs(r.a - r.b) < 1e-9 for r in joined)  # one OOV bucket: every unseen value scores alike
+    assert p.counts()["unseen:education"] == 2 * n
+
+
+def test_nulls_take_the_spec_defaults_and_are_counted(spark, setup):
+    cfg, model, features = setup
+    p = udfs.register(spark, "predict_nulls", str(model))
+    age_default = p.spec.get("age").default
+    job_default = p.spec.get("occupation").default
+    base = features.dropna(subset=list(p.spec.model_inputs)).where("person_id <= 50")
+    n = base.count()
+    nulls = base.withColumn("age", F.lit(None).cast("double")).withColumn("occupation", F.lit(None).cast("string"))
+    filled = base.withColumn("age", F.lit(age_default)).withColumn("occupation", F.lit(job_default))
+    got = nulls.select("person_id", p().probability.alias("x"))
+    want = filled.select("person_id", p().probability.alias("x"))
+    assertDataFrameEqual(got, want)
+    counts = p.counts()
+    assert counts["null:age"] == n and counts["null:occupation"] == n
+
+
+def test_wrong_type_and_wrong_arity_name_the_problem(spark, setup):
+    cfg, model, features = setup
+    p = udfs.register(spark, "predict_bad", str(model))
+    bad = features.limit(5).withColumn("age", F.lit("thirty"))
+    with pytest.raises(PythonException, match="column 'age' \\(numeric feature\\) got text values such as 'thirty'"):
+        bad.select(p()).collect()
+    features.limit(5).createOrReplaceTempView("few")
+    with pytest.raises(PythonException, match="takes 21 arguments in this order: age, workclass"):
+        spark.sql("SELECT predict_bad(age, workclass) FROM few").collect()
+
+
+def test_registration_checks_the_model_before_any_query(spark, setup, tmp_path):
+    cfg, model, _ = setup
+    with pytest.raises(ConfigError, match="does not exist"):
+        udfs.register(spark, "x", str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no SavedModel"):
+        udfs.register(spark, "x", str(tmp_path / "empty"))
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", str(model / "saved_model"), str(broken)], check=True)
+    (broken / "saved_model.pb").write_bytes(b"not a protobuf at all")
+    with pytest.raises(ConfigError, match="cannot load the SavedModel in"):
+        udfs.register(spark, "x", str(broken))
+    no_spec = tmp_path / "no_spec"
+    subprocess.run(["cp", "-r", str(model / "saved_model"), str(no_spec)], check=True)
+    os.remove(no_spec / "assets" / "feature_spec.json")
+    with pytest.raises(ConfigError, match="has no assets/feature_spec.json"):
+        udfs.register(spark, "x", str(no_spec))
+
+
+def test_predict_job_keeps_every_row(spark, setup):
+    cfg, model, features = setup
+    summary = predict_job.run(spark, cfg, log=lambda _: None)
+    out = spark.read.parquet(summary["output"])
+    assert out.count() == PEOPLE == summary["rows"]
+    assert {"predicted_probability", "predicted_label", "person_id", "income"} <= set(out.columns)
+    assert out.where("predicted_probability IS NULL OR predicted_label IS NULL").count() == 0
+    assert summary["counts"]["rows"] == PEOPLE
+    with pytest.raises(OutputExistsError):
+        predict_job.run(spark, cfg, log=lambda _: None)
+
+
+def test_predict_refuses_an_input_without_a_feature(spark, setup, tmp_path):
+    cfg, model, features = setup
+    features.drop("hours_per_week").write.parquet(str(tmp_path / "partial"))
+    cfg2 = config.load(CENSUS, census_overrides(tmp_path, tmp_path / "o") + [
+        f"sources.scoring.format=parquet", f"sources.scoring.path={tmp_path / 'partial'}", "predict.input=scoring",
+        f"predict.model={model}", f"predict.output={tmp_path / 'pred'}"])
+    with pytest.raises(InputError, match="column 'hours_per_week' \\(numeric feature\\) is missing"):
+        predict_job.run(spark, cfg2, log=lambda _: None)
+
+
+def test_sql_statements_are_split_on_line_ending_semicolons():
+    script = "-- a comment\nCREATE TEMP VIEW v AS SELECT 1 AS x;\nSELECT x,\n ';' AS s FROM v;\n"
+    assert sql.statements(script) == ["CREATE TEMP VIEW v AS SELECT 1 AS x", "SELECT x,\n ';' AS s FROM v"]
+
+
+def test_tfos_sql_runs_a_query_file(setup, tmp_path):
+    cfg, model, _ = setup
+    query = tmp_path / "q.sql"
+    query.write_text("SELECT sex, count(*) AS n, round(avg(predict_income(struct(*)).probability), 3) AS p\n"
+                     "FROM features GROUP BY sex ORDER BY sex;\n")
+    raw = Path(cfg.sources["people"].path).parent
+    sets = census_overrides(raw, tmp_path / "unused", PEOPLE) + [f"predict.model={model}"]
+    cmd = [str(Path(sys.executable).parent / "tfos"), "sql", "--config", str(CENSUS), "-f", str(query),
+           "--output", str(tmp_path / "result"), *[a for s in sets for a in ("--set", s)]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wrote 2 rows to" in proc.stdout
+    import pandas as pd
+
+    result = pd.read_parquet(tmp_path / "result").sort_values("sex")
+    assert result["sex"].tolist() == ["Female", "Male"]
+    assert result["n"].sum() == PEOPLE
+    assert ((result["p"] > 0) & (result["p"] < 1)).all()
