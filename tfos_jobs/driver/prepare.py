@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -70,30 +71,18 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
             resolved = resolved.with_feature(dataclasses.replace(resolved.label, classes=classes))
 
         staging = f"{out}.staging-{uuid.uuid4().hex[:8]}"
-        if profile["rejected"]:
-            table.where(F.col(transforms.REJECT).isNotNull()).write.json(f"{staging}/_rejects")
-        records = imputed.select(*transforms.record_columns(resolved, classes), transforms.SPLIT)
-        tfrecord.write_partitioned(
-            records, f"{staging}/_records", transforms.SPLIT, files=prep.files_per_split, key=key,
-            fmt=prep.tfrecord_format, compression=prep.compression,
-        )
-        split_files = {}
-        for split in ("train", "eval"):
-            src, dst = f"{staging}/_records/{transforms.SPLIT}={split}", f"{staging}/{split}"
-            if fs.exists(src):
-                fs.rename(src, dst)
-            else:
-                fs.mkdirs(dst)
-            split_files[split] = fs.list_files(dst)
-        fs.delete(f"{staging}/_records")
-
-        spark_info = {"master": spark.sparkContext.master, "version": spark.version}
-        manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started)
-        _write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
-        fs.write_text(f"{staging}/_SUCCESS", "")
-        if fs.exists(out):
-            fs.delete(out)
-        fs.rename(staging, out)
+        try:
+            split_files = _write_records(fs, staging, table, imputed, resolved, classes, profile, prep, key)
+            spark_info = {"master": spark.sparkContext.master, "version": spark.version}
+            manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started)
+            _write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
+            fs.write_text(f"{staging}/_SUCCESS", "")
+            if fs.exists(out):
+                fs.delete(out)
+            fs.rename(staging, out)
+        except BaseException:
+            fs.delete(staging)  # a failed job leaves nothing that could pass for a dataset
+            raise
         log(f"prepared {out} in {manifest['seconds']:.1f} s")
         return manifest
     finally:
@@ -156,6 +145,38 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
     if transforms.CORRUPT in table.columns:
         keep.append(transforms.CORRUPT)
     return table.select(*dict.fromkeys(keep)), source_rows
+
+
+def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFrame, spec: FeatureSpec,
+                   classes: tuple[str, ...], profile: dict[str, Any], prep, key: str | None
+                   ) -> dict[str, list[tuple[str, int]]]:
+    """Rejects and records into the staging directory; returns the files of each split."""
+    if profile["rejected"]:
+        table.where(F.col(transforms.REJECT).isNotNull()).write.json(f"{staging}/_rejects")
+    records = imputed.select(*transforms.record_columns(spec, classes), transforms.SPLIT)
+    tfrecord.write_partitioned(
+        records, f"{staging}/_records", transforms.SPLIT, files=prep.files_per_split, key=key,
+        fmt=prep.tfrecord_format, compression=prep.compression,
+    )
+    split_files = {}
+    for split in ("train", "eval"):
+        src, dst = f"{staging}/_records/{transforms.SPLIT}={split}", f"{staging}/{split}"
+        if fs.exists(src):
+            fs.rename(src, dst)
+        else:
+            fs.mkdirs(dst)
+        for name, _ in fs.list_files(dst):
+            fs.rename(f"{dst}/{name}", f"{dst}/{stable_name(name)}")
+        split_files[split] = fs.list_files(dst)
+    fs.delete(f"{staging}/_records")
+    return split_files
+
+
+def stable_name(name: str) -> str:
+    """`part-00003-<job uuid>.c000.tfrecord` -> `part-00003.tfrecord`: the same input gives the
+    same file names (and, rows being spread by key and sorted, the same bytes) on every run."""
+    match = re.fullmatch(r"(part-\d+)-[^.]*(?:\.c\d+)?(\..+)", name)
+    return f"{match.group(1)}{match.group(2)}" if match else name
 
 
 def _as_of(events: DataFrame, act) -> dt.date:
