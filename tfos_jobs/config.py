@@ -87,6 +87,7 @@ class PrepareConfig:
     files_per_split: int = 8
     compression: Literal["none", "gzip"] = "none"
     tfrecord_format: str = "tfos.spark.tfrecord"
+    bad_rows: Literal["quarantine", "strict"] = "quarantine"  # malformed CSV/JSON rows: set aside, or fail
     overwrite: bool = False
 
 

@@ -71,6 +71,10 @@ class Scorer:
             if isinstance(f, CategoricalFeature):
                 nulls = series.isna().to_numpy()
                 values = series.astype(object).where(~nulls, f.default).astype(str).to_numpy(dtype=object)
+                if f.max_length is not None:
+                    long = np.array([len(v) > f.max_length for v in values], dtype=bool)
+                    _count(counts, f"truncated:{name}", int(long.sum()))
+                    values = np.where(long, [v[: f.max_length] for v in values], values)
                 unseen = int((~np.isin(values, self.vocab[name])).sum())
                 _count(counts, f"unseen:{name}", unseen)
                 tensors[name] = self._tf.constant(values.astype(str), dtype=self._tf.string)

@@ -32,4 +32,5 @@ def read(spark: SparkSession, paths: list[str]) -> DataFrame:
         *[F.regexp_replace("income", r"\.$", "").alias(c) if c == "income" else F.col(c) for c in names],
         F.when(F.input_file_name().endswith(".test"), "eval").otherwise("train").alias("source_split"),
         F.col(CORRUPT),
+        F.input_file_name().alias("_source_file"),
     )

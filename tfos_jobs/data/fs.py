@@ -44,3 +44,16 @@ class HadoopFS:
             stream.write(bytearray(text.encode("utf-8")))
         finally:
             stream.close()
+
+    def read_text(self, path: str) -> str:
+        stream = self._fs.open(self._path(path))
+        try:
+            data = bytearray()
+            while True:
+                chunk = stream.readNBytes(1 << 16)  # byte[] arrives as bytes
+                if not chunk:
+                    break
+                data.extend(chunk)
+            return data.decode("utf-8", errors="replace")
+        finally:
+            stream.close()

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import adult
 from tfos_jobs.errors import InputError
 
-CSV_DEFAULTS = {"header": "true", "inferSchema": "true"}
+TEXT_FORMATS = ("csv", "json")
+CORRUPT = "_corrupt_record"
+SOURCE_FILE = "_source_file"
 
 
 def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
@@ -21,13 +25,27 @@ def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
         paths = [p.strip() for p in src.path.split(",") if p.strip()]
         if src.format == "adult_csv":
             return adult.read(spark, paths)
-        options = {**(CSV_DEFAULTS if src.format == "csv" and not src.schema else {}), **src.options}
+        defaults = {"header": "true", **({} if src.schema else {"inferSchema": "true"})} if src.format == "csv" else {}
+        options = {**defaults, **src.options}
         reader = spark.read.format(src.format).options(**options)
+        if src.format in TEXT_FORMATS:
+            return _read_text_format(reader, paths, src.schema)
         if src.schema:
             reader = reader.schema(src.schema)
         return reader.load(paths)
     except AnalysisException as e:
         raise InputError(f"source {name!r} ({src.format} {src.location()}): {_first_line(e)}") from None
+
+
+def _read_text_format(reader, paths: list[str], schema: str | None) -> DataFrame:
+    """CSV and JSON: a row that does not parse (bad field count, a number that is not one,
+    broken JSON) keeps its raw text in `_corrupt_record`, with its file in `_source_file`,
+    instead of turning silently into nulls. Without a schema, the inferred one is used."""
+    base = StructType.fromDDL(schema) if schema else reader.load(paths).schema
+    fields = [f for f in base.fields if f.name != CORRUPT]
+    full = StructType(fields + [StructField(CORRUPT, StringType())])
+    df = reader.schema(full).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT).load(paths)
+    return df.withColumn(SOURCE_FILE, F.input_file_name())
 
 
 def column_types(df: DataFrame) -> dict[str, str]:

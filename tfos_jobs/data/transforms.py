@@ -18,6 +18,7 @@ ACTIVITY_COLUMNS = ("event_count", "active_days", "ctr", "days_since_last")
 SPLIT = "split"
 REJECT = "_reject_reason"
 CORRUPT = "_corrupt_record"
+SOURCE_FILE = "_source_file"
 HASH_BUCKETS = 1_000_000
 
 
@@ -85,7 +86,7 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
     y = F.col(label.name)
     checks: list[tuple[Column, str]] = []
     if CORRUPT in columns:
-        checks.append((F.col(CORRUPT).isNotNull(), "malformed input row"))
+        checks.append((F.col(CORRUPT).isNotNull(), "malformed input row (it does not parse as the source's schema)"))
     if spec.key is not None:
         checks.append((F.col(spec.key.name).isNull(), f"key {spec.key.name!r} is null"))
     checks.append((y.isNull(), f"label {label.name!r} is null"))
@@ -116,7 +117,10 @@ def impute(df: DataFrame, spec: FeatureSpec, numeric_defaults: Mapping[str, floa
             c = F.col(col).cast("double")
             out.append(F.when(c.isNull() | F.isnan(c), F.lit(numeric_defaults[col])).otherwise(c).alias(col))
         elif isinstance(f, CategoricalFeature):
-            out.append(F.coalesce(F.col(col).cast("string"), F.lit(f.default)).alias(col))
+            value = F.coalesce(F.col(col).cast("string"), F.lit(f.default))
+            if f.max_length is not None:
+                value = F.substring(value, 1, f.max_length)
+            out.append(value.alias(col))
         else:
             out.append(F.col(col))
     return df.select(out)

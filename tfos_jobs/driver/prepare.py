@@ -61,6 +61,8 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
                 f"no usable rows in the train split ({profile['rejected']} of {profile['rows']} rows rejected: "
                 f"{profile['rejected_by_reason']})"
             )
+        if prep.bad_rows == "strict" and profile["malformed"]:
+            raise InputError(_first_malformed(spark, table))
         resolved = _resolve_defaults(spec, profile["stats"])
         accepted = table.where(F.col(transforms.REJECT).isNull())
         imputed = transforms.impute(accepted, resolved, _numeric_defaults(resolved))
@@ -143,7 +145,7 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
     if prep.split.mode == "column":
         keep.append(prep.split.column)
     if transforms.CORRUPT in table.columns:
-        keep.append(transforms.CORRUPT)
+        keep += [transforms.CORRUPT, transforms.SOURCE_FILE]
     return table.select(*dict.fromkeys(keep)), source_rows
 
 
@@ -152,7 +154,9 @@ def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFr
                    ) -> dict[str, list[tuple[str, int]]]:
     """Rejects and records into the staging directory; returns the files of each split."""
     if profile["rejected"]:
-        table.where(F.col(transforms.REJECT).isNotNull()).write.json(f"{staging}/_rejects")
+        # `_raw_record`: JSON readers treat a column named _corrupt_record as their own
+        rejects = table.where(F.col(transforms.REJECT).isNotNull()).withColumnRenamed(transforms.CORRUPT, "_raw_record")
+        rejects.write.json(f"{staging}/_rejects")
     records = imputed.select(*transforms.record_columns(spec, classes), transforms.SPLIT)
     tfrecord.write_partitioned(
         records, f"{staging}/_records", transforms.SPLIT, files=prep.files_per_split, key=key,
@@ -192,13 +196,18 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     train = ok & (F.col(transforms.SPLIT) == "train")
     imputable = [f.name for f in spec.features if f.kind in ("numeric", "categorical")]
     numeric = [f.name for f in spec.numeric]
+    truncating = {f.name: f.max_length for f in spec.categorical if f.max_length is not None}
     row = table.agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.when(~ok, 1).otherwise(0)).alias("rejected"),
+        (F.sum(F.when(F.col(transforms.CORRUPT).isNotNull(), 1).otherwise(0)) if transforms.CORRUPT in table.columns
+         else F.lit(0)).alias("malformed"),
         F.sum(F.when(train, 1).otherwise(0)).alias("train"),
         F.sum(F.when(ok & (F.col(transforms.SPLIT) == "eval"), 1).otherwise(0)).alias("eval"),
         F.sum(F.when(ok & stats_mod.any_missing(imputable, numeric), 1).otherwise(0)).alias("rows_imputed"),
         *stats_mod.missing_aggs(imputable, numeric, ok),
+        *[F.sum(F.when(ok & (F.length(F.col(name)) > limit), 1).otherwise(0)).alias(f"{name}__truncated")
+          for name, limit in truncating.items()],
         *stats_mod.numeric_aggs(numeric, train),
     ).first()
     rejected_by_reason = {}
@@ -208,12 +217,29 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     return {
         "rows": row["rows"],
         "rejected": int(row["rejected"] or 0),
+        "malformed": int(row["malformed"] or 0),
         "rejected_by_reason": rejected_by_reason,
         "split_rows": {"train": int(row["train"] or 0), "eval": int(row["eval"] or 0)},
         "rows_imputed": int(row["rows_imputed"] or 0),
         "missing": {c: int(row[f"{c}__missing"] or 0) for c in imputable},
+        "truncated": {c: int(row[f"{c}__truncated"] or 0) for c in truncating},
         "stats": stats_mod.numeric_from_row(row, numeric),
     }
+
+
+def _first_malformed(spark: SparkSession, table: DataFrame) -> str:
+    """Where the first malformed row is: file and line, for `prepare.bad_rows = "strict"`."""
+    row = table.where(F.col(transforms.CORRUPT).isNotNull()) \
+        .select(transforms.CORRUPT, transforms.SOURCE_FILE).orderBy(transforms.SOURCE_FILE).first()
+    record, path = row[transforms.CORRUPT], row[transforms.SOURCE_FILE]
+    where = path
+    fs = HadoopFS(spark, path)
+    for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
+        if line == record.rstrip("\r\n"):
+            where = f"{path}, line {number}"
+            break
+    return (f"malformed input row in {where}: {record.strip()[:200]!r} "
+            "(prepare.bad_rows = \"strict\"; use \"quarantine\" to set such rows aside in _rejects/ instead)")
 
 
 def _resolve_defaults(spec: FeatureSpec, stats: dict[str, dict[str, Any]]) -> FeatureSpec:
@@ -270,6 +296,7 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
         "rejected": {"rows": profile["rejected"], "by_reason": profile["rejected_by_reason"],
                      "path": "_rejects" if profile["rejected"] else None},
         "imputed": {"rows": profile["rows_imputed"], "by_column": profile["missing"]},
+        "truncated": profile["truncated"],
         "vocabulary_sizes": {name: len(entries) for name, entries in vocab.items()},
     }
 

@@ -49,6 +49,7 @@ class CategoricalFeature:
     num_oov_buckets: int = 1
     embedding_dim: int = 8
     default: str = "__missing__"
+    max_length: Union[int, None] = None  # longer values are cut to this many characters (and counted)
     kind: Literal["categorical"] = "categorical"
 
 
@@ -173,6 +174,8 @@ class FeatureSpec:
                     errs.append(f"{where}.num_oov_buckets: must be >= 1, got {f.num_oov_buckets}")
                 if f.embedding_dim < 1:
                     errs.append(f"{where}.embedding_dim: must be >= 1, got {f.embedding_dim}")
+                if f.max_length is not None and f.max_length < 1:
+                    errs.append(f"{where}.max_length: must be >= 1 (or left out), got {f.max_length}")
             elif isinstance(f, CrossedFeature):
                 if len(f.columns) < 2:
                     errs.append(f"{where}.columns: a cross needs at least two features, got {list(f.columns)}")
