@@ -62,3 +62,22 @@ def make_dataset(
         return parsed, parsed.pop(label)
 
     return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+class CorruptRecordsError(ValueError):
+    """A TFRecord file fails its checksums or ends inside a record."""
+
+
+def find_corrupt(files: Sequence[str], compression: str = "none") -> tuple[str, str] | None:
+    """The first file that cannot be read to the end, and TensorFlow's reason.
+
+    TensorFlow reports corruption without the file name; training calls this to name it."""
+    import tensorflow as tf
+
+    for path in sorted(files):
+        try:
+            for _ in tf.data.TFRecordDataset(path, compression_type=TF_COMPRESSION[compression]):
+                pass
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as e:
+            return path, e.message.splitlines()[0]
+    return None

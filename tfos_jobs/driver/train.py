@@ -132,7 +132,8 @@ def _run_local(args: dict[str, Any], printer: ProgressPrinter) -> None:
         printer.poll()
         thread.join(POLL)
     if failure:
-        raise TrainingError(f"local training failed: {failure[0]!r}") from failure[0]
+        e = failure[0]
+        raise TrainingError(f"local training failed: {type(e).__name__}: {e}") from e
 
 
 def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run_dir: str,

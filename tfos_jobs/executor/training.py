@@ -84,8 +84,13 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     if args.get("early_stopping_patience"):
         callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args["early_stopping_patience"]))
 
-    history = model.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
-                        validation_steps=val_steps, callbacks=callbacks, verbose=0)
+    try:
+        history = model.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
+                            validation_steps=val_steps, callbacks=callbacks, verbose=0)
+    except tf.errors.DataLossError as e:
+        bad = reader.find_corrupt(train_files + eval_files, meta.compression)
+        where = f"{bad[0]} ({bad[1]})" if bad else f"one of the files of {args['dataset']}"
+        raise reader.CorruptRecordsError(f"corrupt TFRecord file: {where}; prepare the dataset again") from e
     export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
     final = {k: float(v[-1]) for k, v in history.history.items()}
     if is_chief:
