@@ -137,6 +137,8 @@ class TrainConfig:
     shuffle_buffer: int = 10_000
     seed: int = 42
     reservation_timeout: int = 120  # seconds to wait for executors and TF nodes to start
+    step_timeout: int = 600  # seconds without a finished step before the run is declared hung
+    max_attempts: int = 3  # TF cluster launches; a relaunch resumes from the last finished epoch
     tensorboard: bool = True  # event files in <model_dir>/logs
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
@@ -367,7 +369,8 @@ def validate(config: Config) -> None:
         errs.append("prepare.output: must not be empty")
     tr = config.train
     positive = {"workers": tr.workers, "epochs": tr.epochs, "batch_size": tr.batch_size,
-                "reservation_timeout": tr.reservation_timeout, "model.first_layer_size": tr.model.first_layer_size,
+                "reservation_timeout": tr.reservation_timeout, "step_timeout": tr.step_timeout,
+                "max_attempts": tr.max_attempts, "model.first_layer_size": tr.model.first_layer_size,
                 "model.num_layers": tr.model.num_layers}
     errs += [f"train.{k}: must be >= 1, got {v}" for k, v in positive.items() if v < 1]
     if tr.strategy == "parameter_server" and tr.ps < 1:

@@ -37,7 +37,18 @@ POLL = 0.5
 
 
 class TrainingError(TfosError):
-    """Training failed; the message carries the failing node's own error."""
+    """Training failed; the message carries the failing node's own error.
+
+    `retriable`: the failure came from the cluster (a lost executor, a broken connection, a
+    hang), not from the model or the data, so a relaunch can resume the run."""
+
+    def __init__(self, message: str, retriable: bool = False):
+        super().__init__(message)
+        self.retriable = retriable
+
+
+# TensorFlow errors that mean a peer went away, not that the computation is wrong.
+RETRIABLE_ERRORS = ("UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError")
 
 
 def node_count(tr: TrainConfig) -> int:
@@ -74,20 +85,27 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         raise ConfigError(str(e)) from None
     model_dir = os.path.abspath(tr.model_dir)
     _prepare_model_dir(model_dir, overwrite or tr.overwrite)
-    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-    run_dir = f"{model_dir}/_run/{run_id}"
-    os.makedirs(f"{run_dir}/nodes", exist_ok=True)
-    args = _node_args(tr, os.path.abspath(tr.dataset), model_dir, run_dir)
     log(f"training {tr.strategy} on {meta.manifest['splits']['train']['records']:,} records "
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir}")
     started = time.time()
     printer = ProgressPrinter(f"{model_dir}/progress.jsonl", log)
-    if tr.strategy == "local":
-        _run_local(args, printer)
-    else:
-        _run_cluster(spark, tr, args, run_dir, printer)
+    for attempt in range(1, tr.max_attempts + 1):
+        run_dir = f"{model_dir}/_run/{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
+        os.makedirs(f"{run_dir}/nodes", exist_ok=True)
+        args = _node_args(tr, os.path.abspath(tr.dataset), model_dir, run_dir)
+        try:
+            if tr.strategy == "local":
+                _run_local(args, printer)
+            else:
+                _run_cluster(spark, tr, args, run_dir, printer)
+            break
+        except TrainingError as e:
+            if not e.retriable or attempt == tr.max_attempts:
+                raise
+            log(f"attempt {attempt} of {tr.max_attempts} failed: {e}\nrelaunching the TF cluster; "
+                "training resumes from the last finished epoch")
     printer.poll()
-    return _finish(model_dir, run_dir, tr, time.time() - started, log)
+    return _finish(model_dir, run_dir, tr, attempt, time.time() - started, log)
 
 
 def _prepare_model_dir(model_dir: str, overwrite: bool) -> None:
@@ -169,14 +187,22 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
     thread.start()
     try:
         _await_reservations(server, outcome, tr.reservation_timeout, nodes, run_dir)
+        running_since = time.time()
         while thread.is_alive():
             printer.poll()
             failed = _failed_nodes(run_dir)
             if failed or _failed_tasks(sc, group):
-                raise TrainingError(_failure_message(run_dir, failed, outcome))
+                time.sleep(2 * POLL)  # let the other nodes' errors land too: the first one is often a symptom
+                failed = _failed_nodes(run_dir)
+                raise TrainingError(_failure_message(run_dir, failed, outcome), retriable=_retriable(failed))
+            idle = time.time() - max(running_since, _heartbeat(run_dir))
+            if idle > tr.step_timeout:
+                raise TrainingError(f"no training step finished in the last {idle:.0f} s "
+                                    f"(train.step_timeout = {tr.step_timeout} s): a TF node hangs", retriable=True)
             thread.join(POLL)
         if "error" in outcome:
-            raise TrainingError(_failure_message(run_dir, _failed_nodes(run_dir), outcome))
+            failed = _failed_nodes(run_dir)
+            raise TrainingError(_failure_message(run_dir, failed, outcome), retriable=_retriable(failed))
     except BaseException:
         _abort(sc, group, run_dir, thread)
         raise
@@ -219,6 +245,24 @@ def _await_reservations(server, outcome: dict[str, Any], timeout: float, nodes: 
                 f"only {nodes - server.reservations.remaining()} of {nodes} TF nodes started within "
                 f"train.reservation_timeout = {timeout:.0f} s (are {nodes} executors free, with one task slot each?)")
         time.sleep(POLL)
+
+
+def _heartbeat(run_dir: str) -> float:
+    """When the chief last finished a step (it touches `<run>/heartbeat` every few seconds)."""
+    try:
+        return os.path.getmtime(f"{run_dir}/heartbeat")
+    except OSError:
+        return 0.0
+
+
+def _retriable(failed: list[str]) -> bool:
+    """Retry a lost executor (no node reported an error) or a peer failure; not a code error."""
+    for path in failed:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        if not any(name in text for name in RETRIABLE_ERRORS):
+            return False
+    return True
 
 
 def _failed_nodes(run_dir: str) -> list[str]:
@@ -264,7 +308,8 @@ def _abort(sc, group: str, run_dir: str, thread: threading.Thread) -> None:
     thread.join(60)
 
 
-def _finish(model_dir: str, run_dir: str, tr: TrainConfig, seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
+def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, seconds: float,
+            log: Callable[[str], None]) -> dict[str, Any]:
     epochs = read_progress(f"{model_dir}/progress.jsonl")
     with open(f"{run_dir}/result.json", encoding="utf-8") as fh:
         result = json.load(fh)
@@ -274,7 +319,9 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, seconds: float, log: 
             node = json.load(fh)
         nodes.append({k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "manager_pid")})
     metrics = {
-        "strategy": tr.strategy, "nodes": nodes, "epochs": result["epochs_run"], "steps_per_epoch": result["steps_per_epoch"],
+        "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
+        "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
+        "steps_per_epoch": result["steps_per_epoch"],
         "seconds": round(seconds, 1), "final": result["final"],
         "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
         "history": epochs,
@@ -286,10 +333,9 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, seconds: float, log: 
         json.dump(result["sample"], fh)  # the trained model's outputs on a few eval rows
     if epochs:
         plot_learning_curve(epochs, f"{model_dir}/learning_curve.png", f"{tr.strategy}, {len(epochs)} epochs")
-    shutil.rmtree(run_dir, ignore_errors=True)
-    for leftover in (f"{model_dir}/_run", f"{model_dir}/backup"):  # empty once a run has finished
-        if os.path.isdir(leftover) and not os.listdir(leftover):
-            os.rmdir(leftover)
+    shutil.rmtree(f"{model_dir}/_run", ignore_errors=True)  # this run's records and failed attempts'
+    if os.path.isdir(f"{model_dir}/backup") and not os.listdir(f"{model_dir}/backup"):
+        os.rmdir(f"{model_dir}/backup")  # BackupAndRestore empties it when training ends well
     shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics["eval"].items())
     log(f"trained in {seconds:.1f} s; eval: {shown}")
     log(f"saved model: {metrics['saved_model']}")

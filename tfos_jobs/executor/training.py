@@ -76,6 +76,8 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     model_dir = args["model_dir"]
     per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
     callbacks: list = [epoch_progress(f"{model_dir}/progress.jsonl" if is_chief else None, args["epochs"], steps, per_step)]
+    if is_chief:
+        callbacks.append(heartbeat(f"{args['run_dir']}/heartbeat", per_batch=args["strategy"] != "parameter_server"))
     if args["strategy"] != "parameter_server":
         callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir=f"{model_dir}/backup"))
     if args.get("tensorboard"):
@@ -138,3 +140,27 @@ def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step:
                 fh.write(json.dumps(line) + "\n")
 
     return EpochProgress()
+
+
+def heartbeat(path: str, every: float = 2.0, per_batch: bool = True):
+    """Touches `path` at most every `every` seconds while steps finish: the driver declares
+    the run hung when it stops (train.step_timeout). ParameterServerStrategy allows no
+    batch-level callbacks, so there it beats once per epoch."""
+    import tensorflow as tf
+
+    class Heartbeat(tf.keras.callbacks.Callback):
+        last = 0.0
+
+        def _beat(self, *_):
+            now = time.time()
+            if now - self.last >= every:
+                self.last = now
+                with tf.io.gfile.GFile(path, "w") as fh:
+                    fh.write(str(now))
+
+        on_train_begin = on_epoch_begin = on_epoch_end = _beat
+
+    class BatchHeartbeat(Heartbeat):
+        on_train_batch_end = on_test_batch_end = Heartbeat._beat
+
+    return BatchHeartbeat() if per_batch else Heartbeat()

@@ -1,0 +1,105 @@
+"""Training under faults on a real local-cluster: a killed executor, a hung step."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tfos_jobs import config
+from tfos_jobs.data import synthetic
+from tfos_jobs.driver import prepare
+from tfos_jobs.executor.lifecycle import alive
+
+from tests.conftest import CENSUS, ROOT, census_overrides
+
+BIN = Path(sys.executable).parent
+PEOPLE = 6000
+
+
+@pytest.fixture(scope="module")
+def dataset(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    synthetic.generate(spark, str(root / "raw"), PEOPLE, 3.0, 9, "2026-01-01")
+    prepare.run(spark, config.load(CENSUS, census_overrides(root / "raw", root / "dataset", PEOPLE)))
+    return root / "dataset"
+
+
+def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:
+    sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64",
+            "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
+            "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
+    cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+
+
+def executor_jvm_of(pid: int) -> int:
+    """Walk up from a TF node's Python process to the executor JVM that runs it."""
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            if b"CoarseGrainedExecutorBackend" in fh.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as fh:
+            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+    raise LookupError("no executor JVM above the TF node")
+
+
+def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc = start_train(dataset, model_dir, "train.epochs=4", "train.max_attempts=3")
+    killed: list[int] = []
+
+    def kill_worker_executor_after_first_epoch():
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and proc.poll() is None:
+            progress = model_dir / "progress.jsonl"
+            nodes = list(model_dir.glob("_run/*/nodes/worker-0.json"))
+            if progress.exists() and progress.read_text().count("\n") >= 1 and nodes:
+                jvm = executor_jvm_of(json.loads(nodes[0].read_text())["pid"])
+                os.kill(jvm, signal.SIGKILL)
+                killed.append(jvm)
+                return
+            time.sleep(0.5)
+
+    killer = threading.Thread(target=kill_worker_executor_after_first_epoch)
+    killer.start()
+    out, err = proc.communicate(timeout=900)
+    killer.join()
+    assert killed, "the executor was never killed"
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    assert "attempt 1 of 3 failed" in out and "relaunching the TF cluster" in out
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["attempts"] == 2
+    assert m["epochs"] == 4
+    epochs = [e["epoch"] for e in m["history"]]
+    assert sorted(set(epochs)) == [1, 2, 3, 4] and epochs[0] == 1  # resumed, not restarted
+    assert epochs.count(1) == 1
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()
+    assert sorted(p.name for p in model_dir.iterdir()) == [
+        "learning_curve.png", "logs", "metrics.json", "progress.jsonl", "sample_predictions.json", "saved_model"]
+
+
+def test_a_hung_step_fails_the_run_within_the_step_timeout(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    started = time.monotonic()
+    proc = start_train(dataset, model_dir, "train.model.kind=tests.cluster.boom:hang", "train.step_timeout=25",
+                       "train.max_attempts=1", "train.epochs=1")
+    out, err = proc.communicate(timeout=600)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    assert "(train.step_timeout = 25 s): a TF node hangs" in err
+    assert seconds < 150
+    nodes = [json.loads(p.read_text()) for p in model_dir.glob("_run/*/nodes/*.json")]
+    assert len(nodes) == 2
+    pids = [p for n in nodes for p in (n["pid"], n["manager_pid"]) if p]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.5)
+    assert not [p for p in pids if alive(p)], "hung TF node processes were left running"
