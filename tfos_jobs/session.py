@@ -64,6 +64,8 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
         **dict(extra_conf or {}),
     }
     for key, value in settings.items():
+        if submitted and key != "spark.jars" and conf.contains(key):
+            continue  # what was given to spark-submit (--conf, spark-defaults.conf) wins over the config
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
