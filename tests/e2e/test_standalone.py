@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import CENSUS, ROOT, census_overrides
 
+pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
+
 BIN = Path(sys.executable).parent
 CLUSTER = ROOT / "scripts" / "standalone-cluster"
 SUBMIT = ROOT / "scripts" / "tfos-submit"

@@ -17,6 +17,8 @@ from tfos_jobs.data import synthetic
 from tfos_jobs.driver import prepare
 from tfos_jobs.executor.lifecycle import alive
 
+pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
+
 from tests.conftest import CENSUS, ROOT, census_overrides
 
 BIN = Path(sys.executable).parent
