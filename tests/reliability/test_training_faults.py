@@ -33,7 +33,7 @@ def dataset(spark, tmp_path_factory):
     return root / "dataset"
 
 
-def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:
+def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:  # later --set wins
     sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64",
             "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
             "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
@@ -105,3 +105,34 @@ def test_a_hung_step_fails_the_run_within_the_step_timeout(dataset, tmp_path):
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.5)
     assert not [p for p in pids if alive(p)], "hung TF node processes were left running"
+
+
+def test_a_lost_parameter_server_fails_the_attempt_and_the_retry_resumes(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc = start_train(dataset, model_dir, "spark.master=local-cluster[3,1,1536]", "train.strategy=parameter_server",
+                       "train.workers=1", "train.ps=1", "train.epochs=4", "train.max_attempts=2")
+    killed: list[int] = []
+
+    def kill_ps_executor_after_first_epoch():
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and proc.poll() is None:
+            progress = model_dir / "progress.jsonl"
+            nodes = list(model_dir.glob("_run/*/nodes/ps-0.json"))
+            if progress.exists() and progress.read_text().count("\n") >= 1 and nodes:
+                jvm = executor_jvm_of(json.loads(nodes[0].read_text())["pid"])
+                os.kill(jvm, signal.SIGKILL)
+                killed.append(jvm)
+                return
+            time.sleep(0.5)
+
+    killer = threading.Thread(target=kill_ps_executor_after_first_epoch)
+    killer.start()
+    out, err = proc.communicate(timeout=900)
+    killer.join()
+    assert killed, "the parameter server's executor was never killed"
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    assert "attempt 1 of 2 failed" in out
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["attempts"] == 2 and m["epochs"] == 4
+    epochs = [e["epoch"] for e in m["history"]]
+    assert epochs[0] == 1 and epochs.count(1) == 1 and sorted(set(epochs)) == [1, 2, 3, 4]

@@ -238,8 +238,9 @@ def _layout(tr: TrainConfig) -> str:
 def _await_reservations(server, outcome: dict[str, Any], timeout: float, nodes: int, run_dir: str) -> None:
     deadline = time.monotonic() + timeout
     while not server.reservations.done():
-        if "error" in outcome or _failed_nodes(run_dir):
-            raise TrainingError(_failure_message(run_dir, _failed_nodes(run_dir), outcome))
+        failed = _failed_nodes(run_dir)
+        if "error" in outcome or failed:
+            raise TrainingError(_failure_message(run_dir, failed, outcome), retriable=_retriable(failed))
         if time.monotonic() > deadline:
             raise TrainingError(
                 f"only {nodes - server.reservations.remaining()} of {nodes} TF nodes started within "
