@@ -84,7 +84,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     except ValueError as e:
         raise ConfigError(str(e)) from None
     model_dir = os.path.abspath(tr.model_dir)
-    _prepare_model_dir(model_dir, overwrite or tr.overwrite)
+    _prepare_model_dir(model_dir, overwrite or tr.overwrite, log)
     log(f"training {tr.strategy} on {meta.manifest['splits']['train']['records']:,} records "
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir}")
     started = time.time()
@@ -108,13 +108,17 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     return _finish(model_dir, run_dir, tr, attempt, time.time() - started, log)
 
 
-def _prepare_model_dir(model_dir: str, overwrite: bool) -> None:
+def _prepare_model_dir(model_dir: str, overwrite: bool, log: Callable[[str], None]) -> None:
+    """A trained model is kept unless --overwrite; an interrupted run is resumed from its
+    backup (the progress log goes on), anything else left behind is cleared."""
     if os.path.exists(f"{model_dir}/saved_model") or os.path.exists(f"{model_dir}/metrics.json"):
         if not overwrite:
             raise OutputExistsError(f"model directory {model_dir!r} holds a trained model; pass --overwrite to replace it")
         shutil.rmtree(model_dir)
+    elif os.path.isdir(f"{model_dir}/backup") and os.listdir(f"{model_dir}/backup"):
+        log(f"resuming the unfinished run in {model_dir} from its last finished epoch")
     elif os.path.exists(f"{model_dir}/progress.jsonl"):
-        os.remove(f"{model_dir}/progress.jsonl")  # an unfinished run: start the progress log afresh
+        os.remove(f"{model_dir}/progress.jsonl")
     os.makedirs(model_dir, exist_ok=True)
 
 
