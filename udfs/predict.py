@@ -8,6 +8,7 @@ to the model's out-of-vocabulary buckets; both are counted.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -24,7 +25,7 @@ _lock = threading.Lock()
 
 def use_task_gpus() -> None:
     """Before TensorFlow loads: see only the GPUs Spark gave this task, or none at all."""
-    if "tensorflow" in __import__("sys").modules:
+    if "tensorflow" in sys.modules:
         return
     from pyspark import TaskContext
 

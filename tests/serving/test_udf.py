@@ -147,7 +147,7 @@ def test_predict_refuses_an_input_without_a_feature(spark, setup, tmp_path):
     cfg, model, features = setup
     features.drop("hours_per_week").write.parquet(str(tmp_path / "partial"))
     cfg2 = config.load(CENSUS, census_overrides(tmp_path, tmp_path / "o") + [
-        f"sources.scoring.format=parquet", f"sources.scoring.path={tmp_path / 'partial'}", "predict.input=scoring",
+        "sources.scoring.format=parquet", f"sources.scoring.path={tmp_path / 'partial'}", "predict.input=scoring",
         f"predict.model={model}", f"predict.output={tmp_path / 'pred'}"])
     with pytest.raises(InputError, match="column 'hours_per_week' \\(numeric feature\\) is missing"):
         predict_job.run(spark, cfg2, log=lambda _: None)
