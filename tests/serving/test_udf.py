@@ -14,29 +14,13 @@ from pyspark.testing import assertDataFrameEqual
 
 import udfs
 from tfos_jobs import config
-from tfos_jobs.data import synthetic
 from tfos_jobs.driver import predict as predict_job
-from tfos_jobs.driver import prepare, sql
-from tfos_jobs.driver import train as train_job
+from tfos_jobs.driver import sql
 from tfos_jobs.errors import ConfigError, InputError, OutputExistsError
 
 from tests.conftest import CENSUS, ROOT, census_overrides
+from tests.serving.conftest import PEOPLE
 
-PEOPLE = 3000
-
-
-@pytest.fixture(scope="module")
-def setup(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("serving")
-    raw, out, model = root / "raw", root / "dataset", root / "model"
-    synthetic.generate(spark, str(raw), PEOPLE, 5.0, 11, "2026-01-01")
-    cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE) + [
-        f"train.dataset={out}", f"train.model_dir={model}", "train.strategy=local", "train.epochs=2",
-        "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}"])
-    prepare.run(spark, cfg)
-    train_job.run(spark, cfg, log=lambda _: None)
-    features, _ = prepare.assemble(spark, cfg, for_prediction=True)
-    return cfg, model, features.cache()
 
 
 def in_process(model_dir: Path, rows: dict[str, list]) -> np.ndarray:

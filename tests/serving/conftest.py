@@ -1,0 +1,29 @@
+"""A small dataset and a model trained on it (local strategy), shared by the serving tests."""
+from __future__ import annotations
+
+import pytest
+
+from tfos_jobs import config
+from tfos_jobs.data import synthetic
+from tfos_jobs.driver import prepare
+from tfos_jobs.driver import train as train_job
+
+from tests.conftest import CENSUS, census_overrides
+
+PEOPLE = 3000
+
+
+@pytest.fixture(scope="session")
+def setup(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving")
+    raw, out, model = root / "raw", root / "dataset", root / "model"
+    synthetic.generate(spark, str(raw), PEOPLE, 5.0, 11, "2026-01-01")
+    cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE) + [
+        f"train.dataset={out}", f"train.model_dir={model}", "train.strategy=local", "train.epochs=2",
+        "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}"])
+    prepare.run(spark, cfg)
+    train_job.run(spark, cfg, log=lambda _: None)
+    features, _ = prepare.assemble(spark, cfg, for_prediction=True)
+    return cfg, model, features.cache()
+
+
