@@ -75,10 +75,14 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
 
     model_dir = args["model_dir"]
     per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
-    callbacks: list = [epoch_progress(f"{model_dir}/progress.jsonl" if is_chief else None, args["epochs"], steps, per_step)]
+    # Backup first: callbacks run in order, so an epoch shown in progress.jsonl is one a
+    # relaunch resumes after.
+    callbacks: list = [
+        tf.keras.callbacks.BackupAndRestore(backup_dir=f"{model_dir}/backup"),
+        epoch_progress(f"{model_dir}/progress.jsonl" if is_chief else None, args["epochs"], steps, per_step),
+    ]
     if is_chief:
         callbacks.append(heartbeat(f"{args['run_dir']}/heartbeat", per_batch=args["strategy"] != "parameter_server"))
-    callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir=f"{model_dir}/backup"))
     if args.get("tensorboard"):
         logs = f"{model_dir}/logs" if is_chief else f"{args['run_dir']}/logs-{role}-{worker_index}"
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logs))
