@@ -10,7 +10,6 @@ the feature spec in its assets.
 """
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -121,7 +120,3 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     spark.udf.register(name, udf)
     return PredictionUdf(name, export_dir, spec, udf, counter)
 
-
-def describe(p: PredictionUdf) -> str:
-    fields = "struct<probability: double, label: string>" if p.spec.label.task != "regression" else "double"
-    return json.dumps({"name": p.name, "model": p.export_dir, "arguments": list(p.spec.model_inputs), "returns": fields})

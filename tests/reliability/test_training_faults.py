@@ -53,16 +53,16 @@ def executor_jvm_of(pid: int) -> int:
     raise LookupError("no executor JVM above the TF node")
 
 
-def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
-    model_dir = tmp_path / "model"
-    proc = start_train(dataset, model_dir, "train.epochs=4", "train.max_attempts=3")
+def run_killing_executor_of(proc: subprocess.Popen, model_dir: Path, node: str) -> tuple[str, str, list[int]]:
+    """Let `proc` train; once an epoch is done, SIGKILL the executor JVM of TF node `node`
+    (e.g. "worker-0"). Returns stdout, stderr and the killed JVM's pid (if any)."""
     killed: list[int] = []
 
-    def kill_worker_executor_after_first_epoch():
+    def kill_after_first_epoch():
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and proc.poll() is None:
             progress = model_dir / "progress.jsonl"
-            nodes = list(model_dir.glob("_run/*/nodes/worker-0.json"))
+            nodes = list(model_dir.glob(f"_run/*/nodes/{node}.json"))
             if progress.exists() and progress.read_text().count("\n") >= 1 and nodes:
                 jvm = executor_jvm_of(json.loads(nodes[0].read_text())["pid"])
                 os.kill(jvm, signal.SIGKILL)
@@ -70,10 +70,17 @@ def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
                 return
             time.sleep(0.5)
 
-    killer = threading.Thread(target=kill_worker_executor_after_first_epoch)
+    killer = threading.Thread(target=kill_after_first_epoch)
     killer.start()
     out, err = proc.communicate(timeout=900)
     killer.join()
+    return out, err, killed
+
+
+def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc = start_train(dataset, model_dir, "train.epochs=4", "train.max_attempts=3")
+    out, err, killed = run_killing_executor_of(proc, model_dir, "worker-0")
     assert killed, "the executor was never killed"
     assert proc.returncode == 0, out[-3000:] + err[-5000:]
     assert "attempt 1 of 3 failed" in out and "relaunching the TF cluster" in out
@@ -111,24 +118,7 @@ def test_a_lost_parameter_server_fails_the_attempt_and_the_retry_resumes(dataset
     model_dir = tmp_path / "model"
     proc = start_train(dataset, model_dir, "spark.master=local-cluster[3,1,1536]", "train.strategy=parameter_server",
                        "train.workers=1", "train.ps=1", "train.epochs=4", "train.max_attempts=2")
-    killed: list[int] = []
-
-    def kill_ps_executor_after_first_epoch():
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and proc.poll() is None:
-            progress = model_dir / "progress.jsonl"
-            nodes = list(model_dir.glob("_run/*/nodes/ps-0.json"))
-            if progress.exists() and progress.read_text().count("\n") >= 1 and nodes:
-                jvm = executor_jvm_of(json.loads(nodes[0].read_text())["pid"])
-                os.kill(jvm, signal.SIGKILL)
-                killed.append(jvm)
-                return
-            time.sleep(0.5)
-
-    killer = threading.Thread(target=kill_ps_executor_after_first_epoch)
-    killer.start()
-    out, err = proc.communicate(timeout=900)
-    killer.join()
+    out, err, killed = run_killing_executor_of(proc, model_dir, "ps-0")
     assert killed, "the parameter server's executor was never killed"
     assert proc.returncode == 0, out[-3000:] + err[-5000:]
     assert "attempt 1 of 2 failed" in out

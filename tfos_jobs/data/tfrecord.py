@@ -10,7 +10,6 @@ from pyspark.sql import DataFrame
 
 DEFAULT_FORMAT = "tfos.spark.tfrecord"
 CODECS = {"none": None, "gzip": "org.apache.hadoop.io.compress.GzipCodec"}
-TF_COMPRESSION = {"none": None, "gzip": "GZIP"}
 
 
 def layout(df: DataFrame, files: int, key: str | None) -> DataFrame:
