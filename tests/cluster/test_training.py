@@ -82,6 +82,7 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
     assert len({n["executor_id"] for n in m["nodes"]}) == 2
     assert m["epochs"] == 3 and len(m["history"]) == 3
+    assert 0 < m["startup"]["to_reserved_seconds"] < m["startup"]["to_first_step_seconds"] < m["seconds"]
     assert m["eval"]["auc"] > 0.8  # the base rate gives 0.5
     assert "epoch   3/3 [" in proc.stdout and "val_auc" in proc.stdout
     assert (model_dir / "learning_curve.png").stat().st_size > 10_000

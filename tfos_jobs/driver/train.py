@@ -141,6 +141,7 @@ def _run_local(args: dict[str, Any], printer: ProgressPrinter) -> None:
     from tfos_jobs.executor import training
 
     failure: list[BaseException] = []
+    _write_time(f"{args['run_dir']}/launched")
 
     def target():
         try:
@@ -167,6 +168,7 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
     sc = spark.sparkContext
     nodes = node_count(tr)
     _wait_for_executors(sc, nodes, tr)
+    _write_time(f"{run_dir}/launched")
     server = reservation.Server(nodes)
     template = {"chief": [0]} | ({"worker": list(range(1, nodes))} if nodes > 1 else {})
     default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS").rstrip("/")
@@ -191,6 +193,7 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
     thread.start()
     try:
         _await_reservations(server, outcome, tr.reservation_timeout, nodes, run_dir)
+        _write_time(f"{run_dir}/reserved")
         running_since = time.time()
         while thread.is_alive():
             printer.poll()
@@ -250,6 +253,33 @@ def _await_reservations(server, outcome: dict[str, Any], timeout: float, nodes: 
                 f"only {nodes - server.reservations.remaining()} of {nodes} TF nodes started within "
                 f"train.reservation_timeout = {timeout:.0f} s (are {nodes} executors free, with one task slot each?)")
         time.sleep(POLL)
+
+
+def _write_time(path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(repr(time.time()))
+
+
+def _read_time(path: str) -> float | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return float(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+def startup(run_dir: str) -> dict[str, float]:
+    """Seconds from starting the reservation server (executors already there) to every node
+    reserved, and to the chief's first finished step."""
+    launched = _read_time(f"{run_dir}/launched")
+    if launched is None:
+        return {}
+    out = {}
+    for name, key in (("reserved", "to_reserved_seconds"), ("first_step", "to_first_step_seconds")):
+        at = _read_time(f"{run_dir}/{name}")
+        if at is not None:
+            out[key] = round(at - launched, 3)
+    return out
 
 
 def _heartbeat(run_dir: str) -> float:
@@ -327,7 +357,7 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, second
         "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
         "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
-        "seconds": round(seconds, 1), "final": result["final"],
+        "seconds": round(seconds, 1), "startup": startup(run_dir), "final": result["final"],
         "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
         "history": epochs,
         "saved_model": f"{model_dir}/saved_model",

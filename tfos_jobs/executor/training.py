@@ -82,7 +82,9 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
         epoch_progress(f"{model_dir}/progress.jsonl" if is_chief else None, args["epochs"], steps, per_step),
     ]
     if is_chief:
-        callbacks.append(heartbeat(f"{args['run_dir']}/heartbeat", per_batch=args["strategy"] != "parameter_server"))
+        per_batch = args["strategy"] != "parameter_server"
+        callbacks.append(first_step(f"{args['run_dir']}/first_step", per_batch=per_batch))
+        callbacks.append(heartbeat(f"{args['run_dir']}/heartbeat", per_batch=per_batch))
     if args.get("tensorboard"):
         logs = f"{model_dir}/logs" if is_chief else f"{args['run_dir']}/logs-{role}-{worker_index}"
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logs))
@@ -143,6 +145,29 @@ def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step:
                 fh.write(json.dumps(line) + "\n")
 
     return EpochProgress()
+
+
+def first_step(path: str, per_batch: bool = True):
+    """Writes the time the first training step finished to `path`, once: the driver reports
+    cluster start-up as reservation to first step. Without batch callbacks (parameter
+    servers) it is the end of the first epoch."""
+    import tensorflow as tf
+
+    class FirstStep(tf.keras.callbacks.Callback):
+        written = False
+
+        def _write(self, *_):
+            if not self.written:
+                self.written = True
+                with tf.io.gfile.GFile(path, "w") as fh:
+                    fh.write(repr(time.time()))
+
+        if per_batch:
+            on_train_batch_end = _write
+        else:
+            on_epoch_end = _write
+
+    return FirstStep()
 
 
 def heartbeat(path: str, every: float = 2.0, per_batch: bool = True):
