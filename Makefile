@@ -16,12 +16,13 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup demo test test-all clean
+.PHONY: help setup demo demo-sweep test test-all clean
 
 help:
-	@echo "make demo      set up, generate the default data and run the pipeline into demo-output/"
-	@echo "make test      set up and run the test suite (slow cases excluded)"
-	@echo "make test-all  set up and run every test, slow cases included"
+	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
+	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
+	@echo "make test        set up and run the test suite (slow cases excluded)"
+	@echo "make test-all    set up and run every test, slow cases included"
 
 setup: $(STAMP) $(JAR)
 
@@ -35,6 +36,12 @@ $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
 
 demo: setup
 	$(VENV)/bin/tfos demo --config conf/census.toml
+
+# The sweep trains on the demo's prepared dataset; without one it generates and prepares it first.
+demo-sweep: setup
+	test -f demo-output/dataset/_meta/manifest.json || \
+	  { $(VENV)/bin/tfos generate --config conf/census.toml && $(VENV)/bin/tfos prepare --config conf/census.toml --overwrite; }
+	$(VENV)/bin/tfos sweep --config conf/census.toml --space conf/sweep.toml
 
 test: setup
 	$(PY) -m pytest -m "not slow"

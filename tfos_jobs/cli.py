@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("-f", dest="file", metavar="FILE", help="a file of SQL statements; the last one's result is shown")
     sql.add_argument("--output", help="write the result as Parquet here instead of printing it")
     sql.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
+    sweep = sub.add_parser("sweep", parents=[common], help="hyperparameter sweep: trials in parallel on the executors")
+    sweep.add_argument("--space", required=True, help="the sweep file, e.g. conf/sweep.toml; "
+                       "--set sweep.KEY=VALUE and --set params.KEY... override it")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
     return parser
 
@@ -50,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = list(args.overrides)
         if getattr(args, "people", None) is not None:
             overrides.append(f"synthetic.people={args.people}")
+        if args.command == "sweep":
+            args.space_overrides = [o for o in overrides if o.startswith(("sweep.", "params."))]
+            overrides = [o for o in overrides if o not in args.space_overrides]
+            args.base_overrides = overrides
         cfg = config_mod.load(args.config, overrides)
         if args.command == "config":
             print(json.dumps(config_mod.to_dict(cfg), indent=2))
@@ -162,7 +169,19 @@ def cmd_demo(cfg, args) -> int:
     return 0
 
 
-COMMANDS = {"generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
+def cmd_sweep(cfg, args) -> int:
+    from tfos_jobs.driver import sweep
+    from tfos_jobs.search import space
+
+    definition = space.load(args.space, args.space_overrides, args.config, args.base_overrides)
+    # Trials are one-task jobs: the driver's own trial and epoch lines replace Spark's console bar.
+    quiet = {**cfg.spark.conf, "spark.ui.showConsoleProgress": "false"}
+    cfg = dataclasses.replace(cfg, spark=dataclasses.replace(cfg.spark, conf=quiet))
+    outcome = sweep.run(_session(cfg), args.config, args.base_overrides, definition)
+    return 0 if outcome["best"] is not None else 1
+
+
+COMMANDS = {"sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
             "sql": cmd_sql, "demo": cmd_demo}
 
 if __name__ == "__main__":

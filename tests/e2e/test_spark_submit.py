@@ -1,4 +1,4 @@
-"""spark-submit of the prepare entry point on local-cluster: real executor JVMs and Python workers."""
+"""spark-submit of the prepare and sweep entry points on local-cluster: real executor JVMs and Python workers."""
 import json
 import os
 import subprocess
@@ -18,7 +18,7 @@ def run(cmd, expect: int = 0):
     return proc
 
 
-def test_generate_then_spark_submit_prepare_on_local_cluster(tmp_path):
+def test_generate_then_spark_submit_prepare_and_sweep_on_local_cluster(tmp_path):
     raw, out = tmp_path / "raw", tmp_path / "dataset"
     sets = [a for o in census_overrides(raw, out, people=2000, master="local[1]") for a in ("--set", o)]
     gen = run([str(BIN / "tfos"), "generate", "--config", str(CENSUS), *sets])
@@ -35,6 +35,17 @@ def test_generate_then_spark_submit_prepare_on_local_cluster(tmp_path):
     assert len(manifest["splits"]["train"]["files"]) == 4
     assert f"train {manifest['splits']['train']['records']:,} in 4 files" in submit.stdout
     assert manifest["spark"]["master"] == "local-cluster[2,1,1024]"  # spark-submit's master wins over the config's
+
+    space = tmp_path / "sweep.toml"
+    space.write_text(f'[sweep]\ndir = "{tmp_path}/sweep"\nmax_trials = 2\nearly_stopping = "none"\n'
+                     '[sweep.fixed]\n"train.epochs" = 1\n"train.steps_per_epoch" = 5\n'
+                     '[params."train.learning_rate"]\ntype = "float"\nlow = 0.001\nhigh = 0.01\n')
+    sweep = run([
+        str(ROOT / "scripts" / "tfos-submit"), "--master", "local-cluster[2,1,1024]",
+        "tfos_jobs/sweep.py", "--config", str(CENSUS), "--space", str(space), "--set", f"train.dataset={out}",
+    ])
+    assert "trial 002 completed" in sweep.stdout and "leaderboard (maximize val_auc)" in sweep.stdout
+    assert (tmp_path / "sweep" / "best" / "saved_model" / "saved_model.pb").exists()
 
 
 def test_plain_spark_submit_without_the_jar_is_told_how_to_fix_it(tmp_path):

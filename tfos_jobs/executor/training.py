@@ -37,8 +37,12 @@ def make_strategy(name: str):
     return tf.distribute.get_strategy()
 
 
-def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_workers: int) -> dict[str, float]:
-    """Train; every worker exports (multi-worker saving is collective), only the chief keeps it."""
+def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_workers: int,
+                   extra_callbacks: tuple = ()) -> dict[str, float]:
+    """Train; every worker exports (multi-worker saving is collective), only the chief keeps it.
+
+    A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
+    early stopping) ends the run without an export."""
     import tensorflow as tf
 
     from tfos_jobs.model.builder import compile_model, resolve_model_fn
@@ -90,6 +94,7 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logs))
     if args.get("early_stopping_patience"):
         callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args["early_stopping_patience"]))
+    callbacks.extend(extra_callbacks)
 
     try:
         history = model.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
@@ -98,8 +103,10 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
         bad = reader.find_corrupt(train_files + eval_files, meta.compression)
         where = f"{bad[0]} ({bad[1]})" if bad else f"one of the files of {args['dataset']}"
         raise reader.CorruptRecordsError(f"corrupt TFRecord file: {where}; prepare the dataset again") from e
-    export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
     final = {k: float(v[-1]) for k, v in history.history.items()}
+    if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
+        return final
+    export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
     if is_chief:
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}

@@ -1,0 +1,286 @@
+"""The sweep job (driver side): propose trials, run them in parallel as Spark tasks, watch
+them, and report.
+
+`<sweep_dir>/` holds everything, so a sweep can be resumed and inspected:
+  sweep.json                  the sweep's definition (a different sweep refuses the dir)
+  trial-<n>/params.json       the trial's settings, written before it starts
+  trial-<n>/progress.jsonl    one line per finished epoch (the median rule reads these)
+  trial-<n>/result.json       status (completed, pruned, failed), metric, error, timing
+  trial-<n>/saved_model/      the trained model (completed trials)
+  results.parquet/.csv, sweep.png, best/saved_model
+Each single-process trial is one Spark job of one task, in its own job group, started from
+a driver thread: Spark places it on a free executor slot, and the time budget cancels it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from pyspark import InheritableThread
+from pyspark.sql import SparkSession
+
+from tfos_jobs import config as config_mod
+from tfos_jobs.data import meta as meta_mod
+from tfos_jobs.driver import sweep_report
+from tfos_jobs.driver.train import _node_args
+from tfos_jobs.errors import ConfigError, OutputExistsError
+from tfos_jobs.search import samplers
+from tfos_jobs.search.space import ParamValue, SweepConfig, trial_config
+
+POLL = 0.5
+FINISHED = ("completed", "pruned", "failed")
+
+
+@dataclass
+class Running:
+    number: int
+    settings: dict[str, ParamValue]
+    group: str
+    thread: threading.Thread
+    started: float
+    outcome: dict[str, Any] = field(default_factory=dict)
+    epochs_shown: int = 0
+
+
+def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sweep: SweepConfig, *,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the sweep; returns the best trial's result (None when none completed)."""
+    base = config_mod.load(base_config, base_overrides)
+    meta_mod.read(base.train.dataset)  # refuses a directory that is not a finished dataset
+    sweep_dir = os.path.abspath(sweep.dir)
+    _open_dir(sweep_dir, sweep)
+    sampler = samplers.make(sweep)
+    known = _known_trials(sweep_dir)
+    results = {n: t["result"] for n, t in known.items() if t["result"] and t["result"]["status"] in FINISHED}
+    for n in sorted(results):
+        sampler.tell(n - 1, results[n]["settings"], results[n]["status"], results[n]["value"])
+    total = sampler.total()
+    todo = [n for n in range(1, total + 1) if n not in results]
+    if results:
+        log(f"resuming the sweep in {sweep_dir}: {len(results)} of {total} trials already finished, "
+            f"{len(todo)} to run")
+    log(f"sweep: {sweep.algorithm}, {total} trials, up to {sweep.max_parallel_trials} at a time, "
+        f"{sweep.goal} {sweep.metric}, into {sweep_dir}")
+
+    sc = spark.sparkContext
+    started = time.time()
+    deadline = started + sweep.time_budget_seconds if sweep.time_budget_seconds else None
+    running: dict[int, Running] = {}
+    budget_hit = False
+    try:
+        while todo or running:
+            while todo and len(running) < sweep.max_parallel_trials and not budget_hit:
+                n = todo.pop(0)
+                settings = known[n]["settings"] if n in known else sampler.propose(n - 1)
+                running[n] = _launch(sc, base_config, base_overrides, sweep, sweep_dir, n, settings, log)
+            time.sleep(POLL)
+            for n, trial in list(running.items()):
+                _show_epochs(sweep_dir, sweep, trial, log)
+                if trial.thread.is_alive():
+                    continue
+                del running[n]
+                result = _result_of(sweep_dir, sweep, trial)
+                results[n] = result
+                sampler.tell(n - 1, result["settings"], result["status"], result["value"])
+                log(_finished_line(sweep, result, results, total, len(running)))
+                sweep_report.write_table(sweep_dir, sweep, list(results.values()))
+            if deadline and time.time() > deadline and not budget_hit:
+                budget_hit = True
+                log(f"time budget of {sweep.time_budget_seconds} s used up: no new trials; "
+                    f"stopping {len(running)} running trial(s) (re-run the sweep to continue)")
+                for trial in running.values():
+                    sc.cancelJobGroup(trial.group)
+                todo = []
+    except BaseException:
+        for trial in running.values():
+            sc.cancelJobGroup(trial.group)
+        raise
+    return _report(sweep_dir, sweep, results, total, time.time() - started, log)
+
+
+def _open_dir(sweep_dir: str, sweep: SweepConfig) -> None:
+    """A new dir gets `sweep.json`; an existing one must hold the same sweep (resume)."""
+    path = f"{sweep_dir}/sweep.json"
+    definition = {"fingerprint": sweep.fingerprint(), "sweep": dataclasses.asdict(sweep)}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            old = json.load(fh)
+        if old["fingerprint"] != sweep.fingerprint():
+            raise OutputExistsError(
+                f"{sweep_dir} holds a different sweep (its space, metric or algorithm differ); "
+                "use another sweep.dir, or delete that directory to start over")
+        return
+    if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
+        raise OutputExistsError(f"{sweep_dir} exists and is not a sweep directory; choose another sweep.dir")
+    os.makedirs(sweep_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(definition, fh, indent=2, default=str)
+
+
+def trial_dir(sweep_dir: str, n: int) -> str:
+    return f"{sweep_dir}/trial-{n:03d}"
+
+
+def _known_trials(sweep_dir: str) -> dict[int, dict[str, Any]]:
+    """Trials of earlier runs: their settings and, when they finished, their result."""
+    out = {}
+    for name in sorted(os.listdir(sweep_dir)):
+        if not name.startswith("trial-") or not os.path.exists(f"{sweep_dir}/{name}/params.json"):
+            continue
+        n = int(name.removeprefix("trial-"))
+        with open(f"{sweep_dir}/{name}/params.json", encoding="utf-8") as fh:
+            settings = json.load(fh)
+        result = None
+        if os.path.exists(f"{sweep_dir}/{name}/result.json"):
+            with open(f"{sweep_dir}/{name}/result.json", encoding="utf-8") as fh:
+                result = json.load(fh)
+        out[n] = {"settings": settings, "result": result}
+    return out
+
+
+def _launch(sc, base_config: str, base_overrides: Sequence[str], sweep: SweepConfig, sweep_dir: str, n: int,
+            settings: dict[str, ParamValue], log: Callable[[str], None]) -> Running:
+    from tfos_jobs.executor.trial import run_trial
+
+    directory = trial_dir(sweep_dir, n)
+    cfg = trial_config(base_config, base_overrides, sweep, settings)
+    _reset_trial_dir(directory)
+    with open(f"{directory}/params.json", "w", encoding="utf-8") as fh:
+        json.dump(settings, fh)
+    group = f"tfos-sweep-{os.path.basename(sweep_dir)}-trial-{n:03d}"
+    trial = Running(n, settings, group, threading.Thread(), time.time())
+    log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
+
+    if sweep.workers_per_trial > 1:
+        target = _cluster_trial(sc, cfg, sweep, directory, trial)
+    else:
+        tr = dataclasses.replace(cfg.train, strategy="local", tensorboard=False)
+        payload = {"trial": n, "settings": settings, "trial_dir": directory, "sweep_dir": sweep_dir,
+                   "metric": sweep.metric, "goal": sweep.goal, "early_stopping": sweep.early_stopping == "median",
+                   "warmup_epochs": sweep.warmup_epochs, "min_trials": sweep.min_trials,
+                   "args": _node_args(tr, os.path.abspath(tr.dataset), directory, f"{directory}/_run")}
+
+        def target():
+            sc.setJobGroup(group, f"tfos sweep trial {n}", interruptOnCancel=True)
+            try:
+                trial.outcome["result"] = sc.parallelize([payload], 1).map(run_trial).collect()[0]
+            except Exception as e:  # cancelled (time budget) or the task failed for good
+                trial.outcome["error"] = e
+
+    trial.thread = InheritableThread(target=target, name=f"tfos-trial-{n}")
+    trial.thread.daemon = True
+    trial.thread.start()
+    return trial
+
+
+def _cluster_trial(sc, cfg, sweep: SweepConfig, directory: str, trial: Running) -> Callable[[], None]:
+    """A trial that is a TFoS cluster of `workers_per_trial` workers (driver.train.run)."""
+    from tfos_jobs.driver import train
+    from tfos_jobs.executor.trial import summarise
+
+    tr = dataclasses.replace(cfg.train, workers=sweep.workers_per_trial, model_dir=directory, tensorboard=False)
+    cfg = dataclasses.replace(cfg, train=tr)
+
+    def target():
+        spark = SparkSession.builder.getOrCreate()
+        error = None
+        try:
+            train.run(spark, cfg, overwrite=True, log=lambda line: None)
+            status = "completed"
+        except Exception as e:
+            status, error = "failed", f"{type(e).__name__}: {e}"
+        result = {"trial": trial.number, "settings": trial.settings, "started": trial.started, "host": "cluster",
+                  "pid": None, "error": error, **summarise(directory, sweep.metric, status, error)}
+        result["finished"] = time.time()
+        result["seconds"] = round(result["finished"] - trial.started, 2)
+        with open(f"{directory}/result.json", "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+        trial.outcome["result"] = result
+
+    return target
+
+
+def _reset_trial_dir(directory: str) -> None:
+    """A trial that stopped part-way resumes from its backup; without one it starts clean."""
+    if os.path.isdir(f"{directory}/backup") and os.listdir(f"{directory}/backup"):
+        for name in ("result.json", "error.txt"):
+            if os.path.exists(f"{directory}/{name}"):
+                os.remove(f"{directory}/{name}")
+        return
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+
+
+def _result_of(sweep_dir: str, sweep: SweepConfig, trial: Running) -> dict[str, Any]:
+    if "result" in trial.outcome:
+        return trial.outcome["result"]
+    # The task never returned: cancelled by the time budget, or failed on every attempt.
+    from tfos_jobs.executor.trial import summarise
+
+    error = str(trial.outcome.get("error", "unknown error")).strip().splitlines()
+    cancelled = any("cancel" in line.lower() for line in error)
+    status = "cancelled" if cancelled else "failed"
+    message = "stopped by the sweep's time budget" if cancelled else (error[-1] if error else "the trial's task failed")
+    result = {"trial": trial.number, "settings": trial.settings, "started": trial.started, "host": None, "pid": None,
+              "error": message, **summarise(trial_dir(sweep_dir, trial.number), sweep.metric, "failed", message)}
+    result["status"] = status
+    result["finished"] = time.time()
+    result["seconds"] = round(result["finished"] - trial.started, 2)
+    if status == "failed":  # a cancelled trial keeps no result: the next run of the sweep runs it again
+        with open(f"{trial_dir(sweep_dir, trial.number)}/result.json", "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+    return result
+
+
+def _show_epochs(sweep_dir: str, sweep: SweepConfig, trial: Running, log: Callable[[str], None]) -> None:
+    from tfos_jobs.driver.progress import read_progress
+
+    lines = read_progress(f"{trial_dir(sweep_dir, trial.number)}/progress.jsonl")
+    for line in lines[trial.epochs_shown:]:
+        value = line.get(sweep.metric)
+        shown = f"{sweep.metric} {value:.4f}" if isinstance(value, (int, float)) else ""
+        log(f"  trial {trial.number:03d} epoch {line['epoch']}/{line['epochs']}  {shown}  "
+            f"loss {line.get('loss', float('nan')):.4f}  {line.get('examples_per_sec', 0):,.0f} ex/s")
+    trial.epochs_shown = max(trial.epochs_shown, len(lines))
+
+
+def _settings_text(sweep: SweepConfig, settings: dict[str, ParamValue]) -> str:
+    return ", ".join(f"{p.column}={settings[p.key]}" for p in sweep.params)
+
+
+def _finished_line(sweep: SweepConfig, result: dict[str, Any], results: dict[int, dict[str, Any]], total: int,
+                   running: int) -> str:
+    n, status = result["trial"], result["status"]
+    value = f"{sweep.metric} {result['value']:.4f}" if result["value"] is not None else ""
+    what = result["error"] if status == "failed" else value
+    best = sweep_report.best(sweep, list(results.values()))
+    best_text = f"best trial {best['trial']:03d} ({sweep.metric} {best['value']:.4f})" if best else "no best yet"
+    done = sum(r["status"] in FINISHED for r in results.values())
+    return (f"trial {n:03d} {status} in {result['seconds']:.0f} s: {what}  "
+            f"[{done}/{total} done, {running} running; {best_text}]")
+
+
+def _report(sweep_dir: str, sweep: SweepConfig, results: dict[int, dict[str, Any]], total: int, seconds: float,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    rows = [results[n] for n in sorted(results)]
+    if not rows:
+        raise ConfigError("the sweep ran no trial (is the time budget too small?)")
+    table = sweep_report.write_table(sweep_dir, sweep, rows)
+    sweep_report.plot(sweep_dir, sweep, rows)
+    best = sweep_report.export_best(sweep_dir, sweep, rows, trial_dir)
+    log(sweep_report.leaderboard(sweep, rows))
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("completed", "pruned", "failed", "cancelled")}
+    log(f"sweep finished in {seconds:.0f} s: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        + (f"; {total - len(rows)} not run" if len(rows) < total else ""))
+    log(f"results: {table}.parquet, {table}.csv; plot: {sweep_dir}/sweep.png")
+    if best:
+        log(f"best: trial {best['trial']:03d}, {sweep.metric} {best['value']:.4f}; model: {sweep_dir}/best/saved_model")
+    else:
+        log("no trial completed: no best model")
+    return {"best": best, "results": rows}

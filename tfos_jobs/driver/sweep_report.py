@@ -1,0 +1,167 @@
+"""A sweep's results: the table (Parquet and CSV), the plot, the leaderboard and `best/`."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from typing import Any, Callable
+
+from tfos_jobs.search.space import SweepConfig
+
+COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
+
+
+def best(sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The completed trial with the best final metric; ties go to the earlier trial."""
+    done = [r for r in rows if r["status"] == "completed" and _finite(r["value"])]
+    if not done:
+        return None
+    sign = -1 if sweep.goal == "maximize" else 1
+    return min(done, key=lambda r: (sign * r["value"], r["trial"]))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def frame(sweep: SweepConfig, rows: list[dict[str, Any]]):
+    """One row per trial: number, status, the metric (named as in the sweep), each parameter."""
+    import pandas as pd
+
+    records = []
+    for r in sorted(rows, key=lambda r: r["trial"]):
+        rec = {"trial": r["trial"], "status": r["status"], sweep.metric: r.get("value")}
+        rec.update({k: r.get(k) for k in COLUMNS if k not in rec and k != "value"})
+        for p in sweep.params:
+            rec[p.column] = r["settings"].get(p.key)
+        records.append(rec)
+    df = pd.DataFrame.from_records(records)
+    for p in sweep.params:  # a categorical of mixed kinds (e.g. 64 and "auto") is stored as text
+        if p.type == "categorical" and len({type(v) for v in df[p.column].dropna()}) > 1:
+            df[p.column] = df[p.column].astype(str)
+    df["started"] = pd.to_datetime(df["started"], unit="s")
+    df["finished"] = pd.to_datetime(df["finished"], unit="s")
+    return df
+
+
+def write_table(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
+    """`results.parquet` and `results.csv`, replaced whole (temp file + rename) each time."""
+    df = frame(sweep, rows)
+    base = f"{sweep_dir}/results"
+    df.to_parquet(f"{base}.parquet.tmp", index=False)
+    os.replace(f"{base}.parquet.tmp", f"{base}.parquet")
+    df.to_csv(f"{base}.csv.tmp", index=False)
+    os.replace(f"{base}.csv.tmp", f"{base}.csv")
+    return base
+
+
+def leaderboard(sweep: SweepConfig, rows: list[dict[str, Any]], top: int = 10) -> str:
+    """The best trials first, then how many were stopped early or failed."""
+    ranked = [r for r in rows if r["status"] == "completed" and _finite(r["value"])]
+    ranked.sort(key=lambda r: (-r["value"] if sweep.goal == "maximize" else r["value"], r["trial"]))
+    names = [p.column for p in sweep.params]
+    header = ["rank", "trial", sweep.metric, *names, "epochs", "seconds"]
+    body = [[str(i + 1), f"{r['trial']:03d}", f"{r['value']:.4f}", *(_fmt(r["settings"].get(p.key)) for p in sweep.params),
+             str(r["epochs_run"]), f"{r['seconds']:.0f}"] for i, r in enumerate(ranked[:top])]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = [f"leaderboard ({sweep.goal} {sweep.metric}):", "  " + "  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    for status in ("pruned", "failed", "cancelled"):
+        trials = [f"{r['trial']:03d}" for r in rows if r["status"] == status]
+        if trials:
+            lines.append(f"  {status}: {', '.join(trials)}")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def plot(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
+    """`sweep.png`: the metric against each parameter, and over trials with the best so far."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    panels = len(sweep.params) + 1
+    cols = min(3, panels)
+    nrows = math.ceil(panels / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows), squeeze=False)
+    flat = list(axes.flat)
+    shown = [r for r in rows if _finite(r["value"]) and r["status"] in ("completed", "pruned")]
+    styles = {"completed": dict(color="tab:blue", marker="o", label="completed"),
+              "pruned": dict(color="tab:gray", marker="x", label="stopped early")}
+    top = best(sweep, rows)
+    for ax, p in zip(flat, sweep.params):
+        for status, style in styles.items():
+            pts = [r for r in shown if r["status"] == status]
+            if pts:
+                ax.scatter([_axis_value(p, r["settings"][p.key]) for r in pts], [r["value"] for r in pts], **style)
+        if top:
+            ax.scatter([_axis_value(p, top["settings"][p.key])], [top["value"]], marker="*", s=220,
+                       color="tab:green", zorder=3, label="best")
+        if p.values is not None:
+            ax.set_xticks(range(len(p.values)), [str(v) for v in p.values])
+            ax.set_xlim(-0.5, len(p.values) - 0.5)
+        elif p.scale == "log":
+            ax.set_xscale("log")
+        elif p.type == "int":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(p.column)
+        ax.set_ylabel(sweep.metric)
+        ax.grid(alpha=0.3)
+    ax = flat[len(sweep.params)]
+    for status, style in styles.items():
+        pts = [r for r in shown if r["status"] == status]
+        if pts:
+            ax.scatter([r["trial"] for r in pts], [r["value"] for r in pts], **style)
+    done = sorted((r for r in shown if r["status"] == "completed"), key=lambda r: r["trial"])
+    if done:
+        running, xs, ys = None, [], []
+        for r in done:
+            if running is None or (r["value"] > running if sweep.goal == "maximize" else r["value"] < running):
+                running = r["value"]
+            xs.append(r["trial"])
+            ys.append(running)
+        last = max(r["trial"] for r in rows)
+        ax.step(xs + [last], ys + [ys[-1]], where="post", color="tab:green", label="best so far")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("trial")
+    ax.set_ylabel(sweep.metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    for extra in flat[panels:]:
+        extra.set_visible(False)
+    failed = sum(r["status"] == "failed" for r in rows)
+    fig.suptitle(f"{sweep.algorithm} sweep, {len(rows)} trials ({failed} failed): {sweep.goal} {sweep.metric}")
+    fig.tight_layout()
+    path = f"{sweep_dir}/sweep.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _axis_value(p, value: Any) -> Any:
+    """Listed values sit at their position in the list, in the order the sweep file gives."""
+    return list(p.values).index(value) if p.values is not None and value in p.values else value
+
+
+def export_best(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]],
+                trial_dir: Callable[[str, int], str]) -> dict[str, Any] | None:
+    """Copy the best trial's SavedModel to `<sweep_dir>/best/` (via a temp dir and a rename)."""
+    top = best(sweep, rows)
+    if top is None:
+        return None
+    source = f"{trial_dir(sweep_dir, top['trial'])}/saved_model"
+    target, tmp = f"{sweep_dir}/best", f"{sweep_dir}/best.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    shutil.copytree(source, f"{tmp}/saved_model")
+    with open(f"{tmp}/trial.json", "w", encoding="utf-8") as fh:
+        json.dump({"metric": sweep.metric, "goal": sweep.goal, **top}, fh, indent=2)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return top

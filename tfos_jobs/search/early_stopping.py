@@ -1,0 +1,34 @@
+"""The median stopping rule, as in Google Vizier and Optuna's MedianPruner.
+
+A trial stops after epoch e when the best value it has reached so far is worse than the
+median of the other trials' values at epoch e. Trials report per-epoch metrics into the
+shared sweep dir (`trial-*/progress.jsonl`), so the rule needs no coordinator.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Iterable
+
+
+def should_stop(own: list[float], others: Iterable[list[float]], goal: str, warmup_epochs: int,
+                min_trials: int) -> bool:
+    """`own` and each of `others`: one metric value per finished epoch, in order."""
+    epoch = len(own)
+    if epoch == 0 or epoch <= warmup_epochs:
+        return False
+    at_epoch = [h[epoch - 1] for h in others if len(h) >= epoch]
+    if len(at_epoch) < min_trials:
+        return False
+    median = statistics.median(at_epoch)
+    if goal == "maximize":
+        return max(own) < median
+    return min(own) > median
+
+
+def metric_history(lines: list[dict], metric: str) -> list[float]:
+    """Per-epoch values of `metric` from progress lines; a resumed run's repeated epochs count once."""
+    by_epoch: dict[int, float] = {}
+    for line in lines:
+        if metric in line:
+            by_epoch[int(line["epoch"])] = float(line[metric])
+    return [by_epoch[e] for e in sorted(by_epoch)]

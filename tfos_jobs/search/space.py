@@ -1,0 +1,210 @@
+"""The sweep file (`conf/sweep.toml`): what to search, how, and where results go.
+
+Parameters are keys of the training config (`train.learning_rate`, `train.model.num_layers`):
+a trial's config is the base config with the trial's values set, so every value is checked
+by the same validation as `--set` before any Spark job starts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from tfos_jobs import config as config_mod
+from tfos_jobs.errors import ConfigError
+
+ParamValue = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched config key. int/float take `low`..`high` (inclusive) on a linear or log
+    scale; categorical takes `values`. A grid uses `values` when given, else every `step`
+    of a linear int range, else `grid_points` points spaced on the parameter's scale."""
+
+    key: str
+    type: Literal["int", "float", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    scale: Literal["linear", "log"] = "linear"
+    values: tuple[ParamValue, ...] | None = None
+    step: int = 1
+    grid_points: int = 3
+
+    @property
+    def column(self) -> str:
+        """Its name in the results table: the key without `train.`, dots as underscores."""
+        return self.key.removeprefix("train.").replace(".", "_")
+
+    def grid(self) -> list[ParamValue]:
+        if self.values is not None:
+            return list(self.values)
+        assert self.low is not None and self.high is not None
+        if self.type == "int" and self.scale == "linear":
+            return list(range(int(self.low), int(self.high) + 1, self.step))
+        n = self.grid_points
+        if self.type == "int":  # log scale: grid_points distinct integers, evenly spaced in log
+            lo, hi = math.log(self.low), math.log(self.high)
+            return sorted({round(math.exp(lo + (hi - lo) * i / max(1, n - 1))) for i in range(n)})
+        if n == 1:
+            return [float(self.low)]
+        if self.scale == "log":
+            lo, hi = math.log(self.low), math.log(self.high)
+            return [float(f"{math.exp(lo + (hi - lo) * i / (n - 1)):.6g}") for i in range(n)]
+        return [float(f"{self.low + (self.high - self.low) * i / (n - 1):.6g}") for i in range(n)]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    dir: str
+    params: tuple[Param, ...]
+    metric: str = "val_auc"  # a key of the training history: val_auc, val_loss, val_accuracy, ...
+    goal: Literal["maximize", "minimize"] = "maximize"
+    algorithm: Literal["grid", "random", "bayesian"] = "random"
+    max_trials: int = 8
+    max_parallel_trials: int = 2
+    workers_per_trial: int = 1  # >1: each trial is a TFoS cluster of that many workers
+    time_budget_seconds: int = 0  # 0: no limit; else no trial starts after it and running ones stop
+    seed: int = 0
+    early_stopping: Literal["median", "none"] = "median"
+    warmup_epochs: int = 1  # epochs every trial runs before the median rule may stop it
+    min_trials: int = 3  # other trials that must have reached an epoch for the rule to apply there
+    fixed: dict[str, ParamValue] = field(default_factory=dict)  # config keys set for every trial
+
+    def fingerprint(self) -> str:
+        """What makes two sweeps the same sweep (resume); the limits may change between runs."""
+        keep = {k: v for k, v in asdict(self).items()
+                if k not in ("dir", "max_trials", "max_parallel_trials", "time_budget_seconds")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_PARAM_KEYS = {f.name for f in fields(Param)} - {"key"}
+_SWEEP_KEYS = {f.name for f in fields(SweepConfig)}
+
+
+def load(path: str | Path, overrides: Sequence[str] = (), base_config: str | None = None,
+         base_overrides: Sequence[str] = ()) -> SweepConfig:
+    """Read and validate the sweep file; with `base_config`, also check that every parameter
+    value and fixed setting makes a valid training config."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"sweep file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"sweep file {str(path)!r} is not valid TOML: {e}") from None
+    for item in overrides:
+        config_mod.apply_override(raw, item)
+    sweep = from_dict(raw, str(path))
+    if base_config is not None:
+        for settings in _extremes(sweep):
+            trial_config(base_config, base_overrides, sweep, settings)
+    return sweep
+
+
+def from_dict(raw: dict[str, Any], where: str = "sweep") -> SweepConfig:
+    unknown = set(raw) - {"sweep", "params"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; expected [sweep] and [params.\"<config key>\"]")
+    table = dict(raw.get("sweep", {}))
+    bad = set(table) - _SWEEP_KEYS
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) sweep.{', sweep.'.join(sorted(bad))}; known: {sorted(_SWEEP_KEYS - {'params'})}")
+    if "dir" not in table:
+        raise ConfigError(f"{where}: sweep.dir is required (where trials and results go)")
+    params_raw = raw.get("params", {})
+    if not params_raw:
+        raise ConfigError(f"{where}: no parameters; add [params.\"train.learning_rate\"] tables")
+    params = tuple(_param(key, spec) for key, spec in params_raw.items())
+    table["params"] = params
+    table["fixed"] = dict(table.get("fixed", {}))
+    try:
+        sweep = SweepConfig(**table)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    _validate(sweep)
+    return sweep
+
+
+def _param(key: str, spec: Any) -> Param:
+    where = f"params.{key}"
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: expected a table with type = \"int\" | \"float\" | \"categorical\"")
+    bad = set(spec) - _PARAM_KEYS
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(bad)}; known: {sorted(_PARAM_KEYS)}")
+    kind = spec.get("type")
+    if kind not in ("int", "float", "categorical"):
+        raise ConfigError(f"{where}.type: {kind!r} is not one of 'int', 'float', 'categorical'")
+    values = spec.get("values")
+    if kind == "categorical":
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.values: a categorical parameter needs a non-empty list of values")
+    elif values is None:
+        for end in ("low", "high"):
+            if not isinstance(spec.get(end), (int, float)) or isinstance(spec.get(end), bool):
+                raise ConfigError(f"{where}.{end}: a number is required for a {kind} parameter")
+        if spec["low"] > spec["high"]:
+            raise ConfigError(f"{where}: low {spec['low']} is above high {spec['high']}")
+        if spec.get("scale", "linear") == "log" and spec["low"] <= 0:
+            raise ConfigError(f"{where}: a log scale needs low > 0, got {spec['low']}")
+    if spec.get("scale", "linear") not in ("linear", "log"):
+        raise ConfigError(f"{where}.scale: {spec['scale']!r} is not 'linear' or 'log'")
+    for name in ("step", "grid_points"):
+        if name in spec and (not isinstance(spec[name], int) or spec[name] < 1):
+            raise ConfigError(f"{where}.{name}: a positive integer is required, got {spec[name]!r}")
+    return Param(key=key, **{**spec, "values": tuple(values) if values is not None else None})
+
+
+def _validate(sweep: SweepConfig) -> None:
+    checks = [
+        (sweep.goal in ("maximize", "minimize"), f"sweep.goal: {sweep.goal!r} is not 'maximize' or 'minimize'"),
+        (sweep.algorithm in ("grid", "random", "bayesian"),
+         f"sweep.algorithm: {sweep.algorithm!r} is not 'grid', 'random' or 'bayesian'"),
+        (sweep.early_stopping in ("median", "none"), f"sweep.early_stopping: {sweep.early_stopping!r} is not 'median' or 'none'"),
+        (sweep.max_trials >= 1, "sweep.max_trials: must be at least 1"),
+        (sweep.max_parallel_trials >= 1, "sweep.max_parallel_trials: must be at least 1"),
+        (sweep.workers_per_trial >= 1, "sweep.workers_per_trial: must be at least 1"),
+        (sweep.time_budget_seconds >= 0, "sweep.time_budget_seconds: must be 0 (no limit) or positive"),
+        (sweep.warmup_epochs >= 0 and sweep.min_trials >= 1, "sweep.warmup_epochs >= 0 and sweep.min_trials >= 1 are required"),
+        (bool(sweep.metric), "sweep.metric: required, e.g. \"val_auc\" or \"val_loss\""),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    keys = [p.key for p in sweep.params]
+    for key in keys:
+        if not key.startswith("train."):
+            raise ConfigError(f"params.{key}: only training settings (train.*) can be searched")
+        if key in sweep.fixed:
+            raise ConfigError(f"params.{key}: also set in sweep.fixed; search it or fix it, not both")
+
+
+def _extremes(sweep: SweepConfig) -> list[dict[str, ParamValue]]:
+    """Settings that together touch every parameter's low, high and each value once."""
+    out = []
+    for p in sweep.params:
+        candidates = list(p.values) if p.values is not None else [p.low, p.high]
+        for v in candidates:
+            out.append({p.key: int(v) if p.type == "int" else v})
+    return out
+
+
+def overrides_for(sweep: SweepConfig, settings: dict[str, ParamValue]) -> list[str]:
+    """`--set` items for a trial: the fixed settings, then its parameter values."""
+    both = {**sweep.fixed, **settings}
+    return [f"{key}={json.dumps(value)}" for key, value in both.items()]
+
+
+def trial_config(base_config: str, base_overrides: Sequence[str], sweep: SweepConfig,
+                 settings: dict[str, ParamValue]) -> config_mod.Config:
+    """The base config with the trial's settings; names the parameter when a value is invalid."""
+    items = overrides_for(sweep, settings)
+    try:
+        return config_mod.load(base_config, [*base_overrides, *items])
+    except ConfigError as e:
+        raise ConfigError(f"sweep setting {', '.join(items)}: {e}") from None
