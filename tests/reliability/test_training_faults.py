@@ -1,4 +1,4 @@
-"""Training under faults on a real local-cluster: a killed executor, a hung step."""
+"""Training under faults on a real local-cluster: killed executors, a hung step."""
 from __future__ import annotations
 
 import json
@@ -126,3 +126,18 @@ def test_a_lost_parameter_server_fails_the_attempt_and_the_retry_resumes(dataset
     assert m["attempts"] == 2 and m["epochs"] == 4
     epochs = [e["epoch"] for e in m["history"]]
     assert epochs[0] == 1 and epochs.count(1) == 1 and sorted(set(epochs)) == [1, 2, 3, 4]
+
+
+def test_a_lost_parameter_server_worker_is_tolerated(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc = start_train(dataset, model_dir, "spark.master=local-cluster[4,1,1536]", "train.strategy=parameter_server",
+                       "train.workers=2", "train.ps=1", "train.epochs=4", "train.max_attempts=1")
+    out, err, killed = run_killing_executor_of(proc, model_dir, "worker-1")
+    assert killed, "the worker's executor was never killed"
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    assert "TF node worker-1 was lost with its executor; training goes on with 1 worker(s)" in out
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["attempts"] == 1 and m["lost_nodes"] == ["worker-1"]
+    assert [e["epoch"] for e in m["history"]] == [1, 2, 3, 4]  # no relaunch, no epoch repeated
+    assert m["eval"]["auc"] > 0.75
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()

@@ -163,7 +163,7 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
                  printer: ProgressPrinter) -> None:
     from tensorflowonspark import TFSparkNode, reservation
 
-    from tfos_jobs.executor.node import main_fun
+    from tfos_jobs.executor.node import guard, main_fun
 
     sc = spark.sparkContext
     nodes = node_count(tr)
@@ -183,7 +183,7 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
         sc.setJobGroup(group, f"tfos train: {nodes} TF nodes", interruptOnCancel=True)
         try:
             sc.parallelize(range(nodes), nodes).foreachPartition(
-                TFSparkNode.run(main_fun, args, cluster_meta, False, None, ["error"], False))
+                guard(TFSparkNode.run(main_fun, args, cluster_meta, False, None, ["error"], False), run_dir, tr.strategy))
             outcome["ok"] = True
         except Exception as e:  # reported by the supervising loop
             outcome["error"] = e
@@ -195,10 +195,15 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
         _await_reservations(server, outcome, tr.reservation_timeout, nodes, run_dir)
         _write_time(f"{run_dir}/reserved")
         running_since = time.time()
+        lost = LostWorkers(tr, run_dir, printer.log)
         while thread.is_alive():
             printer.poll()
             failed = _failed_nodes(run_dir)
-            if failed or _failed_tasks(sc, group):
+            task_failures = _failed_tasks(sc, group)
+            if not failed and lost.tolerated(task_failures):
+                thread.join(POLL)
+                continue
+            if failed or task_failures:
                 time.sleep(2 * POLL)  # let the other nodes' errors land too: the first one is often a symptom
                 failed = _failed_nodes(run_dir)
                 raise TrainingError(_failure_message(run_dir, failed, outcome), retriable=_retriable(failed))
@@ -304,15 +309,48 @@ def _failed_nodes(run_dir: str) -> list[str]:
     return sorted(glob.glob(f"{run_dir}/nodes/*.error"))
 
 
-def _failed_tasks(sc, group: str) -> bool:
+def _failed_tasks(sc, group: str) -> int:
+    """Failed task attempts of the run's node job: a node's executor was lost, or its task raised."""
     tracker = sc.statusTracker()
+    count = 0
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
         for stage_id in job.stageIds if job else []:
             stage = tracker.getStageInfo(stage_id)
-            if stage and stage.numFailedTasks > 0:
-                return True
-    return False
+            count += stage.numFailedTasks if stage else 0
+    return count
+
+
+class LostWorkers:
+    """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
+    the lost worker's steps to the others. A failed node task is a lost worker once its retry
+    has recorded `nodes/worker-<i>.lost` (executor.node.guard); the retry may first wait for a
+    free executor, for up to `train.reservation_timeout` seconds. Any other failure, or the
+    loss of every worker, fails the attempt."""
+
+    def __init__(self, tr: TrainConfig, run_dir: str, log: Callable[[str], None]):
+        self.tr, self.run_dir, self.log = tr, run_dir, log
+        self.reported: list[str] = []
+        self.waiting_since: float | None = None
+
+    def names(self) -> list[str]:
+        return sorted(os.path.basename(p).removesuffix(".lost") for p in glob.glob(f"{self.run_dir}/nodes/*.lost"))
+
+    def tolerated(self, task_failures: int) -> bool:
+        if self.tr.strategy != "parameter_server" or task_failures == 0:
+            return False
+        names = self.names()
+        for name in names[len(self.reported):]:
+            left = self.tr.workers - len(names)
+            self.log(f"TF node {name} was lost with its executor; training goes on with {left} worker(s)")
+            self.reported.append(name)
+        if len(names) >= self.tr.workers:
+            return False
+        if len(names) >= task_failures:
+            self.waiting_since = None
+            return True
+        self.waiting_since = self.waiting_since or time.monotonic()
+        return time.monotonic() - self.waiting_since < self.tr.reservation_timeout
 
 
 def _failure_message(run_dir: str, failed: list[str], outcome: dict[str, Any]) -> str:
@@ -358,6 +396,7 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, second
         "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
         "seconds": round(seconds, 1), "startup": startup(run_dir), "final": result["final"],
+        "lost_nodes": sorted(os.path.basename(p).removesuffix(".lost") for p in glob.glob(f"{run_dir}/nodes/*.lost")),
         "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
         "history": epochs,
         "saved_model": f"{model_dir}/saved_model",

@@ -53,7 +53,7 @@ def main_fun(args: dict[str, Any], ctx) -> None:
     manager_pid = _manager_pid()
     lifecycle.start_reaper(os.getpid(), [manager_pid] if manager_pid else [])
     lifecycle.write_json(f"{node}.json", {
-        "role": role, "index": index, "executor_id": ctx.executor_id, "pid": os.getpid(),
+        "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
         "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "cluster": cluster, "started": time.time(),
     })
@@ -75,6 +75,47 @@ def main_fun(args: dict[str, Any], ctx) -> None:
         if role == "chief":
             lifecycle.mark_done(run_dir, status)
         _stop_manager()
+
+
+def guard(node_fn, run_dir: str, strategy: str):
+    """Wraps TFoS's node function for `foreachPartition`. A TF node's task runs again only
+    when its executor was lost, and a TF cluster cannot take a node at a new address: the
+    retry of a parameter-server worker returns at once (the chief goes on with the other
+    workers, and the driver counts the worker as lost); any other retry fails the attempt."""
+
+    def run_node(iterator):
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        if task is None or task.attemptNumber() == 0:
+            return node_fn(iterator)
+        node = node_of_partition(run_dir, task.partitionId())
+        if strategy == "parameter_server" and node is not None and node.startswith("worker-"):
+            lifecycle.write_json(f"{run_dir}/nodes/{node}.lost", {"partition": task.partitionId(), "time": time.time(),
+                                                                   "attempt": task.attemptNumber()})
+            return iter(())
+        what = f"TF node {node}" if node else f"the TF node of task {task.partitionId()}"
+        raise RuntimeError(f"{what} was lost with its executor; a TF cluster cannot take a replacement node")
+
+    return run_node
+
+
+def node_of_partition(run_dir: str, partition: int) -> str | None:
+    """The node (e.g. "worker-1") that the task of `partition` ran, from the nodes' records."""
+    import tensorflow as tf
+
+    for path in tf.io.gfile.glob(f"{run_dir}/nodes/*.json"):
+        with tf.io.gfile.GFile(path) as fh:
+            if json.loads(fh.read()).get("partition") == partition:
+                return os.path.basename(path).removesuffix(".json")
+    return None
+
+
+def _partition() -> int | None:
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return task.partitionId() if task is not None else None
 
 
 def serve(cluster: dict[str, list[str]], role: str, index: int, run_dir: str, max_seconds: float) -> None:
