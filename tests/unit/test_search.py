@@ -141,3 +141,52 @@ def test_best_leaderboard_and_table(tmp_path):
     assert list(table.columns[:4]) == ["trial", "status", "val_auc", "epochs_run"]
     assert table["learning_rate"].tolist() == [0.01, 0.02, 0.001, 0.005, 0.003]
     assert json.loads(table.to_json())["error"]["1"] == "boom"
+
+
+def test_a_diverged_trial_counts_as_the_worst():
+    nan = float("nan")
+    assert should_stop([0.7, nan], [[0.6, 0.6], [0.6, 0.6]], "maximize", warmup_epochs=1, min_trials=2)  # diverged
+    assert should_stop([nan], [], "maximize", warmup_epochs=1, min_trials=2)
+    # others' NaNs are the worst too: the median of (nan, nan, 0.8) is nan -> -inf, nothing is below it
+    assert not should_stop([0.5, 0.5], [[nan, nan], [nan, nan], [0.8, 0.8]], "maximize", warmup_epochs=1, min_trials=2)
+
+
+def test_bayesian_resume_takes_nan_pruned_and_failed_trials():
+    s = dataclasses.replace(space.load(SWEEP), algorithm="bayesian")
+    first = samplers.make(s)
+    outcomes = [("completed", 0.8), ("completed", float("nan")), ("pruned", 0.6), ("failed", None)]
+    settings = [first.propose(i) for i in range(4)]
+    again = samplers.make(s)
+    for i, ((status, value), st) in enumerate(zip(outcomes, settings)):
+        again.tell(i, st, status, value)
+    states = [t.state.name for t in again.study.trials]
+    assert states == ["COMPLETE", "FAIL", "PRUNED", "FAIL"] and again.study.best_value == 0.8
+    live = samplers.make(s)
+    for i, (status, value) in enumerate(outcomes):
+        live.tell(i, live.propose(i), status, value)
+    assert [t.state.name for t in live.study.trials] == states
+
+
+def test_sweep_overrides_take_dotted_config_keys():
+    s = space.load(SWEEP, ["params.train.learning_rate.high=0.5", "sweep.fixed.train.epochs=2", "sweep.max_trials=3"])
+    lr = next(p for p in s.params if p.key == "train.learning_rate")
+    assert lr.high == 0.5 and s.fixed["train.epochs"] == 2 and s.max_trials == 3
+
+
+def test_lost_parameter_server_workers_are_tolerated_until_none_is_left(tmp_path):
+    from tfos_jobs.config import TrainConfig
+    from tfos_jobs.driver.train import LostWorkers, TrainingError
+
+    (tmp_path / "nodes").mkdir()
+    lines: list[str] = []
+    lost = LostWorkers(TrainConfig(strategy="parameter_server", workers=2, reservation_timeout=0), str(tmp_path),
+                       lines.append)
+    assert not lost.tolerated(1)  # a failed task, no worker recorded as lost, no time left to wait
+    (tmp_path / "nodes" / "worker-1.lost").write_text("{}")
+    assert lost.tolerated(1) and lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
+    assert not lost.tolerated(2)  # a second failure that is not a lost worker (e.g. the ps)
+    (tmp_path / "nodes" / "worker-0.lost").write_text("{}")
+    with pytest.raises(TrainingError, match=r"all 2 parameter-server workers were lost .*worker-0, worker-1"):
+        lost.tolerated(2)
+    mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), str(tmp_path), lines.append)
+    assert not mwms.tolerated(1)

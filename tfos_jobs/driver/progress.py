@@ -1,27 +1,13 @@
 """Live epoch lines on the driver while the cluster trains, and the learning curve at the end."""
 from __future__ import annotations
 
-import json
-import os
 import sys
 from typing import Any, Callable
 
+from tfos_jobs.progress_log import read_progress
+
 SHOWN = ("loss", "auc", "accuracy", "rmse", "val_loss", "val_auc", "val_accuracy", "val_rmse")
 BAR = 24
-
-
-def read_progress(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line still being written
-    return out
 
 
 def format_epoch(e: dict[str, Any]) -> str:

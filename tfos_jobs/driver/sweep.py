@@ -14,6 +14,7 @@ a driver thread: Spark places it on a free executor slot, and the time budget ca
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.driver import sweep_report
 from tfos_jobs.driver.train import _node_args
 from tfos_jobs.errors import ConfigError, OutputExistsError
+from tfos_jobs.progress_log import read_progress
 from tfos_jobs.search import samplers
 from tfos_jobs.search.space import ParamValue, SweepConfig, trial_config
 
@@ -46,6 +48,8 @@ class Running:
     started: float
     outcome: dict[str, Any] = field(default_factory=dict)
     epochs_shown: int = 0
+    cancelled: bool = False  # by the time budget or an interrupt: runs again when the sweep is resumed
+    stop: threading.Event = field(default_factory=threading.Event)  # ends a TFoS-cluster trial
 
 
 def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sweep: SweepConfig, *,
@@ -53,8 +57,11 @@ def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sw
     """Run (or resume) the sweep; returns the best trial's result (None when none completed)."""
     base = config_mod.load(base_config, base_overrides)
     meta_mod.read(base.train.dataset)  # refuses a directory that is not a finished dataset
+    if sweep.workers_per_trial > 1 and base.train.strategy == "local":
+        raise ConfigError("sweep.workers_per_trial > 1 makes every trial a TF cluster: set train.strategy to "
+                          "multi_worker_mirrored or parameter_server")
     sweep_dir = os.path.abspath(sweep.dir)
-    _open_dir(sweep_dir, sweep)
+    _open_dir(sweep_dir, sweep, config_mod.to_dict(base)["train"])
     sampler = samplers.make(sweep)
     known = _known_trials(sweep_dir)
     results = {n: t["result"] for n, t in known.items() if t["result"] and t["result"]["status"] in FINISHED}
@@ -67,6 +74,9 @@ def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sw
             f"{len(todo)} to run")
     log(f"sweep: {sweep.algorithm}, {total} trials, up to {sweep.max_parallel_trials} at a time, "
         f"{sweep.goal} {sweep.metric}, into {sweep_dir}")
+    if isinstance(sampler, samplers.GridSampler) and len(sampler.points) > total:
+        log(f"note: the grid has {len(sampler.points)} points; sweep.max_trials = {sweep.max_trials} runs the first "
+            f"{total} (the first parameters vary slowest)")
 
     sc = spark.sparkContext
     started = time.time()
@@ -94,33 +104,54 @@ def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sw
                 budget_hit = True
                 log(f"time budget of {sweep.time_budget_seconds} s used up: no new trials; "
                     f"stopping {len(running)} running trial(s) (re-run the sweep to continue)")
-                for trial in running.values():
-                    sc.cancelJobGroup(trial.group)
                 todo = []
+            if budget_hit:  # every poll: a trial thread may submit its job after an earlier cancel
+                _cancel(sc, running.values())
     except BaseException:
-        for trial in running.values():
-            sc.cancelJobGroup(trial.group)
+        _cancel(sc, running.values())
         raise
     return _report(sweep_dir, sweep, results, total, time.time() - started, log)
 
 
-def _open_dir(sweep_dir: str, sweep: SweepConfig) -> None:
-    """A new dir gets `sweep.json`; an existing one must hold the same sweep (resume)."""
+def _cancel(sc, trials) -> None:
+    for trial in trials:
+        trial.cancelled = True
+        trial.stop.set()
+        sc.cancelJobGroup(trial.group)
+
+
+def _open_dir(sweep_dir: str, sweep: SweepConfig, base_train: dict[str, Any]) -> None:
+    """A new dir gets `sweep.json`; an existing one must hold the same sweep (resume): the
+    same space, metric and algorithm over the same training settings."""
     path = f"{sweep_dir}/sweep.json"
-    definition = {"fingerprint": sweep.fingerprint(), "sweep": dataclasses.asdict(sweep)}
+    fingerprint = hashlib.sha256(f"{sweep.fingerprint()}{json.dumps(base_train, sort_keys=True)}".encode()).hexdigest()[:16]
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            old = json.load(fh)
-        if old["fingerprint"] != sweep.fingerprint():
+        old = _read_json(path)
+        if old.get("fingerprint") != fingerprint:
             raise OutputExistsError(
-                f"{sweep_dir} holds a different sweep (its space, metric or algorithm differ); "
+                f"{sweep_dir} holds a different sweep (its space, metric, algorithm or training settings differ); "
                 "use another sweep.dir, or delete that directory to start over")
         return
     if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
         raise OutputExistsError(f"{sweep_dir} exists and is not a sweep directory; choose another sweep.dir")
     os.makedirs(sweep_dir, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(definition, fh, indent=2, default=str)
+    _write_json(path, {"fingerprint": fingerprint, "sweep": dataclasses.asdict(sweep), "train": base_train})
+
+
+def _write_json(path: str, data: Any) -> None:
+    """Temp file + rename: a driver that dies mid-write leaves the old file or none."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} cannot be read ({e}); delete it (or its trial directory) to run that part again") from None
 
 
 def trial_dir(sweep_dir: str, n: int) -> str:
@@ -131,31 +162,33 @@ def _known_trials(sweep_dir: str) -> dict[int, dict[str, Any]]:
     """Trials of earlier runs: their settings and, when they finished, their result."""
     out = {}
     for name in sorted(os.listdir(sweep_dir)):
-        if not name.startswith("trial-") or not os.path.exists(f"{sweep_dir}/{name}/params.json"):
+        number = name.removeprefix("trial-")
+        if not name.startswith("trial-") or not number.isdigit() or not os.path.exists(f"{sweep_dir}/{name}/params.json"):
             continue
-        n = int(name.removeprefix("trial-"))
-        with open(f"{sweep_dir}/{name}/params.json", encoding="utf-8") as fh:
-            settings = json.load(fh)
-        result = None
-        if os.path.exists(f"{sweep_dir}/{name}/result.json"):
-            with open(f"{sweep_dir}/{name}/result.json", encoding="utf-8") as fh:
-                result = json.load(fh)
-        out[n] = {"settings": settings, "result": result}
+        settings = _read_json(f"{sweep_dir}/{name}/params.json")
+        result = _read_json(f"{sweep_dir}/{name}/result.json") if os.path.exists(f"{sweep_dir}/{name}/result.json") else None
+        out[int(number)] = {"settings": settings, "result": result}
     return out
 
 
 def _launch(sc, base_config: str, base_overrides: Sequence[str], sweep: SweepConfig, sweep_dir: str, n: int,
             settings: dict[str, ParamValue], log: Callable[[str], None]) -> Running:
-    from tfos_jobs.executor.trial import run_trial
+    from tfos_jobs.executor.trial import run_trial, trial_result
 
     directory = trial_dir(sweep_dir, n)
-    cfg = trial_config(base_config, base_overrides, sweep, settings)
     _reset_trial_dir(directory)
-    with open(f"{directory}/params.json", "w", encoding="utf-8") as fh:
-        json.dump(settings, fh)
+    _write_json(f"{directory}/params.json", settings)
     group = f"tfos-sweep-{os.path.basename(sweep_dir)}-trial-{n:03d}"
     trial = Running(n, settings, group, threading.Thread(), time.time())
+    trial.epochs_shown = len(read_progress(f"{directory}/progress.jsonl"))  # a resumed trial's earlier epochs
     log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
+    try:
+        cfg = trial_config(base_config, base_overrides, sweep, settings)
+    except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
+        result = trial_result(n, settings, directory, sweep.metric, "failed", str(e), trial.started)
+        _write_json(f"{directory}/result.json", result)
+        trial.outcome["result"] = result
+        return trial
 
     if sweep.workers_per_trial > 1:
         target = _cluster_trial(sc, cfg, sweep, directory, trial)
@@ -182,7 +215,7 @@ def _launch(sc, base_config: str, base_overrides: Sequence[str], sweep: SweepCon
 def _cluster_trial(sc, cfg, sweep: SweepConfig, directory: str, trial: Running) -> Callable[[], None]:
     """A trial that is a TFoS cluster of `workers_per_trial` workers (driver.train.run)."""
     from tfos_jobs.driver import train
-    from tfos_jobs.executor.trial import summarise
+    from tfos_jobs.executor.trial import trial_result
 
     tr = dataclasses.replace(cfg.train, workers=sweep.workers_per_trial, model_dir=directory, tensorboard=False)
     cfg = dataclasses.replace(cfg, train=tr)
@@ -191,16 +224,17 @@ def _cluster_trial(sc, cfg, sweep: SweepConfig, directory: str, trial: Running) 
         spark = SparkSession.builder.getOrCreate()
         error = None
         try:
-            train.run(spark, cfg, overwrite=True, log=lambda line: None)
+            train.run(spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop)
             status = "completed"
         except Exception as e:
             status, error = "failed", f"{type(e).__name__}: {e}"
-        result = {"trial": trial.number, "settings": trial.settings, "started": trial.started, "host": "cluster",
-                  "pid": None, "error": error, **summarise(directory, sweep.metric, status, error)}
-        result["finished"] = time.time()
-        result["seconds"] = round(result["finished"] - trial.started, 2)
-        with open(f"{directory}/result.json", "w", encoding="utf-8") as fh:
-            json.dump(result, fh)
+        if trial.cancelled:  # no result file: the next run of the sweep resumes it from its backup
+            error = "stopped by the sweep's time budget"
+            trial.outcome["result"] = {**trial_result(trial.number, trial.settings, directory, sweep.metric, "failed",
+                                                      error, trial.started), "status": "cancelled"}
+            return
+        result = trial_result(trial.number, trial.settings, directory, sweep.metric, status, error, trial.started)
+        _write_json(f"{directory}/result.json", result)
         trial.outcome["result"] = result
 
     return target
@@ -218,29 +252,25 @@ def _reset_trial_dir(directory: str) -> None:
 
 
 def _result_of(sweep_dir: str, sweep: SweepConfig, trial: Running) -> dict[str, Any]:
-    if "result" in trial.outcome:
+    if "result" in trial.outcome and not trial.cancelled:
         return trial.outcome["result"]
-    # The task never returned: cancelled by the time budget, or failed on every attempt.
-    from tfos_jobs.executor.trial import summarise
+    # The task never returned: cancelled (time budget, interrupt), or failed on every attempt.
+    from tfos_jobs.executor.trial import trial_result
 
-    error = str(trial.outcome.get("error", "unknown error")).strip().splitlines()
-    cancelled = any("cancel" in line.lower() for line in error)
-    status = "cancelled" if cancelled else "failed"
-    message = "stopped by the sweep's time budget" if cancelled else (error[-1] if error else "the trial's task failed")
-    result = {"trial": trial.number, "settings": trial.settings, "started": trial.started, "host": None, "pid": None,
-              "error": message, **summarise(trial_dir(sweep_dir, trial.number), sweep.metric, "failed", message)}
-    result["status"] = status
-    result["finished"] = time.time()
-    result["seconds"] = round(result["finished"] - trial.started, 2)
-    if status == "failed":  # a cancelled trial keeps no result: the next run of the sweep runs it again
-        with open(f"{trial_dir(sweep_dir, trial.number)}/result.json", "w", encoding="utf-8") as fh:
-            json.dump(result, fh)
+    directory = trial_dir(sweep_dir, trial.number)
+    if trial.cancelled:  # no result file: the next run of the sweep runs it again
+        result = trial_result(trial.number, trial.settings, directory, sweep.metric, "failed",
+                              "stopped by the sweep's time budget", trial.started)
+        return {**result, "status": "cancelled"}
+    text = str(trial.outcome.get("error", "")).strip().splitlines()
+    message = next((ln.strip() for ln in reversed(text) if "Error" in ln or "Exception" in ln),
+                   text[0] if text else "the trial's Spark task failed on every attempt (see the executor logs)")
+    result = trial_result(trial.number, trial.settings, directory, sweep.metric, "failed", message, trial.started)
+    _write_json(f"{directory}/result.json", result)
     return result
 
 
 def _show_epochs(sweep_dir: str, sweep: SweepConfig, trial: Running, log: Callable[[str], None]) -> None:
-    from tfos_jobs.driver.progress import read_progress
-
     lines = read_progress(f"{trial_dir(sweep_dir, trial.number)}/progress.jsonl")
     for line in lines[trial.epochs_shown:]:
         value = line.get(sweep.metric)

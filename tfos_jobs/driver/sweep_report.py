@@ -162,6 +162,10 @@ def export_best(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]],
     shutil.copytree(source, f"{tmp}/saved_model")
     with open(f"{tmp}/trial.json", "w", encoding="utf-8") as fh:
         json.dump({"metric": sweep.metric, "goal": sweep.goal, **top}, fh, indent=2)
-    shutil.rmtree(target, ignore_errors=True)
+    old = f"{sweep_dir}/best.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(target):
+        os.replace(target, old)  # best/ is missing only between these two renames
     os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
     return top

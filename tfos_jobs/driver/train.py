@@ -13,6 +13,7 @@ the reservation server) with its own supervision instead:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -75,8 +76,11 @@ def gpu_conf(tr: TrainConfig, discovery_script: str) -> dict[str, str]:
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train as configured; returns the metrics written to `<model_dir>/metrics.json`."""
+        log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
+
+    Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
+    `TrainingError` and keeps its backup, so running it again resumes."""
     tr = config.train
     meta = meta_mod.read(tr.dataset)  # refuses a directory without _meta/manifest.json
     try:
@@ -97,7 +101,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
             if tr.strategy == "local":
                 _run_local(args, printer)
             else:
-                _run_cluster(spark, tr, args, run_dir, printer)
+                _run_cluster(spark, tr, args, run_dir, printer, stop)
             break
         except TrainingError as e:
             if not e.retriable or attempt == tr.max_attempts:
@@ -160,7 +164,7 @@ def _run_local(args: dict[str, Any], printer: ProgressPrinter) -> None:
 
 
 def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run_dir: str,
-                 printer: ProgressPrinter) -> None:
+                 printer: ProgressPrinter, stop: threading.Event | None = None) -> None:
     from tensorflowonspark import TFSparkNode, reservation
 
     from tfos_jobs.executor.node import guard, main_fun
@@ -182,8 +186,12 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
     def start_nodes():
         sc.setJobGroup(group, f"tfos train: {nodes} TF nodes", interruptOnCancel=True)
         try:
-            sc.parallelize(range(nodes), nodes).foreachPartition(
-                guard(TFSparkNode.run(main_fun, args, cluster_meta, False, None, ["error"], False), run_dir, tr.strategy))
+            node_fn = guard(TFSparkNode.run(main_fun, args, cluster_meta, False, None, ["error"], False),
+                            run_dir, tr.strategy)
+            node_rdd = sc.parallelize(range(nodes), nodes).mapPartitions(node_fn)
+            with _own_python_workers(sc, os.path.basename(run_dir)):
+                node_rdd._jrdd  # the Python function is wrapped here, with this run's environment
+            node_rdd.collect()
             outcome["ok"] = True
         except Exception as e:  # reported by the supervising loop
             outcome["error"] = e
@@ -198,6 +206,8 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
         lost = LostWorkers(tr, run_dir, printer.log)
         while thread.is_alive():
             printer.poll()
+            if stop is not None and stop.is_set():
+                raise TrainingError("stopped before the end (the run's backup is kept: running it again resumes)")
             failed = _failed_nodes(run_dir)
             task_failures = _failed_tasks(sc, group)
             if not failed and lost.tolerated(task_failures):
@@ -212,6 +222,7 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
                 raise TrainingError(f"no training step finished in the last {idle:.0f} s "
                                     f"(train.step_timeout = {tr.step_timeout} s): a TF node hangs", retriable=True)
             thread.join(POLL)
+        lost.report()  # a lost worker's retry may record it just before the run ends
         if "error" in outcome:
             failed = _failed_nodes(run_dir)
             raise TrainingError(_failure_message(run_dir, failed, outcome), retriable=_retriable(failed))
@@ -220,6 +231,23 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
         raise
     finally:
         server.stop()
+
+
+_ENVIRONMENT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _own_python_workers(sc, run_id: str):
+    """Spark keeps one pool of Python workers per environment: a variable naming the run
+    gives the run's TF nodes fresh processes. A process that hosted a TF node cannot host
+    another (collective ops and the TF server are configured once per process), and the
+    pooled workers of UDFs and sweep trials are not disturbed."""
+    with _ENVIRONMENT_LOCK:
+        sc.environment["TFOS_TF_RUN"] = run_id
+        try:
+            yield
+        finally:
+            sc.environment.pop("TFOS_TF_RUN", None)
 
 
 def _wait_for_executors(sc, nodes: int, tr: TrainConfig) -> None:
@@ -321,6 +349,11 @@ def _failed_tasks(sc, group: str) -> int:
     return count
 
 
+def lost_nodes(run_dir: str) -> list[str]:
+    """Nodes whose retried task recorded them as lost (executor.node.guard)."""
+    return sorted(os.path.basename(p).removesuffix(".lost") for p in glob.glob(f"{glob.escape(run_dir)}/nodes/*.lost"))
+
+
 class LostWorkers:
     """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
     the lost worker's steps to the others. A failed node task is a lost worker once its retry
@@ -333,19 +366,23 @@ class LostWorkers:
         self.reported: list[str] = []
         self.waiting_since: float | None = None
 
-    def names(self) -> list[str]:
-        return sorted(os.path.basename(p).removesuffix(".lost") for p in glob.glob(f"{self.run_dir}/nodes/*.lost"))
+    def report(self) -> list[str]:
+        """Logs each newly lost worker once; returns all lost so far."""
+        names = lost_nodes(self.run_dir)
+        for name in names:
+            if name not in self.reported:
+                left = self.tr.workers - len(names)
+                self.log(f"TF node {name} was lost with its executor; training goes on with {left} worker(s)")
+                self.reported.append(name)
+        return names
 
     def tolerated(self, task_failures: int) -> bool:
         if self.tr.strategy != "parameter_server" or task_failures == 0:
             return False
-        names = self.names()
-        for name in names[len(self.reported):]:
-            left = self.tr.workers - len(names)
-            self.log(f"TF node {name} was lost with its executor; training goes on with {left} worker(s)")
-            self.reported.append(name)
+        names = self.report()
         if len(names) >= self.tr.workers:
-            return False
+            raise TrainingError(f"all {self.tr.workers} parameter-server workers were lost with their executors "
+                                f"({', '.join(names)})", retriable=True)
         if len(names) >= task_failures:
             self.waiting_since = None
             return True
@@ -396,7 +433,7 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, second
         "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
         "seconds": round(seconds, 1), "startup": startup(run_dir), "final": result["final"],
-        "lost_nodes": sorted(os.path.basename(p).removesuffix(".lost") for p in glob.glob(f"{run_dir}/nodes/*.lost")),
+        "lost_nodes": lost_nodes(run_dir),
         "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
         "history": epochs,
         "saved_model": f"{model_dir}/saved_model",

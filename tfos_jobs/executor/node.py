@@ -78,7 +78,7 @@ def main_fun(args: dict[str, Any], ctx) -> None:
 
 
 def guard(node_fn, run_dir: str, strategy: str):
-    """Wraps TFoS's node function for `foreachPartition`. A TF node's task runs again only
+    """Wraps TFoS's node function for `mapPartitions` (it yields nothing). A TF node's task runs again only
     when its executor was lost, and a TF cluster cannot take a node at a new address: the
     retry of a parameter-server worker returns at once (the chief goes on with the other
     workers, and the driver counts the worker as lost); any other retry fails the attempt."""
@@ -88,7 +88,8 @@ def guard(node_fn, run_dir: str, strategy: str):
 
         task = TaskContext.get()
         if task is None or task.attemptNumber() == 0:
-            return node_fn(iterator)
+            node_fn(iterator)
+            return iter(())
         node = node_of_partition(run_dir, task.partitionId())
         if strategy == "parameter_server" and node is not None and node.startswith("worker-"):
             lifecycle.write_json(f"{run_dir}/nodes/{node}.lost", {"partition": task.partitionId(), "time": time.time(),

@@ -8,7 +8,6 @@ task, Spark runs it again elsewhere and it resumes from its last finished epoch.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import socket
@@ -17,6 +16,7 @@ import traceback
 from typing import Any
 
 from tfos_jobs.executor import lifecycle
+from tfos_jobs.progress_log import read_progress
 from tfos_jobs.search.early_stopping import metric_history, should_stop
 
 
@@ -26,8 +26,7 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     os.environ.pop("TF_CONFIG", None)  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
     trial_dir, args = payload["trial_dir"], payload["args"]
     started = time.time()
-    result: dict[str, Any] = {"trial": payload["trial"], "settings": payload["settings"], "started": started,
-                              "host": socket.gethostname(), "pid": os.getpid(), "error": None}
+    error = None
     stopper = None
     try:
         from tfos_jobs.executor import training
@@ -41,21 +40,29 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
         status = "pruned" if stopper is not None and stopper.skip_export else "completed"
     except Exception as e:
         status = "failed"
-        result["error"] = f"{type(e).__name__}: {e}".strip()
+        error = f"{type(e).__name__}: {e}".strip()
         lifecycle.write_text(f"{trial_dir}/error.txt", traceback.format_exc())
     finally:
         _clear_keras_state()
-    result.update(summarise(trial_dir, payload["metric"], status, result["error"]))
-    result["finished"] = time.time()
-    result["seconds"] = round(result["finished"] - started, 2)
+    result = trial_result(payload["trial"], payload["settings"], trial_dir, payload["metric"], status, error,
+                          started, host=socket.gethostname(), pid=os.getpid())
     shutil.rmtree(args["run_dir"], ignore_errors=True)
     lifecycle.write_json(f"{trial_dir}/result.json", result)
     return result
 
 
+def trial_result(trial: int, settings: dict[str, Any], trial_dir: str, metric: str, status: str,
+                 error: str | None, started: float, host: str | None = None, pid: int | None = None) -> dict[str, Any]:
+    """A trial's row of the results: who ran it when, and `summarise` of its progress."""
+    finished = time.time()
+    return {"trial": trial, "settings": settings, "started": started, "host": host, "pid": pid, "error": error,
+            **summarise(trial_dir, metric, status, error), "finished": finished,
+            "seconds": round(finished - started, 2)}
+
+
 def summarise(trial_dir: str, metric: str, status: str, error: str | None) -> dict[str, Any]:
     """Status, the metric's final value and the last epoch's metrics, from the trial's progress."""
-    lines = _progress(f"{trial_dir}/progress.jsonl")
+    lines = read_progress(f"{trial_dir}/progress.jsonl")
     history = metric_history(lines, metric)
     out: dict[str, Any] = {"status": status, "value": history[-1] if history else None,
                            "epochs_run": len(history) if history else len({line["epoch"] for line in lines}),
@@ -77,29 +84,14 @@ def median_stop(sweep_dir: str, trial_dir: str, metric: str, goal: str, warmup_e
         skip_export = False
 
         def on_epoch_end(self, epoch, logs=None):
-            own = metric_history(_progress(own_path), metric)
-            others = [metric_history(_progress(p), metric)
-                      for p in glob.glob(f"{sweep_dir}/trial-*/progress.jsonl") if p != own_path]
+            own = metric_history(read_progress(own_path), metric)
+            others = [metric_history(read_progress(p), metric)
+                      for p in glob.glob(f"{glob.escape(sweep_dir)}/trial-*/progress.jsonl") if p != own_path]
             if should_stop(own, others, goal, warmup_epochs, min_trials):
                 self.skip_export = True
                 self.model.stop_training = True
 
     return MedianStop()
-
-
-def _progress(path: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line still being written
-    return out
 
 
 def _clear_keras_state() -> None:

@@ -6,17 +6,24 @@ shared sweep dir (`trial-*/progress.jsonl`), so the rule needs no coordinator.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Iterable
 
 
 def should_stop(own: list[float], others: Iterable[list[float]], goal: str, warmup_epochs: int,
                 min_trials: int) -> bool:
-    """`own` and each of `others`: one metric value per finished epoch, in order."""
+    """`own` and each of `others`: one metric value per finished epoch, in order. A trial
+    whose latest value is NaN has diverged and stops; others' NaNs count as the worst value."""
+    if own and not math.isfinite(own[-1]):
+        return True
+    worst = -math.inf if goal == "maximize" else math.inf
+    fix = lambda v: v if math.isfinite(v) else worst
+    own = [fix(v) for v in own]
     epoch = len(own)
     if epoch == 0 or epoch <= warmup_epochs:
         return False
-    at_epoch = [h[epoch - 1] for h in others if len(h) >= epoch]
+    at_epoch = [fix(h[epoch - 1]) for h in others if len(h) >= epoch]
     if len(at_epoch) < min_trials:
         return False
     median = statistics.median(at_epoch)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import warnings
 from typing import Any, Protocol
 
 from tfos_jobs.search.space import Param, ParamValue, SweepConfig
@@ -63,8 +64,10 @@ def _draw(p: Param, rng: random.Random) -> ParamValue:
     if p.scale == "log":
         x = math.exp(rng.uniform(math.log(p.low), math.log(p.high)))
     else:
-        x = rng.uniform(p.low, p.high)
+        x = rng.uniform(p.low, p.high)  # an int parameter draws below instead
     if p.type == "int":
+        if p.scale == "linear":
+            return rng.randint(int(p.low), int(p.high))
         return min(int(p.high), max(int(p.low), round(x)))
     return float(f"{x:.6g}")
 
@@ -79,8 +82,14 @@ class OptunaSampler:
         self.optuna = optuna
         self.max_trials = sweep.max_trials
         self.distributions = {p.key: _distribution(optuna, p) for p in sweep.params}
-        self.study = optuna.create_study(direction=sweep.goal,
-                                         sampler=optuna.samplers.TPESampler(seed=sweep.seed))
+        # TPE models the space after its random start-up trials: a third of the sweep (3 to 10),
+        # and with trials in flight at once it assumes their results ("constant liar").
+        startup = min(10, max(3, sweep.max_trials // 3))
+        with warnings.catch_warnings():  # constant_liar is marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(seed=sweep.seed, n_startup_trials=startup,
+                                                 constant_liar=sweep.max_parallel_trials > 1)
+        self.study = optuna.create_study(direction=sweep.goal, sampler=sampler)
         self.asked: dict[int, Any] = {}
 
     def total(self) -> int:
@@ -93,18 +102,18 @@ class OptunaSampler:
 
     def tell(self, number: int, settings: dict[str, ParamValue], status: str, value: float | None) -> None:
         state = self.optuna.trial.TrialState
+        done = status == "completed" and value is not None and math.isfinite(value)
+        outcome = state.COMPLETE if done else state.PRUNED if status == "pruned" else state.FAIL
         if number in self.asked:
             trial = self.asked.pop(number)
-            if status == "completed" and value is not None:
+            if done:
                 self.study.tell(trial, value)
             else:
-                self.study.tell(trial, state=state.PRUNED if status == "pruned" else state.FAIL)
+                self.study.tell(trial, state=outcome)
             return
         # A trial of an earlier run of this sweep: teach the study what it learned.
-        done = status == "completed" and value is not None
         self.study.add_trial(self.optuna.trial.create_trial(
-            params=settings, distributions=self.distributions, value=value if done else None,
-            state=state.COMPLETE if done else state.FAIL))
+            params=settings, distributions=self.distributions, value=value if done else None, state=outcome))
 
 
 def _distribution(optuna, p: Param):

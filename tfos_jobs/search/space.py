@@ -98,12 +98,32 @@ def load(path: str | Path, overrides: Sequence[str] = (), base_config: str | Non
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"sweep file {str(path)!r} is not valid TOML: {e}") from None
     for item in overrides:
-        config_mod.apply_override(raw, item)
+        apply_override(raw, item)
     sweep = from_dict(raw, str(path))
     if base_config is not None:
         for settings in _extremes(sweep):
             trial_config(base_config, base_overrides, sweep, settings)
     return sweep
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """`sweep.max_trials=20`, `sweep.fixed.train.epochs=2`, `params.train.learning_rate.high=0.1`:
+    parameter and fixed keys are config keys, dots included."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if key.startswith("params.") and key.count(".") >= 2:
+        name, _, field_name = key.removeprefix("params.").rpartition(".")
+        table = raw.setdefault("params", {}).setdefault(name, {})
+        holder = {}
+        config_mod.apply_override(holder, f"v={text}")
+        table[field_name] = holder["v"]
+        return
+    if key.startswith("sweep.fixed.") and sep:
+        holder = {}
+        config_mod.apply_override(holder, f"v={text}")
+        raw.setdefault("sweep", {}).setdefault("fixed", {})[key.removeprefix("sweep.fixed.")] = holder["v"]
+        return
+    config_mod.apply_override(raw, item)
 
 
 def from_dict(raw: dict[str, Any], where: str = "sweep") -> SweepConfig:
