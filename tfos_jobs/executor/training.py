@@ -26,10 +26,12 @@ def steps_for(args: dict[str, Any], records: int, num_workers: int) -> int:
     return max(1, records // per_step)
 
 
-def make_strategy(name: str):
+def make_strategy(name: str, num_workers: int = 1):
+    """A one-worker cluster has nothing to all-reduce with: it trains as one process does,
+    without MultiWorkerMirrored's per-step collectives."""
     import tensorflow as tf
 
-    if name == "multi_worker_mirrored":
+    if name == "multi_worker_mirrored" and num_workers > 1:
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -51,7 +53,7 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     is_chief = role == "chief"
     meta = meta_mod.read(args["dataset"])
     spec = meta.spec
-    strategy = make_strategy(args["strategy"])
+    strategy = make_strategy(args["strategy"], num_workers)
     model_cfg = ModelConfig(**args["model"])
     with strategy.scope():
         model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
