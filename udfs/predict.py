@@ -49,8 +49,7 @@ class Scorer:
         self.fn = self._loaded.signatures["serving_default"]
         self.spec: FeatureSpec = read_spec(export_dir)
         self.inputs = self.spec.model_inputs
-        self.vocab = {f.name: np.asarray(_read_lines(f"{export_dir}/assets/vocab/{f.name}.txt"), dtype=object)
-                      for f in self.spec.categorical}
+        self.vocab = {f.name: _vocab_index(f"{export_dir}/assets/vocab/{f.name}.txt") for f in self.spec.categorical}
 
     def columns(self, batch: Any) -> dict[str, pd.Series]:
         """Name the batch's columns: a struct arrives as a DataFrame, positional args as a tuple."""
@@ -66,23 +65,25 @@ class Scorer:
         return dict(zip(self.inputs, batch))
 
     def prepare(self, cols: dict[str, pd.Series], counts: dict[str, int]) -> dict[str, Any]:
+        """Columns -> tensors, nulls filled and counted. Vectorised throughout: this runs on
+        every batch, and in the Python worker it competes with the model for the CPU."""
         tensors = {}
         for name, series in cols.items():
             f = self.spec.get(name)
             if isinstance(f, CategoricalFeature):
-                nulls = series.isna().to_numpy()
-                values = series.astype(object).where(~nulls, f.default).astype(str).to_numpy(dtype=object)
+                values, nulls = _strings(series, f.default)
                 if f.max_length is not None:
                     long = np.array([len(v) > f.max_length for v in values], dtype=bool)
                     _count(counts, f"truncated:{name}", int(long.sum()))
                     values = np.where(long, [v[: f.max_length] for v in values], values)
-                unseen = int((~np.isin(values, self.vocab[name])).sum())
-                _count(counts, f"unseen:{name}", unseen)
-                tensors[name] = self._tf.constant(values.astype(str), dtype=self._tf.string)
+                _count(counts, f"unseen:{name}", int((self.vocab[name].get_indexer(values) < 0).sum()))
+                tensors[name] = self._tf.constant(values, dtype=self._tf.string)
             else:
                 numbers = _numeric(name, series)
                 nulls = np.isnan(numbers)
-                tensors[name] = self._tf.constant(np.where(nulls, float(f.default), numbers), dtype=self._tf.float32)
+                if nulls.any():
+                    numbers = np.where(nulls, float(f.default), numbers)
+                tensors[name] = self._tf.constant(numbers.astype(np.float32))
             _count(counts, f"null:{name}", int(nulls.sum()))
         return tensors
 
@@ -94,11 +95,31 @@ class Scorer:
             return pd.Series(out["value"].numpy().astype("float64"))
         return pd.DataFrame({
             "probability": out["probability"].numpy().astype("float64"),
-            "label": [v.decode() for v in out["label"].numpy().tolist()],
+            "label": _decode(out["label"].numpy()),
         })
 
 
+def _strings(series: pd.Series, default: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values as an object array of str with nulls replaced by `default`, null mask). Arrow
+    hands string columns over as str objects already: only other types pay for a conversion."""
+    values = series.to_numpy(dtype=object)
+    nulls = pd.isna(values)
+    if nulls.any():
+        values = np.where(nulls, default, values)
+    if pd.api.types.infer_dtype(values, skipna=False) != "string":
+        values = values.astype(str).astype(object)
+    return values, nulls
+
+
+def _decode(labels: np.ndarray) -> np.ndarray:
+    """Label bytes -> str, decoding each distinct label once."""
+    codes, uniques = pd.factorize(labels)
+    return np.asarray([u.decode() for u in uniques], dtype=object)[codes]
+
+
 def _numeric(name: str, series: pd.Series) -> np.ndarray:
+    if series.dtype.kind in "biuf":  # bool, int, float: nothing to check
+        return series.to_numpy(dtype="float64", na_value=np.nan)
     if series.dtype == object and series.map(lambda v: isinstance(v, (str, bytes))).any():
         example = series[series.map(lambda v: isinstance(v, (str, bytes)))].iloc[0]
         raise TypeError(f"column {name!r} (numeric feature) got text values such as {example!r}; pass a number")
@@ -108,6 +129,12 @@ def _numeric(name: str, series: pd.Series) -> np.ndarray:
 def _count(counts: dict[str, int], key: str, n: int) -> None:
     if n:
         counts[key] = counts.get(key, 0) + n
+
+
+def _vocab_index(path: str) -> pd.Index:
+    """A hashed index of the vocabulary: a batch is checked against it with one lookup per
+    value (np.isin sorted both sides on every batch)."""
+    return pd.Index(list(dict.fromkeys(_read_lines(path))), dtype=object)
 
 
 def _read_lines(path: str) -> list[str]:
