@@ -16,13 +16,14 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup demo demo-sweep test test-all clean
+.PHONY: help setup demo demo-sweep test test-all bench clean
 
 help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
 	@echo "make test        set up and run the test suite (slow cases excluded)"
 	@echo "make test-all    set up and run every test, slow cases included"
+	@echo "make bench       set up and measure every stage against its baseline into docs/benchmarks.md"
 
 setup: $(STAMP) $(JAR)
 
@@ -44,10 +45,13 @@ demo-sweep: setup
 	$(VENV)/bin/tfos sweep --config conf/census.toml --space conf/sweep.toml
 
 test: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" --durations=10
 
 test-all: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=10
+
+bench: setup
+	$(VENV)/bin/tfos bench --config conf/census.toml
 
 clean:
 	rm -rf demo-output .pytest_cache $(JAR)

@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--space", required=True, help="the sweep file, e.g. conf/sweep.toml; "
                        "--set sweep.KEY=VALUE and --set params.KEY... override it")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
+    from tfos_jobs.bench import cli as bench_cli
+
+    bench_cli.add_arguments(sub.add_parser("bench", parents=[common], help="measure every stage against its baseline"))
     return parser
 
 
@@ -181,7 +184,13 @@ def cmd_sweep(cfg, args) -> int:
     return 0 if outcome["best"] is not None else 1
 
 
-COMMANDS = {"sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
+def cmd_bench(cfg, args) -> int:
+    from tfos_jobs.bench import cli as bench_cli
+
+    return bench_cli.run(cfg, args)
+
+
+COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
             "sql": cmd_sql, "demo": cmd_demo}
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""`tfos bench`: every stage measured against a baseline in the same run."""

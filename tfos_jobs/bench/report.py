@@ -1,0 +1,259 @@
+"""`docs/benchmarks.md` and its plots, from one run's figures.
+
+Everything in the file comes from the run, except the tuning log (notes.py), which records
+what was changed and the figures measured before and after."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from tfos_jobs.bench import notes
+from tfos_jobs.bench.harness import Figure, Result, fmt, ratio
+from tfos_jobs.bench.stages import Run
+
+
+def plots_dir(output: str) -> str:
+    """docs/benchmarks.md -> docs/benchmarks/"""
+    return os.path.splitext(output)[0]
+
+
+def write(output: str, run: Run, machine: Mapping[str, str], *, command: str, date: str, wall_seconds: float,
+          load: tuple[str, str]) -> list[str]:
+    """Write the markdown file and its PNGs; returns every path written."""
+    out_dir = plots_dir(output)
+    os.makedirs(out_dir, exist_ok=True)
+    pngs = [plot_results(run, f"{out_dir}/results.png"), plot_input(run, f"{out_dir}/input_pipeline.png")]
+    rel = os.path.basename(out_dir)
+    text = markdown(run, machine, command=command, date=date, wall_seconds=wall_seconds, load=load,
+                    images=[f"{rel}/{os.path.basename(p)}" for p in pngs])
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return [output, *pngs]
+
+
+def _goal(r: Result) -> str:
+    return f"{'≥' if r.goal_op == '>=' else '≤'} {fmt(r.goal)}" + (" s" if r.baseline is None else "")
+
+
+def _figure(f: Figure | None) -> str:
+    if f is None:
+        return "—"
+    return f"{fmt(f.median)} {f.unit} ({f.spread()})"
+
+
+def _value(r: Result) -> str:
+    if r.baseline is None:
+        return f"{fmt(r.value)} s" + (" (slowest run)" if r.worst and len(r.measured.samples) > 1 else "")
+    pairs = r.pair_ratios
+    shown = f"**{fmt(r.value)}**"
+    if len(pairs) > 1:
+        shown += f" ({fmt(min(pairs))}–{fmt(max(pairs))})"
+    return shown
+
+
+def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, wall_seconds: float,
+             load: tuple[str, str], images: list[str]) -> str:
+    met = sum(r.met for r in run.results)
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `{command}` on {date}; the whole run took **{wall_seconds / 60:.1f} min** "
+        f"(load average at start {load[0]}, at end {load[1]}). {met} of {len(run.results)} goals met.",
+        "",
+        "Each measurement runs against its baseline in the same process and the same run, alternating "
+        "(A B, B A, A B…). A figure is the median of its repeats with the min–max range as spread; a ratio is "
+        "measured median ÷ baseline median, followed by the range of the per-repeat ratios.",
+        "",
+        "| id | what | measured | baseline | ratio | goal | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in run.results:
+        base = f"{r.baseline.name}: {_figure(r.baseline)}" if r.baseline else "—"
+        lines.append(f"| {r.id} | {r.title} | {r.measured.name}: {_figure(r.measured)} | {base} | {_value(r)} | "
+                     f"{_goal(r)} | {'yes' if r.met else '**no**'} |")
+    lines += ["", f"![P1–P6]({images[0]})", ""]
+    lines += _input_section(run, images[1])
+    lines += _details(run)
+    lines += ["## Tuning: what was changed, before and after", "", notes.TUNING.strip(), ""]
+    lines += ["## What bounds the ratios", "", notes.BOUNDS.strip(), ""]
+    lines += ["## Machine and versions", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in machine.items()]
+    lines += ["", "## Sizes", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in run.sizes.items()]
+    lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in run.stages.items()]
+    lines += ["", "Run it again with `make bench` (or `tfos bench --config conf/census.toml`); "
+              "`tfos bench --smoke` checks the harness on tiny data in about a minute.", ""]
+    return "\n".join(lines)
+
+
+def _input_section(run: Run, image: str) -> list[str]:
+    d = run.details
+    needed = ("input batch then parse", "input parse then batch", "train tfos", "train local")
+    if not all(k in d for k in needed):
+        return []
+    fast, slow, tfos, local = (d[k] for k in needed)
+    lines = [
+        "## Input pipeline alone vs training consumption",
+        "",
+        "| pipeline or consumer | records/s (median, spread) |",
+        "|---|---|",
+    ]
+    for f in (fast, slow, tfos, local):
+        lines.append(f"| {f.name} | {fmt(f.median)} ({f.spread()}) |")
+    lines += [
+        "",
+        f"Batch-then-parse reads {fmt(ratio(fast.median, slow.median))}× as fast as parse-then-batch, and "
+        f"{fmt(ratio(fast.median, tfos.median))}× as fast as TFoS training consumes examples "
+        f"({fmt(ratio(fast.median, local.median))}× the local strategy): the input is not the bottleneck. "
+        "(The pipeline here has the whole machine; in training it shares it with the model.)",
+        "",
+        f"![input pipeline]({image})",
+        "",
+    ]
+    return lines
+
+
+def _details(run: Run) -> list[str]:
+    d = {r.id: r for r in run.results}
+    lines = ["## Details", ""]
+    if "P3" in d and "train seconds tfos" in run.details:
+        lines.append(f"- **P3** whole training runs, start-up and export included: TFoS "
+                     f"{_figure(run.details['train seconds tfos'])}, local {_figure(run.details['train seconds local'])}.")
+    if "P6" in d and d["P6"].measured.samples:
+        text = (f"- **P6** per TFoS run, reservation server start to the chief's first finished step: "
+                f"{', '.join(fmt(x) for x in d['P6'].measured.samples)} s")
+        reserved = run.details.get("startup reserved")
+        if reserved and reserved.samples:
+            text += f" (every node reserved after {', '.join(fmt(x) for x in reserved.samples)} s)"
+        lines.append(text + ". Each run starts its TF nodes in fresh Python workers (a process that hosted a TF "
+                            "node cannot host another), so every run includes importing TensorFlow on the executor.")
+    if "P4" in d and "udf floor" in run.details:
+        floor, p4 = run.details["udf floor"], d["P4"]
+        lines.append(
+            f"- **P4** floor: a pandas UDF with the same input and output but no model runs at "
+            f"{_figure(floor)}, {fmt(ratio(floor.median, p4.baseline.median))}× the in-process rate; with a model "
+            "costing nothing the UDF could not beat that ratio. The real UDF reaches "
+            f"{fmt(ratio(p4.measured.median, floor.median))}× the floor.")
+    lines.append("")
+    lines += _p4_cpu(run)
+    lines += _batch_sizes(run)
+    return lines
+
+
+def _batch_sizes(run: Run) -> list[str]:
+    """P4 at each Arrow batch size tried."""
+    sizes = sorted(int(k.rsplit(" ", 1)[1]) for k in run.details if k.startswith("batch UDF "))
+    if not sizes:
+        return []
+    lines = ["P4 at other Arrow batch sizes (`spark.sql.execution.arrow.maxRecordsPerBatch`, and the same batch "
+             "size for the in-process calls):", "",
+             "| rows per Arrow batch | SQL UDF rows/s | in-process rows/s | ratio |", "|---|---|---|---|"]
+    for size in sizes:
+        udf, local = run.details[f"batch UDF {size}"], run.details[f"batch in-process {size}"]
+        lines.append(f"| {size:,} | {fmt(udf.median)} ({udf.spread()}) | {fmt(local.median)} ({local.spread()}) | "
+                     f"{fmt(ratio(udf.median, local.median))} |")
+    return lines + [""]
+
+
+def _p4_cpu(run: Run) -> list[str]:
+    """Where P4's time goes: CPU seconds per 100k rows, by process group."""
+    variants = ("in-process", "UDF", "no-op UDF")
+    groups = ("jvm", "python workers", "driver")
+    if not all(f"P4 {v} cpu {g}" in run.details for v in variants for g in groups):
+        return []
+    lines = ["P4, CPU seconds per 100k rows (median), by process:", "",
+             "| | Spark JVM | Python workers | driver (this process) | total |", "|---|---|---|---|---|"]
+    for v in variants:
+        cells = [run.details[f"P4 {v} cpu {g}"].median for g in groups]
+        lines.append(f"| {v} | " + " | ".join(fmt(c) for c in cells) + f" | {fmt(sum(cells))} |")
+    return lines + [""]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _thousands(axis) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}"))
+
+
+def plot_results(run: Run, path: str) -> str:
+    """One panel per result: baseline and measured with their min-max, or each run against the goal."""
+    plt = _plt()
+    results = run.results
+    cols = 3
+    rows = max(1, -(-len(results) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.axis("off")
+    for ax, r in zip(axes.flat, results):
+        colour = "tab:green" if r.met else "tab:red"
+        if r.baseline is None:
+            xs = list(range(1, len(r.measured.samples) + 1))
+            ax.bar(xs, r.measured.samples, color=colour)
+            ax.axhline(r.goal, color="black", linestyle="--", linewidth=1, label=f"goal {_goal(r)}")
+            ax.set_xticks(xs)
+            ax.set_xlabel("run")
+            ax.legend(fontsize=8)
+            title = f"{r.id}: {fmt(r.value)} s"
+        else:
+            figs = [r.baseline, r.measured]
+            medians = [f.median for f in figs]
+            errors = [[f.median - f.low for f in figs], [f.high - f.median for f in figs]]
+            ax.bar([0, 1], medians, yerr=errors, capsize=6, color=["tab:gray", colour])
+            ax.set_xticks([0, 1])
+            ax.set_xticklabels([_short(f.name) for f in figs], fontsize=8)
+            title = f"{r.id}: ratio {fmt(r.value)} (goal {_goal(r)})"
+        ax.set_ylabel(r.measured.unit)
+        _thousands(ax.yaxis)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _short(name: str, width: int = 22) -> str:
+    words, lines, line = name.split(), [], ""
+    for w in words:
+        if line and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    lines.append(line)
+    return "\n".join(lines)
+
+
+def plot_input(run: Run, path: str) -> str:
+    """Records/s of the input pipeline both ways and of training."""
+    plt = _plt()
+    keys = [k for k in ("input batch then parse", "input parse then batch", "train tfos", "train local") if k in run.details]
+    figs = [run.details[k] for k in keys]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    if figs:
+        ys = list(range(len(figs)))
+        errors = [[f.median - f.low for f in figs], [f.high - f.median for f in figs]]
+        ax.barh(ys, [f.median for f in figs], xerr=errors, capsize=5,
+                color=["tab:blue" if k.startswith("input") else "tab:orange" for k in keys])
+        ax.set_yticks(ys)
+        ax.set_yticklabels([f.name for f in figs], fontsize=8)
+        _thousands(ax.xaxis)
+        ax.invert_yaxis()
+    ax.set_xlabel("records (examples) per second")
+    ax.set_title("input pipeline alone (blue) vs training consumption (orange)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

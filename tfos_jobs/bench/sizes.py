@@ -1,0 +1,29 @@
+"""How much data each benchmark uses. The full run is sized to finish in well under 20 minutes
+on a 2-core machine; the smoke run only proves the harness works end to end."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    people: int  # people at 1x; the large data set has `scale` times as many
+    scale: int
+    events_per_person: float  # events rows = people x this: the bulk of what prepare reads
+    repeats: int
+    train_repeats: int  # training is the noisiest figure (seconds-long epochs on a shared machine)
+    warmup: bool  # one unrecorded run of each variant first (model loading, worker start, JIT)
+    train_epochs: int  # training figures use the epochs after the first (the first traces)
+    train_steps: int  # steps per epoch
+    input_batches: int  # batches read per input pipeline run
+    write_rounds: int  # times the JVM writers write the DataFrame per sample: one write lasts under a second
+
+    @property
+    def big_people(self) -> int:
+        return self.people * self.scale
+
+
+FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_repeats=5, warmup=True,
+             train_epochs=3, train_steps=1000, input_batches=800, write_rounds=4)
+SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, warmup=False,
+              train_epochs=2, train_steps=4, input_batches=4, write_rounds=1)

@@ -1,0 +1,386 @@
+"""The benchmark run: generate the data, then measure each stage against its baseline.
+
+Three Spark sessions, one after the other, in this one process:
+  1. `local[2]`: generate the 1x and 16x data sets, prepare both (P5), write the prepared
+     records three ways (P1, P2), and read them with tf.data in this driver (input pipeline);
+  2. `local-cluster[1,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
+     trains in this driver while that executor idles (P3, P6);
+  3. `local[2]` again: the SQL UDF against the in-process model call (P4), SQL at 1x and
+     16x (P5).
+Every figure of one comparison comes from the same session, alternating repeat by repeat.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import statistics
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pyspark.sql import DataFrame, SparkSession
+
+from tfos_jobs import session as session_mod
+from tfos_jobs.bench import cpu, pipeline, serving, writers
+from tfos_jobs.bench.harness import Figure, Log, Result, Sample, interleave, timed
+from tfos_jobs.bench.sizes import Sizes
+from tfos_jobs.config import Config, SparkConfig
+from tfos_jobs.data import meta as meta_mod
+from tfos_jobs.data import synthetic
+from tfos_jobs.errors import ConfigError
+
+SERVED_MODEL = "model-multi_worker_mirrored"  # P4 and P5 serve the model the last TFoS run trained
+SPARK_TYPES = {"float32": "float", "string": "string", "int64": "long"}
+WRITE_PARTITIONS = 8
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",  # takes effect when the first session starts the JVM
+    "spark.sql.execution.arrow.pyspark.enabled": "true",  # toPandas of P4's rows
+}
+
+
+@dataclass
+class Run:
+    """Everything the report needs."""
+
+    results: list[Result] = field(default_factory=list)
+    details: dict[str, Figure] = field(default_factory=dict)
+    sizes: dict[str, str] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def bench_config(cfg: Config, sizes: Sizes, work: str, scale: str) -> Config:
+    """`cfg` pointed at the bench's own data under `work`: raw tables, dataset, model."""
+    root = cfg.synthetic.output.rstrip("/")
+    prep = cfg.prepare
+    needed = [prep.main, *(lk.source for lk in prep.lookups), *([prep.activity.source] if prep.activity else [])]
+    for name in needed:
+        path = cfg.sources[name].path or ""
+        if not (path == root or path.startswith(root + "/")):
+            raise ConfigError(f"sources.{name}.path: tfos bench generates its own data, so every source prepare "
+                              f"reads must lie under synthetic.output ({root!r}); got {path!r}")
+    raw = f"{work}/raw-{scale}"
+    sources = {name: dataclasses.replace(src, path=raw + src.path[len(root):])
+               if src.path and (src.path == root or src.path.startswith(root + "/")) else src
+               for name, src in cfg.sources.items()}
+    people = sizes.people if scale == "1x" else sizes.big_people
+    return dataclasses.replace(
+        cfg, sources=sources,
+        synthetic=dataclasses.replace(cfg.synthetic, output=raw, people=people, events_per_person=sizes.events_per_person),
+        prepare=dataclasses.replace(prep, output=f"{work}/dataset-{scale}", overwrite=True),
+        train=dataclasses.replace(cfg.train, dataset=f"{work}/dataset-{scale}", model_dir=f"{work}/model",
+                                  epochs=sizes.train_epochs, steps_per_epoch=sizes.train_steps, workers=1,
+                                  tensorboard=False, early_stopping_patience=0),
+        predict=dataclasses.replace(cfg.predict, model=f"{work}/{SERVED_MODEL}", output=f"{work}/predictions-{scale}"),
+    )
+
+
+class Bench:
+    """Runs the stages in order; each appends its results to `self.run`."""
+
+    def __init__(self, cfg: Config, sizes: Sizes, work: str, log: Log, *, spark_master: str, tfos_master: str):
+        self.sizes, self.work, self.log = sizes, work, log
+        self.spark_master, self.tfos_master = spark_master, tfos_master
+        self.small = bench_config(cfg, sizes, work, "1x")
+        self.big = bench_config(cfg, sizes, work, "16x")
+        self.spark_conf = {**cfg.spark.conf, **SPARK_CONF}
+        self.app_name = f"{cfg.spark.app_name}-bench"
+        self.spark: SparkSession | None = None
+        self.run = Run()
+        self.started = time.time()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        self.log(f"[{time.time() - self.started:6.0f} s] {text}")
+
+    def session(self, master: str) -> SparkSession:
+        """A fresh session on `master`; the previous one is stopped first."""
+        self.stop()
+        self.say(f"Spark session on {master}")
+        self.spark = session_mod.build(SparkConfig(master=master, app_name=self.app_name, conf=self.spark_conf))
+        return self.spark
+
+    def stop(self) -> None:
+        if self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+
+    def stage(self, name: str, fn: Callable[[], None]) -> None:
+        self.say(f"== {name}")
+        started = time.time()
+        fn()
+        self.run.stages[name] = time.time() - started
+
+    def indented(self, text: str) -> None:
+        """What the jobs themselves print (per-epoch lines), indented under the progress lines."""
+        for line in text.splitlines():
+            self.log(f"      {line}")
+
+    def repeat(self, label: str, variants: dict[str, Callable[[], Sample]], *, warmup: bool | None = None,
+               repeats: int | None = None):
+        return interleave(label, variants, repeats or self.sizes.repeats, self.say,
+                          warmup=self.sizes.warmup if warmup is None else warmup)
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def all(self) -> Run:
+        s = self.sizes
+        self.run.sizes["people (1x / 16x)"] = f"{s.people:,} / {s.big_people:,}"
+        self.run.sizes["events per person"] = f"{s.events_per_person:g}"
+        self.run.sizes["repeats per figure"] = f"{s.repeats}, training {s.train_repeats}" + (
+            " (after one unrecorded warm-up run of each variant; none for training, where each TFoS run's "
+            "start-up is a P6 sample)" if s.warmup else "")
+        try:
+            self.session(self.spark_master)
+            self.stage("generate", self.generate)
+            self.stage("P5 prepare at 1x and 16x", self.prepare_scaling)
+            self.stage("P1 P2 record writes", self.writes)
+            self.stage("input pipeline", self.input_pipeline)
+            self.session(self.tfos_master)
+            self.stage("P3 P6 training", self.training)
+            self.session(self.spark_master)
+            self.stage("P4 P5 serving", self.serving)
+        finally:
+            self.stop()
+        self.run.results.sort(key=lambda r: r.id)
+        return self.run
+
+    def generate(self) -> None:
+        for scale, cfg in (("1x", self.small), ("16x", self.big)):
+            syn = cfg.synthetic
+            counts = synthetic.generate(self.spark, syn.output, syn.people, syn.events_per_person, syn.seed, syn.as_of)
+            self.say(f"  {scale}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+            self.run.facts[f"raw {scale}"] = counts
+        small, big = self.run.facts["raw 1x"], self.run.facts["raw 16x"]
+        self.run.sizes["raw rows (people + events), 1x / 16x"] = (
+            f"{small['people'] + small['events']:,} / {big['people'] + big['events']:,}")
+
+    def prepare_scaling(self) -> None:
+        from tfos_jobs.driver import prepare
+
+        def variant(cfg: Config) -> Callable[[], Sample]:
+            return lambda: {"seconds": timed(lambda: prepare.run(self.spark, cfg, overwrite=True, log=lambda _: None))}
+
+        if self.sizes.warmup:
+            self.say("  prepare: warm-up 1x and 16x")
+            for cfg in (self.small, self.big):
+                prepare.run(self.spark, cfg, overwrite=True, log=lambda _: None)
+        out = self.repeat("prepare", {"1x": variant(self.small), "16x": variant(self.big)}, warmup=False)
+        for scale, cfg in (("1x", self.small), ("16x", self.big)):
+            splits = meta_mod.read(cfg.prepare.output).manifest["splits"]
+            self.run.facts[f"records {scale}"] = {k: v["records"] for k, v in splits.items()}
+        r1, r16 = self.run.facts["records 1x"], self.run.facts["records 16x"]
+        self.run.sizes["prepared records train + eval, 1x / 16x"] = (
+            f"{r1['train']:,} + {r1['eval']:,} / {r16['train']:,} + {r16['eval']:,}")
+        self.run.results.append(Result(
+            "P5a", "prepare time at 16x rows vs 1x rows",
+            Figure("prepare at 16x", "s", out["16x"]["seconds"]), Figure("prepare at 1x", "s", out["1x"]["seconds"]),
+            16.0, "<="))
+
+    def records_frame(self) -> DataFrame:
+        """The 16x data set's records, as prepare wrote them, cached: the DataFrame P1 and P2 write."""
+        meta = meta_mod.read(self.big.prepare.output)
+        schema = ", ".join(f"`{n}` {SPARK_TYPES[c['dtype']]}" for n, c in meta.spec.record_schema().items())
+        return self.spark.read.format(self.big.prepare.tfrecord_format).schema(schema) \
+            .load([meta.split_dir("train"), meta.split_dir("eval")]).repartition(WRITE_PARTITIONS).cache()
+
+    def writes(self) -> None:
+        df = self.records_frame()
+        rows = df.count()
+        fmt_name = self.big.prepare.tfrecord_format
+        self.run.sizes["P1 P2 DataFrame"] = (
+            f"{rows:,} rows x {len(df.columns)} columns (the 16x records), {WRITE_PARTITIONS} partitions, cached; "
+            f"a Parquet or TFRecord sample writes it {self.sizes.write_rounds} times, a Python-writer sample once")
+        kinds: dict[str, Callable[[DataFrame, str], Any]] = {
+            "parquet": writers.write_parquet,
+            "tfrecord": lambda d, p: writers.write_tfrecord(d, p, fmt_name),
+            "python": writers.write_python_rows,
+        }
+
+        def once(kind: str, frame: DataFrame, n: int, rounds: int = 1) -> Sample:
+            """`rounds` writes of `frame`, each into a new directory (deleted afterwards, untimed)."""
+            seconds = 0.0
+            for _ in range(rounds):
+                path = f"{self.work}/writes/{kind}-{uuid.uuid4().hex[:8]}"
+                started = time.perf_counter()
+                written = kinds[kind](frame, path)
+                seconds += time.perf_counter() - started
+                shutil.rmtree(path, ignore_errors=True)
+                if written is not None and written != n:
+                    raise RuntimeError(f"the {kind} writer wrote {written} of {n} rows")
+            return {"rows_per_sec": rounds * n / seconds}
+
+        if self.sizes.warmup:  # start the Python workers, import TF in them, warm the JIT: on a 2% sample
+            sample = df.sample(fraction=0.02, seed=1).cache()
+            n = sample.count()
+            for kind in kinds:
+                self.say(f"  writes: warm-up {kind}")
+                once(kind, sample, n)
+            sample.unpersist()
+        rounds = {"parquet": self.sizes.write_rounds, "tfrecord": self.sizes.write_rounds, "python": 1}
+        out = self.repeat("writes", {k: (lambda k=k: once(k, df, rows, rounds[k])) for k in kinds}, warmup=False)
+        df.unpersist()
+        tfrecord = Figure("TFRecord data source", "rows/s", out["tfrecord"]["rows_per_sec"])
+        self.run.results.append(Result(
+            "P1", "prepare: TFRecord write via the data source vs Parquet write of the same DataFrame",
+            tfrecord, Figure("Parquet", "rows/s", out["parquet"]["rows_per_sec"]), 0.8, ">="))
+        self.run.results.append(Result(
+            "P2", "TFRecord write via the data source vs a Python per-row writer (TFoS dfutil's tf.train.Example per Row)",
+            tfrecord, Figure("Python per-row writer", "rows/s", out["python"]["rows_per_sec"]), 10.0, ">="))
+
+    def input_pipeline(self) -> None:
+        meta = meta_mod.read(self.big.prepare.output)
+        files, spec, batch = meta.files("train"), meta.spec, self.big.train.batch_size
+        builders = {"batch then parse": pipeline.batch_then_parse, "parse then batch": pipeline.parse_then_batch}
+
+        def variant(build) -> Callable[[], Sample]:
+            return lambda: {"records_per_sec": pipeline.records_per_sec(
+                build(files, spec, batch, meta.compression), self.sizes.input_batches, batch)}
+
+        self.run.sizes["input pipeline"] = (f"{self.sizes.input_batches} batches of {batch} from the 16x train split "
+                                            f"({len(files)} files), in the driver")
+        out = self.repeat("input pipeline", {name: variant(b) for name, b in builders.items()})
+        for name in builders:
+            self.run.details[f"input {name}"] = Figure(f"tf.data, {name}", "records/s", out[name]["records_per_sec"])
+
+    def training(self) -> None:
+        from tfos_jobs.driver import train
+
+        def variant(strategy: str) -> Callable[[], Sample]:
+            def once() -> Sample:
+                tr = dataclasses.replace(self.small.train, strategy=strategy, model_dir=f"{self.work}/model-{strategy}")
+                metrics = train.run(self.spark, dataclasses.replace(self.small, train=tr), overwrite=True, log=self.indented)
+                steady = metrics["history"][1:] or metrics["history"]  # the first epoch traces the functions
+                sample = {"examples_per_sec": statistics.fmean(e["examples_per_sec"] for e in steady),
+                          "seconds": metrics["seconds"]}
+                if strategy != "local":
+                    sample.update(metrics["startup"])
+                return sample
+            return once
+
+        tr = self.small.train
+        self.run.sizes["training"] = (f"1x train split, {tr.epochs} epochs x {tr.steps_per_epoch} steps of batch "
+                                      f"{tr.batch_size}; figures from epochs 2-{tr.epochs} (the first traces); "
+                                      f"{self.sizes.train_repeats} repeats")
+        out = self.repeat("training", {"local": variant("local"), "tfos": variant("multi_worker_mirrored")},
+                          warmup=False, repeats=self.sizes.train_repeats)
+        tfos = Figure("TFoS, 1 worker (multi_worker_mirrored)", "examples/s", out["tfos"]["examples_per_sec"])
+        local = Figure("local strategy, one process", "examples/s", out["local"]["examples_per_sec"])
+        self.run.results.append(Result(
+            "P3", "training examples/s: TFoS with 1 worker vs the local strategy (same data, model, batch)",
+            tfos, local, 0.9, ">="))
+        self.run.details["train tfos"] = tfos
+        self.run.details["train local"] = local
+        self.run.details["train seconds tfos"] = Figure("TFoS run, wall", "s", out["tfos"]["seconds"])
+        self.run.details["train seconds local"] = Figure("local run, wall", "s", out["local"]["seconds"])
+        self.run.details["startup reserved"] = Figure("reservation server start to all nodes reserved", "s",
+                                                      out["tfos"].get("to_reserved_seconds", []))
+        self.run.results.append(Result(
+            "P6", "TFoS cluster start: reservation to first training step (the slowest run counts)",
+            Figure("reservation to first step", "s", out["tfos"].get("to_first_step_seconds", [])), None,
+            15.0, "<=", worst=True))
+
+    def serving(self) -> None:
+        import udfs
+        from pyspark.sql.functions import PandasUDFType, pandas_udf
+
+        from tfos_jobs.driver import prepare, sql
+        from tfos_jobs.model.export import load_signature
+        from udfs.register import return_type
+
+        spark, pr = self.spark, self.big.predict
+        udf = udfs.register(spark, pr.name, pr.model, batch_size=pr.batch_size)
+        spec, task = udf.spec, udf.spec.label.task
+        with_spec = dataclasses.replace(self.big, features=spec)
+        table, _ = prepare.assemble(spark, with_spec, for_prediction=True)
+        inputs = table.select(*spec.model_inputs).repartition(spark.sparkContext.defaultParallelism * 2).cache()
+        rows = inputs.count()
+        inputs.createOrReplaceTempView("bench_inputs")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            spark.udf.register("bench_noop", pandas_udf(serving.make_noop(task), return_type(spec), PandasUDFType.SCALAR_ITER))
+        arrays = serving.numpy_inputs(inputs.toPandas(), spec)
+        signature = load_signature(udf.export_dir)
+        self.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "
+                                     f"Arrow batches of {pr.batch_size:,} rows")
+
+        meter = cpu.Meter(spark)
+
+        def measured(call: Callable[[], object]) -> Sample:
+            """rows/s, and CPU seconds per 100k rows of the JVM, the Python workers and this driver."""
+            wall, used = meter.around(call)
+            sample = {"rows_per_sec": rows / wall}
+            if meter.usable:
+                sample.update({f"cpu {k}": 1e5 * v / rows for k, v in used.items()})
+            return sample
+
+        def query(function: str) -> Callable[[], Sample]:
+            def once() -> None:
+                n = spark.sql(serving.score_sql(function, task, "bench_inputs")).first()["n"]
+                if n != rows:
+                    raise RuntimeError(f"{function} scored {n} of {rows} rows")
+            return lambda: measured(once)
+
+        out = self.repeat("SQL UDF", {
+            "in-process": lambda: measured(lambda: serving.in_process_rows_per_sec(signature, arrays, pr.batch_size)),
+            "UDF": query(pr.name),
+            "no-op UDF": query("bench_noop"),
+        })
+        for variant, figures in out.items():
+            for key, values in figures.items():
+                if key.startswith("cpu "):
+                    self.run.details[f"P4 {variant} {key}"] = Figure(f"{variant}: {key[4:]}", "CPU s per 100k rows", values)
+        self.run.results.append(Result(
+            "P4", "SQL UDF rows/s on local[2] vs the concrete function called in one process (same rows, batch size)",
+            Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
+            Figure("concrete function, in-process", "rows/s", out["in-process"]["rows_per_sec"]), 0.5, ">="))
+        self.run.details["udf floor"] = Figure("no-op pandas UDF, same input and output", "rows/s",
+                                               out["no-op UDF"]["rows_per_sec"])
+
+        self.batch_sweep(measured, query(pr.name), signature, arrays)
+        inputs.unpersist()
+
+        def sql_variant(cfg: Config) -> Callable[[], Sample]:
+            def once() -> Sample:
+                started = time.perf_counter()
+                sql.open_views(spark, cfg, spec)
+                spark.sql(serving.score_sql(pr.name, task, sql.FEATURES_VIEW)).collect()
+                return {"seconds": time.perf_counter() - started}
+            return once
+
+        small = dataclasses.replace(self.small, features=spec)
+        out = self.repeat("SQL at 1x and 16x", {"1x": sql_variant(small), "16x": sql_variant(with_spec)})
+        self.run.results.append(Result(
+            "P5b", "SQL inference time (views over the raw tables + the UDF on every row) at 16x rows vs 1x rows",
+            Figure("SQL at 16x", "s", out["16x"]["seconds"]), Figure("SQL at 1x", "s", out["1x"]["seconds"]),
+            16.0, "<="))
+
+    def batch_sweep(self, measured: Callable[[Callable[[], object]], Sample], udf_query: Callable[[], Sample],
+                    signature: Any, arrays: dict[str, Any]) -> None:
+        """P4 again at other Arrow batch sizes (spark.sql.execution.arrow.maxRecordsPerBatch):
+        fewer, larger batches spread Spark's per-batch conversion cost over more rows."""
+        spark, configured = self.spark, self.big.predict.batch_size
+        variants: dict[str, Callable[[], Sample]] = {}
+        for size in sorted({2_000, configured, 50_000}):
+            def udf_at(size: int = size) -> Sample:
+                spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(size))
+                return udf_query()
+            variants[f"UDF {size}"] = udf_at
+            variants[f"in-process {size}"] = (
+                lambda size=size: measured(lambda: serving.in_process_rows_per_sec(signature, arrays, size)))
+        out = self.repeat("Arrow batch size", variants, warmup=False)
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(configured))
+        for name, figures in out.items():
+            self.run.details[f"batch {name}"] = Figure(name, "rows/s", figures["rows_per_sec"])
+
+
+def cleanup(work: str) -> None:
+    if os.path.isdir(work):
+        shutil.rmtree(work, ignore_errors=True)
+
