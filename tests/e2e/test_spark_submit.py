@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CENSUS, ROOT, census_overrides
 
 BIN = Path(sys.executable).parent
@@ -18,7 +20,7 @@ def run(cmd, expect: int = 0):
     return proc
 
 
-def test_generate_then_spark_submit_prepare_and_sweep_on_local_cluster(tmp_path):
+def test_generate_then_spark_submit_prepare_on_local_cluster(tmp_path):
     raw, out = tmp_path / "raw", tmp_path / "dataset"
     sets = [a for o in census_overrides(raw, out, people=2000, master="local[1]") for a in ("--set", o)]
     gen = run([str(BIN / "tfos"), "generate", "--config", str(CENSUS), *sets])
@@ -36,6 +38,23 @@ def test_generate_then_spark_submit_prepare_and_sweep_on_local_cluster(tmp_path)
     assert f"train {manifest['splits']['train']['records']:,} in 4 files" in submit.stdout
     assert manifest["spark"]["master"] == "local-cluster[2,1,1024]"  # spark-submit's master wins over the config's
 
+
+def test_plain_spark_submit_without_the_jar_is_told_how_to_fix_it(tmp_path):
+    proc = run([
+        str(BIN / "spark-submit"), "--master", "local[1]", "tfos_jobs/prepare.py", "--config", str(CENSUS),
+        "--set", f"prepare.output={tmp_path}/out",
+    ], expect=2)
+    output = proc.stdout + proc.stderr  # spark-submit merges the Python driver's stderr into its stdout
+    assert "spark-submit was run without the TFRecord data source jar: add --jars" in output
+    assert "scripts/tfos-submit" in output
+
+
+@pytest.mark.slow
+def test_spark_submit_sweep_on_local_cluster(tmp_path):
+    raw, out = tmp_path / "raw", tmp_path / "dataset"
+    sets = [a for o in census_overrides(raw, out, people=2000, master="local[1]") for a in ("--set", o)]
+    run([str(BIN / "tfos"), "generate", "--config", str(CENSUS), *sets])
+    run([str(BIN / "tfos"), "prepare", "--config", str(CENSUS), *sets])
     space = tmp_path / "sweep.toml"
     space.write_text(f'[sweep]\ndir = "{tmp_path}/sweep"\nmax_trials = 2\nearly_stopping = "none"\n'
                      '[sweep.fixed]\n"train.epochs" = 1\n"train.steps_per_epoch" = 5\n'
@@ -46,13 +65,3 @@ def test_generate_then_spark_submit_prepare_and_sweep_on_local_cluster(tmp_path)
     ])
     assert "trial 002 completed" in sweep.stdout and "leaderboard (maximize val_auc)" in sweep.stdout
     assert (tmp_path / "sweep" / "best" / "saved_model" / "saved_model.pb").exists()
-
-
-def test_plain_spark_submit_without_the_jar_is_told_how_to_fix_it(tmp_path):
-    proc = run([
-        str(BIN / "spark-submit"), "--master", "local[1]", "tfos_jobs/prepare.py", "--config", str(CENSUS),
-        "--set", f"prepare.output={tmp_path}/out",
-    ], expect=2)
-    output = proc.stdout + proc.stderr  # spark-submit merges the Python driver's stderr into its stdout
-    assert "spark-submit was run without the TFRecord data source jar: add --jars" in output
-    assert "scripts/tfos-submit" in output
