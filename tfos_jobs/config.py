@@ -173,16 +173,21 @@ class Config:
 
 def load(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Read a TOML file, apply `key=value` overrides, build and validate the config."""
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    raw = read_toml(path, "config file")
     for item in overrides:
         apply_override(raw, item)
     return from_dict(raw)
+
+
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """The parsed file; a missing or malformed one is a ConfigError naming `what` and the path."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{what} {str(path)!r} is not valid TOML: {e}") from None
 
 
 def from_dict(raw: Mapping[str, Any]) -> Config:

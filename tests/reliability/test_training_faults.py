@@ -42,6 +42,13 @@ def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.P
                             env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
 
 
+def start_ps_train(dataset: Path, model_dir: Path, workers: int, max_attempts: int) -> subprocess.Popen:
+    """Parameter-server training over 4 epochs: a chief, `workers` workers and one ps, one executor each."""
+    return start_train(dataset, model_dir, f"spark.master=local-cluster[{workers + 2},1,1536]",
+                       "train.strategy=parameter_server", f"train.workers={workers}", "train.ps=1", "train.epochs=4",
+                       f"train.max_attempts={max_attempts}")
+
+
 def executor_jvm_of(pid: int) -> int:
     """Walk up from a TF node's Python process to the executor JVM that runs it."""
     while pid > 1:
@@ -116,8 +123,7 @@ def test_a_hung_step_fails_the_run_within_the_step_timeout(dataset, tmp_path):
 
 def test_a_lost_parameter_server_fails_the_attempt_and_the_retry_resumes(dataset, tmp_path):
     model_dir = tmp_path / "model"
-    proc = start_train(dataset, model_dir, "spark.master=local-cluster[3,1,1536]", "train.strategy=parameter_server",
-                       "train.workers=1", "train.ps=1", "train.epochs=4", "train.max_attempts=2")
+    proc = start_ps_train(dataset, model_dir, workers=1, max_attempts=2)
     out, err, killed = run_killing_executor_of(proc, model_dir, "ps-0")
     assert killed, "the parameter server's executor was never killed"
     assert proc.returncode == 0, out[-3000:] + err[-5000:]
@@ -130,8 +136,7 @@ def test_a_lost_parameter_server_fails_the_attempt_and_the_retry_resumes(dataset
 
 def test_a_lost_parameter_server_worker_is_tolerated(dataset, tmp_path):
     model_dir = tmp_path / "model"
-    proc = start_train(dataset, model_dir, "spark.master=local-cluster[4,1,1536]", "train.strategy=parameter_server",
-                       "train.workers=2", "train.ps=1", "train.epochs=4", "train.max_attempts=1")
+    proc = start_ps_train(dataset, model_dir, workers=2, max_attempts=1)
     out, err, killed = run_killing_executor_of(proc, model_dir, "worker-1")
     assert killed, "the worker's executor was never killed"
     assert proc.returncode == 0, out[-3000:] + err[-5000:]

@@ -12,13 +12,16 @@ from tfos_jobs.search.space import SweepConfig
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
 
 
-def best(sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The completed trial with the best final metric; ties go to the earlier trial."""
-    done = [r for r in rows if r["status"] == "completed" and _finite(r["value"])]
-    if not done:
-        return None
+def ranked(sweep: SweepConfig, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Completed trials with a finite metric, best first; ties go to the earlier trial."""
     sign = -1 if sweep.goal == "maximize" else 1
-    return min(done, key=lambda r: (sign * r["value"], r["trial"]))
+    done = [r for r in rows if r["status"] == "completed" and _finite(r["value"])]
+    return sorted(done, key=lambda r: (sign * r["value"], r["trial"]))
+
+
+def best(sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    top = ranked(sweep, rows)
+    return top[0] if top else None
 
 
 def _finite(value: Any) -> bool:
@@ -58,12 +61,10 @@ def write_table(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) 
 
 def leaderboard(sweep: SweepConfig, rows: list[dict[str, Any]], top: int = 10) -> str:
     """The best trials first, then how many were stopped early or failed."""
-    ranked = [r for r in rows if r["status"] == "completed" and _finite(r["value"])]
-    ranked.sort(key=lambda r: (-r["value"] if sweep.goal == "maximize" else r["value"], r["trial"]))
     names = [p.column for p in sweep.params]
     header = ["rank", "trial", sweep.metric, *names, "epochs", "seconds"]
     body = [[str(i + 1), f"{r['trial']:03d}", f"{r['value']:.4f}", *(_fmt(r["settings"].get(p.key)) for p in sweep.params),
-             str(r["epochs_run"]), f"{r['seconds']:.0f}"] for i, r in enumerate(ranked[:top])]
+             str(r["epochs_run"]), f"{r['seconds']:.0f}"] for i, r in enumerate(ranked(sweep, rows)[:top])]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     lines = [f"leaderboard ({sweep.goal} {sweep.metric}):", "  " + "  ".join(h.rjust(w) for h, w in zip(header, widths))]
     lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]

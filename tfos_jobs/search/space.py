@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -90,13 +89,7 @@ def load(path: str | Path, overrides: Sequence[str] = (), base_config: str | Non
          base_overrides: Sequence[str] = ()) -> SweepConfig:
     """Read and validate the sweep file; with `base_config`, also check that every parameter
     value and fixed setting makes a valid training config."""
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"sweep file {str(path)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"sweep file {str(path)!r} is not valid TOML: {e}") from None
+    raw = config_mod.read_toml(path, "sweep file")
     for item in overrides:
         apply_override(raw, item)
     sweep = from_dict(raw, str(path))
