@@ -130,15 +130,20 @@ class TrainConfig:
     gpu_discovery_script: str = "scripts/gpu_discovery.sh"  # what Spark runs to find an executor's GPUs
     epochs: int = 5
     steps_per_epoch: Union[int, None] = None  # default: one pass over the train split per epoch
-    batch_size: int = 256  # per worker
+    batch_size: int = 512  # per worker (parameter_server: per step, each step on one worker)
     optimizer: Literal["adam", "adagrad", "sgd", "rmsprop", "ftrl"] = "adam"
     learning_rate: float = 0.001
     early_stopping_patience: int = 0  # epochs without improvement of val_loss; 0 = off
-    shuffle_buffer: int = 10_000
+    shuffle_buffer: int = 10_000  # records, when a worker's share of the train split streams from its files
+    in_memory_mb: int = 1024  # a worker's share of a split up to this many MB of TFRecords is read once into memory
     seed: int = 42
     reservation_timeout: int = 120  # seconds to wait for executors and TF nodes to start
     step_timeout: int = 600  # seconds without a finished step before the run is declared hung
     max_attempts: int = 3  # TF cluster launches; a relaunch resumes from the last finished epoch
+    steps_per_execution: int = 20  # training steps per call into TensorFlow (per scheduled function under PS)
+    dense_gradient_limit: int = 262_144  # embedding tables of up to this many values send dense gradients
+    threads: int = 0  # TensorFlow compute threads per TF node; 0 = the Spark task's CPUs (spark.task.cpus)
+    profile_steps: int = 0  # > 0: after training, time this many steps' parts (metrics.json step_profile)
     tensorboard: bool = True  # event files in <model_dir>/logs
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
@@ -375,7 +380,8 @@ def validate(config: Config) -> None:
     tr = config.train
     positive = {"workers": tr.workers, "epochs": tr.epochs, "batch_size": tr.batch_size,
                 "reservation_timeout": tr.reservation_timeout, "step_timeout": tr.step_timeout,
-                "max_attempts": tr.max_attempts, "model.first_layer_size": tr.model.first_layer_size,
+                "max_attempts": tr.max_attempts, "steps_per_execution": tr.steps_per_execution,
+                "model.first_layer_size": tr.model.first_layer_size,
                 "model.num_layers": tr.model.num_layers}
     errs += [f"train.{k}: must be >= 1, got {v}" for k, v in positive.items() if v < 1]
     if tr.strategy == "parameter_server" and tr.ps < 1:
@@ -384,8 +390,10 @@ def validate(config: Config) -> None:
         errs.append(f"train.steps_per_epoch: must be >= 1 (or left out for one pass per epoch), got {tr.steps_per_epoch}")
     if tr.learning_rate <= 0:
         errs.append(f"train.learning_rate: must be > 0, got {tr.learning_rate}")
-    if tr.gpus_per_worker < 0 or tr.early_stopping_patience < 0:
-        errs.append("train.gpus_per_worker and train.early_stopping_patience: must be >= 0")
+    for key in ("gpus_per_worker", "early_stopping_patience", "dense_gradient_limit", "threads", "profile_steps",
+                "in_memory_mb"):
+        if getattr(tr, key) < 0:
+            errs.append(f"train.{key}: must be >= 0, got {getattr(tr, key)}")
     if not 0 < tr.model.scale_factor <= 1:
         errs.append(f"train.model.scale_factor: must be in (0, 1], got {tr.model.scale_factor}")
     if not 0 <= tr.model.dropout < 1:

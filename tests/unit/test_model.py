@@ -143,11 +143,37 @@ def test_inputs_are_the_spec_model_inputs_with_their_dtypes():
     assert hidden == [100, 70, 49, 34]
     assert [l.units for l in build_model(BINARY, VOCAB, STATS, SMALL).layers if l.name.startswith("hidden_")] == [16, 8]
     assert model.output_names == ["probability"] and tuple(model.output.shape) == (None, 1)
-    # wide part: one weight per id; ids = OOV buckets + vocabulary, buckets + 1, hash buckets
-    assert model.get_layer("wide_color").input_dim == 5
-    assert model.get_layer("wide_x_b").input_dim == 4
-    assert model.get_layer("wide_color_x_xb").input_dim == 20
-    assert model.get_layer("embed_color").output_dim == 3
+    # wide part: one weight per id, all features in one table; ids = OOV buckets + vocabulary,
+    # buckets + 1, hash buckets
+    wide = model.get_layer("wide")
+    assert (wide.sizes, wide.offsets, wide.dim, wide.combiner) == ([5, 4, 20], [0, 5, 9], 1, "sum")
+    assert tuple(wide.embeddings.shape) == (29, 1)
+    # deep part: the categoricals' embeddings, one table per embedding width
+    embed = model.get_layer("embed_3")
+    assert (embed.sizes, tuple(embed.embeddings.shape)) == ([5], (5, 3))
+    assert len(model.trainable_variables) == 2 + 2 * (4 + 1)  # two tables, 4 hidden layers + logits
+
+
+def test_shared_embedding_equals_one_table_per_feature():
+    from tfos_jobs.model.layers import SharedEmbedding
+
+    a_ids, b_ids = tf.constant([0, 2, 1], tf.int64), tf.constant([3, 0, 3], tf.int64)
+    table = np.arange(7 * 2, dtype=np.float32).reshape(7, 2)  # a: rows 0-2, b: rows 3-6
+    for combiner, expected in (("concat", np.concatenate([table[[0, 2, 1]], table[[6, 3, 6]]], axis=1)),
+                               ("sum", table[[0, 2, 1]] + table[[6, 3, 6]])):
+        layer = SharedEmbedding([3, 4], 2, combiner=combiner)
+        layer([a_ids, b_ids])
+        layer.embeddings.assign(table)
+        np.testing.assert_array_equal(layer([a_ids, b_ids]).numpy(), expected)
+    # the gradient reaches exactly the rows looked up, each feature in its own block
+    layer = SharedEmbedding([3, 4], 2, combiner="sum")
+    with tf.GradientTape() as tape:
+        out = tf.reduce_sum(layer([a_ids, b_ids]))
+    grad = tf.convert_to_tensor(tape.gradient(out, layer.embeddings)).numpy()
+    assert grad[:, 0].tolist() == [1, 1, 1, 1, 0, 0, 2]
+    assert SharedEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="combiner"):
+        SharedEmbedding([3], 2, combiner="mean")
 
 
 def test_preprocessing_is_in_the_graph():

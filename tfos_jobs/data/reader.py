@@ -1,8 +1,12 @@
 """The tf.data input pipeline, built from the feature spec.
 
-Files are sharded per worker, read with interleave, batched and then parsed with
-`tf.io.parse_example` (one vectorised parse per batch is far faster than one per record),
-and prefetched. Runs wherever TensorFlow runs: executors in training, the driver in tests.
+Files are sharded per worker. A shard that fits in memory (`in_memory`) is read and parsed
+once, and each epoch is a fresh full permutation of its rows, gathered batch by batch: a
+batch then costs a few gathers instead of a pass of every record through interleave,
+shuffle buffer and parser, which on a one-core worker took more CPU than the model's step.
+Larger shards stream: interleaved reads, a shuffle buffer, then batches parsed with
+`tf.io.parse_example` (one vectorised parse per batch is far faster than one per record).
+Runs wherever TensorFlow runs: executors in training, the driver in tests.
 """
 from __future__ import annotations
 
@@ -27,13 +31,21 @@ def make_dataset(
     compression: str = "none",
     with_key: bool = False,
     cycle_length: int = 4,
+    in_memory: bool = False,
 ):
-    """(features, label) batches; features is {name: tensor of shape [batch]}."""
+    """(features, label) batches; features is {name: tensor of shape [batch]}.
+
+    Both paths read the same rows for the same shard; `in_memory` shuffles fully (each epoch
+    a permutation seeded by `seed` and the epoch) where streaming shuffles in a buffer."""
     import tensorflow as tf
 
     files = sorted(files)
     if not files:
         raise ValueError("no TFRecord files to read")
+    columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
+    if in_memory:
+        return _in_memory(files, spec.parse_spec(columns), spec.label.name, batch_size, num_shards=num_shards,
+                          shard_index=shard_index, shuffle=shuffle, seed=seed, repeat=repeat, compression=compression)
     by_file = len(files) >= num_shards
     ds = tf.data.Dataset.from_tensor_slices(files)
     if by_file and num_shards > 1:
@@ -53,7 +65,6 @@ def make_dataset(
     if repeat:
         ds = ds.repeat()
     ds = ds.batch(batch_size)
-    columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
     parse_spec = spec.parse_spec(columns)
     label = spec.label.name
 
@@ -62,6 +73,41 @@ def make_dataset(
         return parsed, parsed.pop(label)
 
     return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def shard_bytes(files: Sequence[tuple[str, int]], num_shards: int, shard_index: int) -> int:
+    """TFRecord bytes a worker reads: its files, or its share of all when files are fewer than workers."""
+    files = sorted(files)
+    if len(files) >= num_shards:
+        return sum(size for _, size in files[shard_index::num_shards])
+    return -(-sum(size for _, size in files) // num_shards)
+
+
+def _in_memory(files: list[str], parse_spec: dict, label: str, batch_size: int, *, num_shards: int,
+               shard_index: int, shuffle: bool, seed: int | None, repeat: bool, compression: str):
+    import tensorflow as tf
+
+    records = tf.data.TFRecordDataset(files[shard_index::num_shards] if len(files) >= num_shards else files,
+                                      compression_type=TF_COMPRESSION[compression], buffer_size=1 << 20)
+    if len(files) < num_shards:
+        records = records.shard(num_shards, shard_index)
+    # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this
+    # inside a function.
+    table = tf.io.parse_example(records.batch(2**31 - 1).get_single_element(), parse_spec)  # {column: [rows]}
+    rows = tf.shape(table[label], out_type=tf.int64)[0]
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    if shuffle:
+        base = tf.constant(seed or 0, tf.int64)
+        order = epochs.map(lambda epoch: tf.random.experimental.stateless_shuffle(
+            tf.range(rows, dtype=tf.int64), seed=tf.stack([base, epoch])))
+    else:
+        order = epochs.map(lambda epoch: tf.range(rows, dtype=tf.int64))
+
+    def gather(index):
+        batch = {name: tf.gather(column, index) for name, column in table.items()}
+        return batch, batch.pop(label)
+
+    return order.rebatch(batch_size).map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 class CorruptRecordsError(ValueError):

@@ -31,6 +31,27 @@ class ProgressPrinter:
         self.seen = max(self.seen, len(epochs))
 
 
+def step_breakdown(epochs: list[dict[str, Any]], profile: dict[str, Any] | None, steps_per_epoch: int,
+                   parallel_steps: int) -> dict[str, Any] | None:
+    """The nodes' step profile (executor.step_profile) with the step time measured in training
+    added: the mean over the epochs after the first (which traces the functions). A step is
+    one batch on one worker; with `parallel_steps` workers taking steps independently
+    (parameter_server) a worker's step lasts that many intervals between steps."""
+    if not profile or not epochs:
+        return None
+    steady = epochs[1:] or epochs
+    seconds = sum(e["seconds"] - e.get("eval_seconds", 0.0) for e in steady) / len(steady)
+    step_ms = 1000 * seconds / steps_per_epoch * parallel_steps
+    other = step_ms - profile["compute_ms"] - profile["exchange_ms"]
+    return {**profile, "step_ms": round(step_ms, 3), "other_ms": round(other, 3)}
+
+
+def format_breakdown(b: dict[str, Any]) -> str:
+    return (f"per step (one batch on one worker): {b['step_ms']:.2f} ms = compute {b['compute_ms']:.2f} "
+            f"+ exchange {b['exchange_ms']:.2f} + other {b['other_ms']:.2f}; input alone {b['input_ms']:.2f} ms "
+            f"(overlaps the step)")
+
+
 def plot_learning_curve(epochs: list[dict[str, Any]], path: str, title: str) -> None:
     """Loss and the main quality metric per epoch, train and eval, as a PNG."""
     import matplotlib

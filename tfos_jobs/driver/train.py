@@ -30,7 +30,8 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs.config import Config, TrainConfig
 from tfos_jobs.data import meta as meta_mod
-from tfos_jobs.driver.progress import ProgressPrinter, plot_learning_curve, read_progress
+from tfos_jobs.driver.progress import (ProgressPrinter, format_breakdown, plot_learning_curve, read_progress,
+                                       step_breakdown)
 from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
 from tfos_jobs.model.builder import resolve_model_fn
 
@@ -134,8 +135,9 @@ def _node_args(tr: TrainConfig, dataset: str, model_dir: str, run_dir: str) -> d
         "epochs": tr.epochs, "steps_per_epoch": tr.steps_per_epoch, "batch_size": tr.batch_size,
         "optimizer": tr.optimizer, "learning_rate": tr.learning_rate,
         "early_stopping_patience": tr.early_stopping_patience, "shuffle_buffer": tr.shuffle_buffer,
-        "seed": tr.seed, "tensorboard": tr.tensorboard, "model": dataclasses.asdict(tr.model),
-        "steps_per_execution": 10 if tr.strategy == "parameter_server" else 1,
+        "seed": tr.seed, "in_memory_mb": tr.in_memory_mb, "tensorboard": tr.tensorboard, "model": dataclasses.asdict(tr.model),
+        "steps_per_execution": tr.steps_per_execution, "dense_gradient_limit": tr.dense_gradient_limit,
+        "threads": tr.threads, "profile_steps": tr.profile_steps,
         "max_node_seconds": 7 * 24 * 3600,
     }
 
@@ -149,6 +151,8 @@ def _run_local(args: dict[str, Any], printer: ProgressPrinter) -> None:
 
     def target():
         try:
+            if args["threads"]:
+                training.configure_threads(args["threads"])
             training.fit_and_export(args, role="chief", worker_index=0, num_workers=1)
         except BaseException as e:  # reported below, in the caller's thread
             failure.append(e)
@@ -434,6 +438,8 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, second
         "steps_per_epoch": result["steps_per_epoch"],
         "seconds": round(seconds, 1), "startup": startup(run_dir), "final": result["final"],
         "lost_nodes": lost_nodes(run_dir),
+        "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
+                                       tr.workers if tr.strategy == "parameter_server" else 1),
         "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
         "history": epochs,
         "saved_model": f"{model_dir}/saved_model",
@@ -449,5 +455,7 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, second
         os.rmdir(f"{model_dir}/backup")  # BackupAndRestore empties it when training ends well
     shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics["eval"].items())
     log(f"trained in {seconds:.1f} s; eval: {shown}")
+    if metrics["step_profile"]:
+        log(format_breakdown(metrics["step_profile"]))
     log(f"saved model: {metrics['saved_model']}")
     return metrics

@@ -43,6 +43,9 @@ def _remap(strategy: str, num_ps: int, cluster: dict[str, list[str]]) -> dict[st
 
 def main_fun(args: dict[str, Any], ctx) -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    from tfos_jobs.executor.training import configure_threads
+
+    threads = configure_threads(args["threads"])  # before TensorFlow starts its pools
     strategy = args["strategy"]
     role, index, cluster = assign_role(strategy, args["num_ps"], ctx.job_name, ctx.task_index, ctx.cluster_spec)
     if role == "ps":
@@ -55,7 +58,7 @@ def main_fun(args: dict[str, Any], ctx) -> None:
     lifecycle.write_json(f"{node}.json", {
         "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
         "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-        "cluster": cluster, "started": time.time(),
+        "cluster": cluster, "started": time.time(), "threads": threads,
     })
     status = "failed"
     try:

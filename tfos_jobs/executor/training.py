@@ -26,13 +26,40 @@ def steps_for(args: dict[str, Any], records: int, num_workers: int) -> int:
     return max(1, records // per_step)
 
 
+def configure_threads(threads: int) -> int:
+    """Size TensorFlow's compute (intra-op) pool to `threads`, or to the Spark task's CPUs when
+    0: TensorFlow would otherwise size it to the whole machine, and on a shared host every node
+    oversubscribes the cores. Inter-op threads stay TensorFlow's: parameter servers and
+    workers block on some of them while they wait for peers. Returns the size set (0: the
+    pool was already running, or there is no task to read the CPUs of)."""
+    import tensorflow as tf
+
+    if threads <= 0:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        threads = task.cpus() if task is not None else 0
+    if threads <= 0:
+        return 0
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    except RuntimeError:  # TensorFlow already runs in this process: keep what it has
+        return 0
+    return threads
+
+
 def make_strategy(name: str, num_workers: int = 1):
     """A one-worker cluster has nothing to all-reduce with: it trains as one process does,
     without MultiWorkerMirrored's per-step collectives."""
     import tensorflow as tf
 
     if name == "multi_worker_mirrored" and num_workers > 1:
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        # Otherwise every step all-reduces whether each worker still has a batch, to end an
+        # epoch together on uneven data: one more collective per step (a quarter of a
+        # two-worker step here), and never needed, since training and validation data repeat.
+        strategy.extended.experimental_enable_get_next_as_optional = False
+        return strategy
     if name == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.ParameterServerStrategy(resolver)
@@ -47,6 +74,7 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     early stopping) ends the run without an export."""
     import tensorflow as tf
 
+    from tfos_jobs.model import steps as steps_mod
     from tfos_jobs.model.builder import compile_model, resolve_model_fn
     from tfos_jobs.model.export import export_saved_model
 
@@ -54,11 +82,14 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     meta = meta_mod.read(args["dataset"])
     spec = meta.spec
     strategy = make_strategy(args["strategy"], num_workers)
+    # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
+    crossing = args["strategy"] == "parameter_server" or (args["strategy"] == "multi_worker_mirrored" and num_workers > 1)
     model_cfg = ModelConfig(**args["model"])
     with strategy.scope():
         model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
-        compile_model(model, spec, args["optimizer"], args["learning_rate"],
-                      steps_per_execution=args.get("steps_per_execution", 1))
+        trainer = steps_mod.wrap(model, args["dense_gradient_limit"] if crossing else 0)
+        compile_model(trainer, spec, args["optimizer"], args["learning_rate"],
+                      steps_per_execution=args["steps_per_execution"])
 
     splits = meta.manifest["splits"]
     steps = steps_for(args, splits["train"]["records"], num_workers)
@@ -66,10 +97,14 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     train_files, eval_files = meta.files("train"), meta.files("eval")
     common = dict(spec=spec, batch_size=args["batch_size"], compression=meta.compression)
 
+    def fits(split: str, shards: int, index: int) -> bool:
+        sizes = [(f["path"], f["bytes"]) for f in splits[split]["files"]]
+        return reader.shard_bytes(sizes, shards, index) <= args["in_memory_mb"] * 2**20
+
     def train_input(shards: int, index: int):
         return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args["shuffle_buffer"],
                                    seed=args["seed"] + index, repeat=True, num_shards=shards, shard_index=index,
-                                   **common)
+                                   in_memory=fits("train", shards, index), **common)
 
     if args["strategy"] == "parameter_server":
         train_data = tf.keras.utils.experimental.DatasetCreator(
@@ -77,7 +112,7 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     else:
         train_data = _no_autoshard(train_input(num_workers, worker_index))
     # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
-    eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, **common))
+    eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits("eval", 1, 0), **common))
 
     model_dir = args["model_dir"]
     per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
@@ -99,7 +134,7 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     callbacks.extend(extra_callbacks)
 
     try:
-        history = model.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
+        history = trainer.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
                             validation_steps=val_steps, callbacks=callbacks, verbose=0)
     except tf.errors.DataLossError as e:
         bad = reader.find_corrupt(train_files + eval_files, meta.compression)
@@ -108,9 +143,25 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     final = {k: float(v[-1]) for k, v in history.history.items()}
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
         return final
+    parameter_server = args["strategy"] == "parameter_server"
+    profile = None
+    if args["profile_steps"] and (is_chief or not parameter_server):
+        from tfos_jobs.executor import step_profile
+
+        def build_copy():
+            copy = steps_mod.wrap(resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg), 0)
+            return compile_model(copy, spec, args["optimizer"], args["learning_rate"],
+                                 steps_per_execution=args["steps_per_execution"])
+
+        workers = num_workers - 1 if parameter_server else num_workers  # PS: the chief only coordinates
+        profile = step_profile.measure(
+            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args["profile_steps"],
+            make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
+            steps_per_execution=args["steps_per_execution"], parameter_server=parameter_server, workers=workers)
     export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
     if is_chief:
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
+                  "step_profile": profile,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
         with tf.io.gfile.GFile(f"{args['run_dir']}/result.json", "w") as fh:
             fh.write(json.dumps(result))
@@ -136,20 +187,32 @@ def _no_autoshard(ds):
 
 def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step: int):
     """A callback with which the chief appends one JSON line per epoch to `path`; the driver
-    tails that file to show progress while the cluster trains."""
+    tails that file to show progress while the cluster trains.
+
+    `examples_per_sec` counts the training steps' time only (epoch start to the start of
+    validation); `eval_seconds` is the validation that follows, `seconds` the whole epoch."""
     import tensorflow as tf
 
     class EpochProgress(tf.keras.callbacks.Callback):
+        _supports_tf_logs = True  # no batch hooks; epoch logs arrive as numbers anyway
+
         def on_epoch_begin(self, epoch, logs=None):
             self.start = time.time()
+            self.eval_start = None
+
+        def on_test_begin(self, logs=None):
+            if getattr(self, "start", None) is not None and self.eval_start is None:
+                self.eval_start = time.time()
 
         def on_epoch_end(self, epoch, logs=None):
             if path is None:
                 return
-            seconds = time.time() - self.start
-            line = {"epoch": epoch + 1, "epochs": epochs, "seconds": round(seconds, 3),
-                    "examples_per_sec": round(steps * examples_per_step / max(seconds, 1e-9), 1),
-                    "time": time.time(), **{k: float(v) for k, v in (logs or {}).items()}}
+            end = time.time()
+            trained = (self.eval_start or end) - self.start
+            line = {"epoch": epoch + 1, "epochs": epochs, "seconds": round(end - self.start, 3),
+                    "eval_seconds": round(end - (self.eval_start or end), 3),
+                    "examples_per_sec": round(steps * examples_per_step / max(trained, 1e-9), 1),
+                    "time": end, **{k: float(v) for k, v in (logs or {}).items()}}
             with tf.io.gfile.GFile(path, "a") as fh:
                 fh.write(json.dumps(line) + "\n")
 
@@ -164,6 +227,7 @@ def first_step(path: str, per_batch: bool = True):
 
     class FirstStep(tf.keras.callbacks.Callback):
         written = False
+        _supports_tf_logs = True  # it reads no logs: Keras need not fetch them per batch
 
         def _write(self, *_):
             if not self.written:
@@ -187,6 +251,7 @@ def heartbeat(path: str, every: float = 2.0, per_batch: bool = True):
 
     class Heartbeat(tf.keras.callbacks.Callback):
         last = 0.0
+        _supports_tf_logs = True  # it reads no logs: Keras need not fetch them per batch
 
         def _beat(self, *_):
             now = time.time()

@@ -31,6 +31,7 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         from tfos_jobs.executor import training
 
+        training.configure_threads(args["threads"])  # trials share the executors' cores
         os.makedirs(args["run_dir"], exist_ok=True)
         if payload["early_stopping"]:
             stopper = median_stop(payload["sweep_dir"], trial_dir, payload["metric"], payload["goal"],
@@ -67,7 +68,7 @@ def summarise(trial_dir: str, metric: str, status: str, error: str | None) -> di
     out: dict[str, Any] = {"status": status, "value": history[-1] if history else None,
                            "epochs_run": len(history) if history else len({line["epoch"] for line in lines}),
                            "metrics": {k: v for k, v in (lines[-1] if lines else {}).items()
-                                       if k not in ("epoch", "epochs", "time", "seconds", "examples_per_sec")}}
+                                       if k not in ("epoch", "epochs", "time", "seconds", "eval_seconds", "examples_per_sec")}}
     if status != "failed" and not history:
         available = sorted(out["metrics"]) or ["(no epoch finished)"]
         out.update(status="failed", error=error or f"metric {metric!r} is not among the trial's metrics: {', '.join(available)}")

@@ -46,11 +46,17 @@ def build_model(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str,
                 model_cfg: ModelConfig) -> "tf.keras.Model":
     """Wide & deep, as the census DNNLinearCombinedClassifier.
 
-    Wide: a linear model (one weight per id, as a 1-dim embedding) over the categorical,
-    bucketized and crossed features. Deep: embeddings of the categoricals and the normalised
-    numerics through `model_cfg.hidden_units()` ReLU layers. The two logits are added.
+    Wide: a linear model (one weight per id and output unit) over the categorical, bucketized
+    and crossed features. Deep: embeddings of the categoricals and the normalised numerics
+    through `model_cfg.hidden_units()` ReLU layers. The two logits are added.
+
+    The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights
+    in one, the deep embeddings in one per embedding width. A distributed step's cost grows
+    with the number of variables it moves, not with their size, at this model's scale.
     """
     import tensorflow as tf
+
+    from tfos_jobs.model.layers import SharedEmbedding
 
     layers = tf.keras.layers
     units = num_outputs(spec)
@@ -59,14 +65,15 @@ def build_model(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str,
 
     ids: dict[str, Any] = {}  # per categorical, bucketized and crossed feature: int64 ids, shape [batch]
     sizes: dict[str, int] = {}  # ... and how many ids there are
-    deep: list[Any] = []
+    by_width: dict[int, list[str]] = {}  # embedding width -> categorical features, in spec order
+    numeric: list[Any] = []
     for f in spec.features:
         if isinstance(f, NumericFeature):
             x = inputs[f.name]
             if f.normalize:
                 mean, variance = _moments(stats, f.name)
                 x = layers.Normalization(axis=None, mean=mean, variance=variance, name=f"norm_{f.name}")(x)
-            deep.append(layers.Reshape((1,), name=f"col_{f.name}")(x))
+            numeric.append(layers.Reshape((1,), name=f"col_{f.name}")(x))
         elif isinstance(f, CategoricalFeature):
             values = vocab.get(f.name)
             if not values:
@@ -75,7 +82,7 @@ def build_model(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str,
             ids[f.name] = layers.StringLookup(vocabulary=list(values), num_oov_indices=f.num_oov_buckets,
                                               mask_token=None, name=f"lookup_{f.name}")(inputs[f.name])
             sizes[f.name] = f.num_oov_buckets + len(values)
-            deep.append(layers.Embedding(sizes[f.name], f.embedding_dim, name=f"embed_{f.name}")(ids[f.name]))
+            by_width.setdefault(f.embedding_dim, []).append(f.name)
         elif isinstance(f, BucketizedFeature):
             ids[f.name] = layers.Discretization(bin_boundaries=list(f.boundaries),
                                                 name=f"bucketize_{f.name}")(inputs[f.source])
@@ -85,18 +92,19 @@ def build_model(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str,
             tuple(ids[c] for c in f.columns))
         sizes[f.name] = f.hash_buckets
 
-    # Wide: sum of one weight (per output unit) per active id; the bias is the deep part's last layer's.
-    wide = [layers.Embedding(sizes[name], units, embeddings_initializer="zeros", name=f"wide_{name}")(x)
-            for name, x in ids.items()]
-
+    deep = numeric + [
+        SharedEmbedding([sizes[n] for n in names], width, name=f"embed_{width}")([ids[n] for n in names])
+        for width, names in by_width.items()]
     x = deep[0] if len(deep) == 1 else layers.Concatenate(name="deep_inputs")(deep)
     for i, n in enumerate(model_cfg.hidden_units()):
         x = layers.Dense(n, activation="relu", name=f"hidden_{i}")(x)
         if model_cfg.dropout > 0:
             x = layers.Dropout(model_cfg.dropout, name=f"dropout_{i}")(x)
     logits = layers.Dense(units, name="deep_logits")(x)
-    if wide:
-        logits = layers.Add(name="logits")([logits] + wide)
+    if ids:  # wide: the sum of one weight (per output unit) per active id; the bias is deep_logits'
+        wide = SharedEmbedding(list(sizes.values()), units, combiner="sum", embeddings_initializer="zeros",
+                               name="wide")(list(ids.values()))
+        logits = layers.Add(name="logits")([logits, wide])
 
     activation = {"binary": "sigmoid", "multiclass": "softmax", "regression": "linear"}[spec.label.task]
     output = layers.Activation(activation, name=OUTPUT_NAMES[spec.label.task])(logits)

@@ -1,0 +1,76 @@
+"""Training and evaluation steps that communicate only what training needs.
+
+Keras' own steps are correct but chatty under a multi-worker strategy:
+  * every step reads every metric's result, and reading a metric under MultiWorkerMirrored
+    all-reduces each of its variables (AUC alone has four): about ten collectives per step
+    that only feed per-batch logs nobody reads. Keras recomputes the epoch's metrics from
+    the (then aggregated) metric variables at the end of every epoch anyway, so the steps
+    here return this worker's own values and the epoch logs stay exact;
+  * embedding gradients are `IndexedSlices`, which MultiWorkerMirrored all-gathers one by
+    one (several collectives each) and a parameter server receives as three tensors each.
+    For tables of up to `dense_gradient_limit` values (rows x width) the gradient is made
+    dense first, so all of them travel in one packed all-reduce.
+Measured on the census model (docs/benchmarks.md): 113 ms -> 6 ms per two-worker step.
+
+Imports TensorFlow at module load: import it where TensorFlow is already wanted.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import tensorflow as tf
+
+
+class StepModel(tf.keras.Model):
+    """A functional model with the steps above; build it with `wrap(model, ...)`."""
+
+    dense_gradient_limit: int = 0
+
+    def train_step(self, data: Any) -> dict[str, tf.Tensor]:
+        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred, sample_weight)
+        variables = self.trainable_variables
+        gradients = densify(tape.gradient(loss, variables), variables, self.dense_gradient_limit)
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return self.compute_metrics(x, y, y_pred, sample_weight)
+
+    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> dict[str, tf.Tensor]:
+        self.compiled_metrics.update_state(y, y_pred, sample_weight)
+        return {metric.name: local_result(metric) for metric in self.metrics}
+
+
+def wrap(model: tf.keras.Model, dense_gradient_limit: int) -> tf.keras.Model:
+    """`model` with the steps above, sharing its layers and variables; build and compile the
+    result under the strategy's scope. A subclassed (non-functional) user model is returned
+    as it is: it trains the same, with Keras' own steps."""
+    if isinstance(model, StepModel):
+        model.dense_gradient_limit = dense_gradient_limit
+        return model
+    if not model.inputs:  # subclassed: no graph of layers to re-wrap
+        return model
+    wrapped = StepModel(inputs=model.input, outputs=model.output, name=model.name)
+    wrapped.dense_gradient_limit = dense_gradient_limit
+    # Per-step outputs are this worker's own; none needs reducing across workers.
+    wrapped.distribute_reduction_method = "first"
+    return wrapped
+
+
+def densify(gradients: list[Any], variables: list[Any], limit: int) -> list[Any]:
+    """Sparse gradients of variables of at most `limit` values, as dense tensors."""
+    out = []
+    for gradient, variable in zip(gradients, variables):
+        size = variable.shape.num_elements()
+        if isinstance(gradient, tf.IndexedSlices) and size is not None and size <= limit:
+            gradient = tf.convert_to_tensor(gradient)
+        out.append(gradient)
+    return out
+
+
+def local_result(metric: tf.keras.metrics.Metric) -> tf.Tensor:
+    """The metric's value from this worker's own state, without the cross-worker read that
+    `Metric.result()` wraps around it (Keras keeps the plain function as `__wrapped__`)."""
+    plain = inspect.unwrap(metric.result)
+    return plain() if plain is not metric.result else metric.result()
