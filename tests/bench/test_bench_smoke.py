@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import CENSUS, ROOT
 
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6")
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8")
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 
 
@@ -23,7 +23,7 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "== P3 P6 training" in proc.stdout and "repeat 1/1" in proc.stdout  # progress lines
+    assert "== P3 P6 P7 P8 training and scaling" in proc.stdout and "repeat 1/1" in proc.stdout  # progress lines
 
     text = output.read_text()
     for row in ROWS:
@@ -33,9 +33,18 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
         assert re.search(NUMBER, cells[2]), line  # measured median
         assert re.search(NUMBER, cells[4]), line  # ratio or absolute value
         assert cells[6] in ("yes", "**no**"), line
-    for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse"):
+    for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse",
+                    "in memory", "## Scaling"):
         assert section in text
-    for png in ("results.png", "input_pipeline.png"):
+    # the scaling table: one process, one and two workers, a parameter server; each with its step's parts
+    for row in ("local strategy, one process", "multi_worker_mirrored, 1 worker", "multi_worker_mirrored, 2 workers",
+                "parameter_server, 2 workers"):
+        scaling = text.split("## Scaling", 1)[1].split("\n## ", 1)[0]
+        line = next((ln for ln in scaling.splitlines() if ln.startswith("| ") and row in ln), None)
+        assert line is not None, f"no scaling row for {row}"
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 8 and all(re.search(NUMBER, c) for c in cells[1:]), line
+    for png in ("results.png", "input_pipeline.png", "scaling.png"):
         path = tmp_path / "benchmarks" / png
         assert path.stat().st_size > 10_000
         assert f"benchmarks/{png}" in text

@@ -17,7 +17,7 @@ from tfos_jobs.config import Config
 
 DEFAULT_OUTPUT = "docs/benchmarks.md"
 SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
-TFOS_MASTER = "local-cluster[1,1,3072]"  # TFoS: one executor per TF node
+TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
-"""The tf.data input pipeline alone, in the driver process: records/s of the reader training
-uses (batch, then one vectorised parse per batch) against the textbook order (parse each
-record, then batch), on the same files. Training consumes far fewer examples/s than either;
-the report puts the two side by side to show the input is never what training waits on."""
+"""The tf.data input pipeline alone, in the driver process: records/s of the two paths the
+reader training uses (a shard parsed once into memory, or streamed: batch, then one
+vectorised parse per batch) against the textbook order (parse each record, then batch), on
+the same files. The report puts them beside what training consumes."""
 from __future__ import annotations
 
 import time
@@ -11,8 +11,15 @@ from tfos_jobs.data import reader
 from tfos_jobs.features.spec import FeatureSpec
 
 
+def in_memory(files: Sequence[str], spec: FeatureSpec, batch_size: int, compression: str = "none"):
+    """What training reads when a worker's share fits in memory (train.in_memory_mb), shuffled as there."""
+    return reader.make_dataset(files, spec, batch_size, repeat=True, shuffle=True, seed=1, compression=compression,
+                               in_memory=True)
+
+
 def batch_then_parse(files: Sequence[str], spec: FeatureSpec, batch_size: int, compression: str = "none"):
-    """Exactly what training reads (tfos_jobs.data.reader.make_dataset), shuffling aside."""
+    """What training reads when a worker's share streams from its files, shuffling aside (as
+    `parse_then_batch`, which it is compared with)."""
     return reader.make_dataset(files, spec, batch_size, repeat=True, compression=compression)
 
 

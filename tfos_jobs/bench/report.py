@@ -22,7 +22,8 @@ def write(output: str, run: Run, machine: Mapping[str, str], *, command: str, da
     """Write the markdown file and its PNGs; returns every path written."""
     out_dir = plots_dir(output)
     os.makedirs(out_dir, exist_ok=True)
-    pngs = [plot_results(run, f"{out_dir}/results.png"), plot_input(run, f"{out_dir}/input_pipeline.png")]
+    pngs = [plot_results(run, f"{out_dir}/results.png"), plot_input(run, f"{out_dir}/input_pipeline.png"),
+            plot_scaling(run, f"{out_dir}/scaling.png")]
     rel = os.path.basename(out_dir)
     text = markdown(run, machine, command=command, date=date, wall_seconds=wall_seconds, load=load,
                     images=[f"{rel}/{os.path.basename(p)}" for p in pngs])
@@ -72,7 +73,8 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
         base = f"{r.baseline.name}: {_figure(r.baseline)}" if r.baseline else "—"
         lines.append(f"| {r.id} | {r.title} | {r.measured.name}: {_figure(r.measured)} | {base} | {_value(r)} | "
                      f"{_goal(r)} | {'yes' if r.met else '**no**'} |")
-    lines += ["", f"![P1–P6]({images[0]})", ""]
+    lines += ["", f"![P1–P8]({images[0]})", ""]
+    lines += _scaling_section(run, images[2])
     lines += _input_section(run, images[1])
     lines += _details(run)
     lines += ["## Tuning: what was changed, before and after", "", notes.TUNING.strip(), ""]
@@ -88,25 +90,59 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
     return "\n".join(lines)
 
 
+SCALING_ROWS = ("local", "mwms-1", "mwms-2", "mwms-3", "ps-2", "local-2x", "ps-2-2x")
+
+
+def _scaling_section(run: Run, image: str) -> list[str]:
+    """Examples/s and where a step's time goes, per TF cluster shape, against one process."""
+    d = run.details
+    rows = [n for n in SCALING_ROWS if f"train {n}" in d]
+    if "local" not in rows or len(rows) < 2:
+        return []
+    lines = [
+        "## Scaling: one process, 1–3 workers, parameter server",
+        "",
+        "Every row trains the same model on the same data with the same number of examples per update. "
+        "A step below is one batch on one worker: *compute* is that step alone in a non-distributed copy of "
+        "the model, *exchange* the step's communication alone (the gradients' all-reduce, or the parameter "
+        "servers' reads and updates), *other* the rest of the measured step (dispatch, waiting for the "
+        "slowest worker, the cores shared with the other nodes); *input* is one batch from the node's input "
+        "pipeline alone, which overlaps the step (`executor/step_profile.py`). Milliseconds, medians.",
+        "",
+        "| configuration | examples/s | ÷ local (same batch) | step | compute | exchange | other | input |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n in rows:
+        f = d[f"train {n}"]
+        local = d["train local-2x"] if n.endswith("-2x") and "train local-2x" in d else d["train local"]
+        parts = [d.get(f"step {n} {p}") for p in ("step_ms", "compute_ms", "exchange_ms", "other_ms", "input_ms")]
+        cells = [fmt(x.median) if x and x.samples else "—" for x in parts]
+        lines.append(f"| {f.name} | {fmt(f.median)} ({f.spread()}) | {fmt(ratio(f.median, local.median))} | "
+                     + " | ".join(cells) + " |")
+    return lines + ["", f"![scaling]({image})", ""]
+
+
 def _input_section(run: Run, image: str) -> list[str]:
     d = run.details
-    needed = ("input batch then parse", "input parse then batch", "train tfos", "train local")
+    needed = ("input in memory", "input batch then parse", "input parse then batch", "train tfos", "train local")
     if not all(k in d for k in needed):
         return []
-    fast, slow, tfos, local = (d[k] for k in needed)
+    memory, fast, slow, tfos, local = (d[k] for k in needed)
     lines = [
         "## Input pipeline alone vs training consumption",
         "",
         "| pipeline or consumer | records/s (median, spread) |",
         "|---|---|",
     ]
-    for f in (fast, slow, tfos, local):
+    for f in (memory, fast, slow, tfos, local):
         lines.append(f"| {f.name} | {fmt(f.median)} ({f.spread()}) |")
     lines += [
         "",
-        f"Batch-then-parse reads {fmt(ratio(fast.median, slow.median))}× as fast as parse-then-batch, and "
-        f"{fmt(ratio(fast.median, tfos.median))}× as fast as TFoS training consumes examples "
-        f"({fmt(ratio(fast.median, local.median))}× the local strategy): the input is not the bottleneck. "
+        f"A shard held in memory (what training reads when a worker's share fits `train.in_memory_mb`) gives "
+        f"{fmt(ratio(memory.median, fast.median))}× the batches of the streaming reader, which reads "
+        f"{fmt(ratio(fast.median, slow.median))}× as fast as parse-then-batch. In memory, the input delivers "
+        f"{fmt(ratio(memory.median, local.median))}× what the local strategy consumes "
+        f"({fmt(ratio(memory.median, tfos.median))}× two TFoS workers). "
         "(The pipeline here has the whole machine; in training it shares it with the model.)",
         "",
         f"![input pipeline]({image})",
@@ -238,7 +274,8 @@ def _short(name: str, width: int = 22) -> str:
 def plot_input(run: Run, path: str) -> str:
     """Records/s of the input pipeline both ways and of training."""
     plt = _plt()
-    keys = [k for k in ("input batch then parse", "input parse then batch", "train tfos", "train local") if k in run.details]
+    keys = [k for k in ("input in memory", "input batch then parse", "input parse then batch", "train tfos", "train local")
+            if k in run.details]
     figs = [run.details[k] for k in keys]
     fig, ax = plt.subplots(figsize=(8, 3.2))
     if figs:
@@ -253,6 +290,41 @@ def plot_input(run: Run, path: str) -> str:
     ax.set_xlabel("records (examples) per second")
     ax.set_title("input pipeline alone (blue) vs training consumption (orange)", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_scaling(run: Run, path: str) -> str:
+    """Left: examples/s per cluster shape against one process. Right: a step's parts."""
+    plt = _plt()
+    d = run.details
+    rows = [n for n in SCALING_ROWS if f"train {n}" in d]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+    if rows:
+        figs = [d[f"train {n}"] for n in rows]
+        xs = list(range(len(rows)))
+        errors = [[f.median - f.low for f in figs], [f.high - f.median for f in figs]]
+        left.bar(xs, [f.median for f in figs], yerr=errors, capsize=5,
+                 color=["tab:gray" if n.startswith("local") else "tab:orange" if n.startswith("ps") else "tab:blue" for n in rows])
+        left.set_xticks(xs)
+        left.set_xticklabels(rows, fontsize=8)
+        left.set_ylabel("examples/s")
+        _thousands(left.yaxis)
+        left.set_title("training examples/s, same examples per update", fontsize=10)
+        left.grid(axis="y", alpha=0.3)
+        bottom = [0.0] * len(rows)
+        for part, colour in (("compute_ms", "tab:green"), ("exchange_ms", "tab:red"), ("other_ms", "tab:purple")):
+            values = [max(0.0, d[f"step {n} {part}"].median) if f"step {n} {part}" in d else 0.0 for n in rows]
+            right.bar(xs, values, bottom=bottom, color=colour, label=part.removesuffix("_ms"))
+            bottom = [b + v for b, v in zip(bottom, values)]
+        right.set_xticks(xs)
+        right.set_xticklabels(rows, fontsize=8)
+        right.set_ylabel("ms per step (one batch on one worker)")
+        right.set_title("where a step's time goes", fontsize=10)
+        right.legend(fontsize=8)
+        right.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -3,8 +3,10 @@
 Three Spark sessions, one after the other, in this one process:
   1. `local[2]`: generate the 1x and 16x data sets, prepare both (P5), write the prepared
      records three ways (P1, P2), and read them with tf.data in this driver (input pipeline);
-  2. `local-cluster[1,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
-     trains in this driver while that executor idles (P3, P6);
+  2. `local-cluster[4,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
+     trains in this driver while the executors idle, against TF clusters of 1, 2 and 3
+     multi_worker_mirrored workers and a parameter-server cluster, all on the same global
+     batch (P3, P6, P7, P8, scaling);
   3. `local[2]` again: the SQL UDF against the in-process model call (P4), SQL at 1x and
      16x (P5).
 Every figure of one comparison comes from the same session, alternating repeat by repeat.
@@ -32,7 +34,8 @@ from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data import synthetic
 from tfos_jobs.errors import ConfigError
 
-SERVED_MODEL = "model-multi_worker_mirrored"  # P4 and P5 serve the model the last TFoS run trained
+SERVED_MODEL = "model-mwms-2"  # P4 and P5 serve the model the last two-worker run trained
+STEP_PARTS = ("step_ms", "compute_ms", "exchange_ms", "other_ms", "input_ms")
 SPARK_TYPES = {"float32": "float", "string": "string", "int64": "long"}
 WRITE_PARTITIONS = 8
 SPARK_CONF = {
@@ -74,7 +77,8 @@ def bench_config(cfg: Config, sizes: Sizes, work: str, scale: str) -> Config:
         synthetic=dataclasses.replace(cfg.synthetic, output=raw, people=people, events_per_person=sizes.events_per_person),
         prepare=dataclasses.replace(prep, output=f"{work}/dataset-{scale}", overwrite=True),
         train=dataclasses.replace(cfg.train, dataset=f"{work}/dataset-{scale}", model_dir=f"{work}/model",
-                                  epochs=sizes.train_epochs, steps_per_epoch=sizes.train_steps, workers=1,
+                                  epochs=sizes.train_epochs, steps_per_epoch=sizes.train_steps, workers=1, ps=1,
+                                  batch_size=sizes.train_batch, profile_steps=sizes.profile_steps,
                                   tensorboard=False, early_stopping_patience=0),
         predict=dataclasses.replace(cfg.predict, model=f"{work}/{SERVED_MODEL}", output=f"{work}/predictions-{scale}"),
     )
@@ -143,7 +147,7 @@ class Bench:
             self.stage("P1 P2 record writes", self.writes)
             self.stage("input pipeline", self.input_pipeline)
             self.session(self.tfos_master)
-            self.stage("P3 P6 training", self.training)
+            self.stage("P3 P6 P7 P8 training and scaling", self.training)
             self.session(self.spark_master)
             self.stage("P4 P5 serving", self.serving)
         finally:
@@ -237,7 +241,8 @@ class Bench:
     def input_pipeline(self) -> None:
         meta = meta_mod.read(self.big.prepare.output)
         files, spec, batch = meta.files("train"), meta.spec, self.big.train.batch_size
-        builders = {"batch then parse": pipeline.batch_then_parse, "parse then batch": pipeline.parse_then_batch}
+        builders = {"in memory": pipeline.in_memory, "batch then parse": pipeline.batch_then_parse,
+                    "parse then batch": pipeline.parse_then_batch}
 
         def variant(build) -> Callable[[], Sample]:
             return lambda: {"records_per_sec": pipeline.records_per_sec(
@@ -249,42 +254,72 @@ class Bench:
         for name in builders:
             self.run.details[f"input {name}"] = Figure(f"tf.data, {name}", "records/s", out[name]["records_per_sec"])
 
+    def training_variants(self) -> dict[str, tuple[str, int, int]]:
+        """name -> (strategy, workers, per-worker batch). Each variant updates the model with
+        `train_batch` examples per step (a parameter-server step is one worker's batch), the
+        last two with twice that: the batch the README recommends under parameter_server."""
+        g = self.sizes.train_batch
+        variants = {"local": ("local", 1, g)}
+        for n in self.sizes.scaling_workers:
+            variants[f"mwms-{n}"] = ("multi_worker_mirrored", n, g // n)
+        variants["ps-2"] = ("parameter_server", 2, g)
+        variants["local-2x"] = ("local", 1, 2 * g)
+        variants["ps-2-2x"] = ("parameter_server", 2, 2 * g)
+        return variants
+
     def training(self) -> None:
         from tfos_jobs.driver import train
 
-        def variant(strategy: str) -> Callable[[], Sample]:
+        def variant(name: str, strategy: str, workers: int, batch: int) -> Callable[[], Sample]:
             def once() -> Sample:
-                tr = dataclasses.replace(self.small.train, strategy=strategy, model_dir=f"{self.work}/model-{strategy}")
+                tr = dataclasses.replace(self.small.train, strategy=strategy, workers=workers, batch_size=batch,
+                                         model_dir=f"{self.work}/model-{name}")
                 metrics = train.run(self.spark, dataclasses.replace(self.small, train=tr), overwrite=True, log=self.indented)
                 steady = metrics["history"][1:] or metrics["history"]  # the first epoch traces the functions
                 sample = {"examples_per_sec": statistics.fmean(e["examples_per_sec"] for e in steady),
                           "seconds": metrics["seconds"]}
+                sample.update({k: v for k, v in (metrics["step_profile"] or {}).items() if k in STEP_PARTS})
                 if strategy != "local":
                     sample.update(metrics["startup"])
                 return sample
             return once
 
-        tr = self.small.train
-        self.run.sizes["training"] = (f"1x train split, {tr.epochs} epochs x {tr.steps_per_epoch} steps of batch "
-                                      f"{tr.batch_size}; figures from epochs 2-{tr.epochs} (the first traces); "
-                                      f"{self.sizes.train_repeats} repeats")
-        out = self.repeat("training", {"local": variant("local"), "tfos": variant("multi_worker_mirrored")},
+        tr, variants = self.small.train, self.training_variants()
+        self.run.sizes["training"] = (
+            f"1x train split, {tr.epochs} epochs x {tr.steps_per_epoch} steps of {self.sizes.train_batch} examples "
+            f"(the global batch: per worker {', '.join(f'{n} {b}' for n, (_, _, b) in variants.items())}); "
+            f"figures from epochs 2-{tr.epochs} (the first traces), training time only (validation apart); "
+            f"{self.sizes.train_repeats} repeats")
+        out = self.repeat("training", {name: variant(name, *v) for name, v in variants.items()},
                           warmup=False, repeats=self.sizes.train_repeats)
-        tfos = Figure("TFoS, 1 worker (multi_worker_mirrored)", "examples/s", out["tfos"]["examples_per_sec"])
-        local = Figure("local strategy, one process", "examples/s", out["local"]["examples_per_sec"])
+        rate = {name: Figure(_variant_title(name, *v), "examples/s", out[name]["examples_per_sec"])
+                for name, v in variants.items()}
+        local = rate["local"]
         self.run.results.append(Result(
             "P3", "training examples/s: TFoS with 1 worker vs the local strategy (same data, model, batch)",
-            tfos, local, 0.9, ">="))
-        self.run.details["train tfos"] = tfos
+            rate["mwms-1"], local, 0.9, ">="))
+        self.run.results.append(Result(
+            "P7", "training examples/s: TFoS, 2 multi_worker_mirrored workers vs the local strategy (same data, "
+                  "model, global batch)", rate["mwms-2"], local, 0.8, ">="))
+        self.run.results.append(Result(
+            "P8", "training examples/s: TFoS, parameter_server with 2 workers and 1 ps vs the local strategy "
+                  f"(same data, model, examples per update: {2 * self.sizes.train_batch}, the parameter-server batch "
+                  "the README recommends; at the P7 batch see the scaling table)", rate["ps-2-2x"], rate["local-2x"],
+            0.5, ">="))
+        for name in variants:
+            self.run.details[f"train {name}"] = rate[name]
+            for part in STEP_PARTS:
+                if part in out[name]:
+                    self.run.details[f"step {name} {part}"] = Figure(part, "ms", out[name][part])
+        self.run.details["train tfos"] = rate["mwms-2"]
         self.run.details["train local"] = local
-        self.run.details["train seconds tfos"] = Figure("TFoS run, wall", "s", out["tfos"]["seconds"])
-        self.run.details["train seconds local"] = Figure("local run, wall", "s", out["local"]["seconds"])
+        tfos_runs = [n for n in variants if n != "local"]
         self.run.details["startup reserved"] = Figure("reservation server start to all nodes reserved", "s",
-                                                      out["tfos"].get("to_reserved_seconds", []))
+                                                      [x for n in tfos_runs for x in out[n].get("to_reserved_seconds", [])])
         self.run.results.append(Result(
             "P6", "TFoS cluster start: reservation to first training step (the slowest run counts)",
-            Figure("reservation to first step", "s", out["tfos"].get("to_first_step_seconds", [])), None,
-            15.0, "<=", worst=True))
+            Figure("reservation to first step", "s", [x for n in tfos_runs for x in out[n].get("to_first_step_seconds", [])]),
+            None, 15.0, "<=", worst=True))
 
     def serving(self) -> None:
         import udfs
@@ -378,6 +413,14 @@ class Bench:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(configured))
         for name, figures in out.items():
             self.run.details[f"batch {name}"] = Figure(name, "rows/s", figures["rows_per_sec"])
+
+
+def _variant_title(name: str, strategy: str, workers: int, batch: int) -> str:
+    if strategy == "local":
+        return f"local strategy, one process (batch {batch})"
+    if strategy == "parameter_server":
+        return f"TFoS parameter_server, {workers} workers + 1 ps (batch {batch} per step)"
+    return f"TFoS multi_worker_mirrored, {workers} worker{'s' if workers > 1 else ''} ({batch} per worker)"
 
 
 def cleanup(work: str) -> None:
