@@ -94,15 +94,47 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     assert_no_node_process_left(m)
 
 
-def test_parameter_server_matches_multi_worker_auc(dataset, mwms, tmp_path):
-    model_dir = tmp_path / "model"
-    train(dataset, model_dir, "spark.master=local-cluster[3,1,1536]", "train.strategy=parameter_server",
-          "train.workers=1", "train.ps=1")
-    m = metrics(model_dir)
-    assert [(n["role"], n["index"]) for n in m["nodes"]] == [("chief", 0), ("ps", 0), ("worker", 0)]
-    assert abs(m["eval"]["auc"] - metrics(mwms[0])["eval"]["auc"]) < 0.02
-    assert_exported_model_matches_trained(model_dir)
-    assert_no_node_process_left(m)
+@pytest.fixture(scope="module")
+def demo_dataset(spark, tmp_path_factory):
+    """The demo's data: the census generator and prepare settings of conf/census.toml, only
+    the paths moved."""
+    demo = config.load(CENSUS)
+    root = tmp_path_factory.mktemp("demo")
+    raw, out = root / "raw", root / "dataset"
+    syn = demo.synthetic
+    synthetic.generate(spark, str(raw), syn.people, syn.events_per_person, syn.seed, syn.as_of)
+    paths = [f"sources.{name}.path={raw}/{name}" for name in ("people", "regions", "events")]
+    prepare.run(spark, config.load(CENSUS, ["spark.master=local[2]", f"prepare.output={out}", *paths]))
+    return out
+
+
+def test_distributed_training_learns_what_one_process_learns(demo_dataset, tmp_path):
+    """The demo's training settings under each strategy: two multi_worker_mirrored workers and a
+    parameter-server cluster (2 workers, 1 ps) reach the local strategy's eval AUC within 0.01,
+    and two workers train as two TF nodes."""
+    runs = {"local": ["spark.master=local[1]", "train.strategy=local"],
+            "mwms": ["spark.master=local-cluster[2,1,1536]"],
+            "ps": ["spark.master=local-cluster[4,1,1536]", "train.strategy=parameter_server", "train.workers=2",
+                   "train.ps=1"]}
+    m = {}
+    for name, sets in runs.items():
+        model_dir = tmp_path / name
+        sets = [f"train.dataset={demo_dataset}", f"train.model_dir={model_dir}", "train.reservation_timeout=90",
+                "spark.conf.spark.ui.showConsoleProgress=false", *sets]
+        cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                              env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        m[name] = metrics(model_dir)
+        assert_exported_model_matches_trained(model_dir)
+    auc = {name: r["eval"]["auc"] for name, r in m.items()}
+    assert auc["mwms"] >= 0.91, auc  # what `make demo` trains and prints
+    assert abs(auc["mwms"] - auc["local"]) <= 0.01, auc
+    assert abs(auc["ps"] - auc["local"]) <= 0.01, auc
+    assert [n["role"] for n in m["mwms"]["nodes"]] == ["chief", "worker"]
+    assert len({n["executor_id"] for n in m["mwms"]["nodes"]}) == 2
+    assert [(n["role"], n["index"]) for n in m["ps"]["nodes"]] == [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
+    assert_no_node_process_left(m["ps"])
 
 
 def test_gpu_addresses_go_to_workers_only(dataset, tmp_path):

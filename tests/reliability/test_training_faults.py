@@ -34,7 +34,8 @@ def dataset(spark, tmp_path_factory):
 
 
 def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:  # later --set wins
-    sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64",
+    # 600 steps of 64 examples per epoch: epochs of a few seconds, so a kill after the first lands mid-run
+    sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64", "train.steps_per_epoch=600",
             "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
             "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
     cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]

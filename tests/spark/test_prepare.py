@@ -100,6 +100,37 @@ def test_reader_shards_files_per_worker(prepared):
     assert label.shape == (8,)
 
 
+def test_in_memory_reader_gives_each_shard_the_same_rows_reshuffled_every_epoch(prepared):
+    from tfos_jobs.data import reader
+
+    _, out, manifest = prepared
+    m = meta.read(str(out))
+    files = m.files("train")
+
+    def keys(ds) -> list[int]:
+        return [int(k) for f, _ in ds for k in f["person_id"].numpy()]
+
+    for shards, index in ((2, 0), (2, 1), (len(files) + 1, 3)):  # by file, and by record when files are too few
+        streamed = keys(reader.make_dataset(files, m.spec, 256, num_shards=shards, shard_index=index, with_key=True))
+        held = keys(reader.make_dataset(files, m.spec, 256, num_shards=shards, shard_index=index, with_key=True,
+                                        in_memory=True))
+        assert sorted(held) == sorted(streamed) and len(held) == len(set(held))  # the same rows, each once
+    rows = len(keys(reader.make_dataset(files, m.spec, 256, num_shards=2, shard_index=0, with_key=True)))
+
+    def epochs(seed: int) -> list[list[int]]:
+        ds = reader.make_dataset(files, m.spec, 100, num_shards=2, shard_index=0, with_key=True, in_memory=True,
+                                 shuffle=True, seed=seed, repeat=True)
+        flat = keys(ds.take(-(-2 * rows // 100)))
+        return [flat[:rows], flat[rows:2 * rows]]
+
+    first, second = epochs(seed=5)
+    assert sorted(first) == sorted(second) == sorted(set(first))  # each epoch: every row exactly once
+    assert first != second  # a new permutation per epoch
+    assert epochs(seed=5) == [first, second] and epochs(seed=6)[0] != first  # seeded
+    assert reader.shard_bytes([("a", 10), ("b", 20), ("c", 30)], 2, 0) == 40  # files a and c
+    assert reader.shard_bytes([("a", 10)], 3, 1) == 4  # a third of the one file, rounded up
+
+
 def test_existing_output_is_refused_then_replaced_with_overwrite(spark, prepared):
     cfg, out, manifest = prepared
     with pytest.raises(OutputExistsError, match="exists; pass --overwrite"):

@@ -61,6 +61,11 @@ def test_wrong_value_type_names_key():
     ("prepare.activity.as_of=yesterday", "prepare.activity.as_of: 'yesterday' is not an ISO date"),
     ("prepare.files_per_split=0", "prepare.files_per_split: must be >= 1"),
     ("prepare.split.mode=column", "prepare.split.column: required"),
+    ("train.steps_per_execution=0", "train.steps_per_execution: must be >= 1, got 0"),
+    ("train.dense_gradient_limit=-1", "train.dense_gradient_limit: must be >= 0, got -1"),
+    ("train.in_memory_mb=-5", "train.in_memory_mb: must be >= 0, got -5"),
+    ("train.threads=-1", "train.threads: must be >= 0, got -1"),
+    ("train.profile_steps=-2", "train.profile_steps: must be >= 0, got -2"),
     ("sources.people.format=csv", None),
 ])
 def test_cross_field_validation(override, message):
@@ -70,6 +75,14 @@ def test_cross_field_validation(override, message):
     with pytest.raises(ConfigError) as err:
         config.load(CENSUS, [override])
     assert message in str(err.value)
+
+
+def test_training_speed_settings_default_and_override():
+    tr = config.load(CENSUS).train
+    assert (tr.steps_per_execution, tr.dense_gradient_limit, tr.in_memory_mb, tr.threads, tr.profile_steps) == (
+        20, 262_144, 1024, 0, 0)
+    tr = config.load(CENSUS, ["train.steps_per_execution=50", "train.threads=4", "train.in_memory_mb=0"]).train
+    assert (tr.steps_per_execution, tr.threads, tr.in_memory_mb) == (50, 4, 0)
 
 
 def test_malformed_override_and_missing_file(tmp_path):

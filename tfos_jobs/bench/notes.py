@@ -65,9 +65,100 @@ ratio. The gap is MultiWorkerMirroredStrategy's collective all-reduce of every g
 even when the only peer is the worker itself; with the default strategy on a one-node TFoS
 cluster (the same computation) TFoS trains as fast as the local strategy.
 
-**5. Input pipeline.** Already batch-then-parse with interleave and prefetch; the benchmark
-counts records inside the graph (`Dataset.reduce`) so that a Python loop's per-batch cost does
-not understate it. It feeds several times what training consumes, so nothing was changed there.
+**5. Input pipeline (`data/reader.py`, adopted: `train.in_memory_mb`).** Streaming
+batch-then-parse with interleave and prefetch feeds several times what one process trains on
+with the whole machine, but a TF node has one core: there the streaming reader (every record
+through interleave, a 10,000-record shuffle buffer and the parser) took 3.2–4.0 ms of a
+512-example step's CPU, more than the model's own step (2.3–2.7 ms; step profiles of
+two-worker runs). A worker's share that fits `train.in_memory_mb` (default 1 GiB of TFRecords)
+is now read and parsed once, and each epoch is a fresh full permutation of its rows, gathered
+batch by batch: 0.7–0.8 ms per 512-example batch, 5.5× the streaming reader's records/s on one
+core (706,000 vs 129,000–147,000, `taskset` to one core, same shard), and a full shuffle where
+the buffer was partial. Both paths read the same rows for a shard (a test checks it).
+
+**6. Distributed training steps (adopted; all in `model/steps.py`, `model/layers.py`,
+`executor/training.py`, `data/reader.py`).** At the start, two `multi_worker_mirrored` workers
+on the demo trained at 2,700–3,600 examples/s (5 epochs in 164 s) against ~53,000 for one
+process: 113 ms per two-worker step where the step's compute is 2–3 ms. Timed step by step
+(TensorFlow processes started directly, then the TFoS runs below), the time went to
+collectives that training does not need, or does not need one at a time:
+
+- *Per-step metric all-reduces.* Keras reads every metric's result after every step, and under
+  MultiWorkerMirrored reading a metric all-reduces each of its variables (AUC has four, accuracy
+  and the loss two each): about ten small collectives, ~1.1 ms each here, per step. The steps now
+  return each worker's own values (`StepModel.compute_metrics`); Keras replaces them at the end of
+  every epoch with the metrics read from the aggregated variables, so the epoch lines stay exact
+  (a test compares them with one process on the same data).
+- *Sparse gradients.* Every embedding table's gradient is `IndexedSlices`, which MultiWorkerMirrored
+  all-gathers table by table (several collectives each). Tables up to `train.dense_gradient_limit`
+  values (262,144 = 1 MiB) now send dense gradients, which join the other gradients in one packed
+  all-reduce (94 KB for the demo model: 1.3–1.5 ms per step here, latency-bound).
+- *One variable per table.* The model kept 22 id tables in 22 variables; the same tables now live in
+  4 (`SharedEmbedding`: all wide weights in one, the deep embeddings in one per width): 34 → 14
+  trainable variables, fewer tensors per all-reduce pack and, under `parameter_server`, 20 fewer
+  variable reads and updates per step.
+- *A has-data all-reduce per step.* MultiWorkerMirrored's distributed iterator all-reduces, every
+  step, whether each worker still has a batch (`experimental_enable_get_next_as_optional`); training
+  and validation data repeat, so it is switched off: one collective per step fewer.
+- *Python per step.* `train.steps_per_execution = 20` (was 1 under MWMS, 10 under PS): Keras runs
+  20 steps per call into TensorFlow, callbacks (heartbeat, first step) once per call.
+- *Input.* Item 5.
+- *Threads.* Each node's compute pool is sized to its Spark task's CPUs (`train.threads = 0`),
+  not to the machine's cores.
+
+What each lever gives, on `tfos train` (TFoS, local-cluster[4,1,1536], demo data, 3 epochs × 100
+steps, examples/s of epochs 2–3, training time only; two runs each, shown as run 1 / run 2;
+`multi_worker_mirrored` 2 workers × 512, `parameter_server` 2 workers + 1 ps, 1,024 per step).
+Cumulative, each row adds one lever to the row above:
+
+| | MWMS, 2 workers | PS, 2 workers + 1 ps |
+|---|---|---|
+| none of them (Keras steps, sparse gradients, a variable per table, 1 step per execution, streaming input, TF's thread pools) | 10,260 / 9,954 | 53,361 / 52,797 |
+| + per-step metrics kept local | 11,872 / 12,040 | 53,422 / 53,964 |
+| + dense gradients of small tables | 118,438 / 118,562 | 60,408 / 59,960 |
+| + one variable per embedding width | 130,439 / 128,359 | 72,536 / 66,229 |
+| + no per-step has-data all-reduce | 124,450 / 115,676 | 67,048 / 63,276 |
+| + 20 steps per execution | 152,929 / 159,818 | 74,526 / 76,284 |
+| + input held in memory | 214,554 / 216,821 | 100,424 / 101,528 |
+| + threads from the Spark task (all of them: as shipped) | 217,662 / 208,689 | 107,168 / 104,228 |
+
+The local strategy on the same settings: 151,400 with none of the levers, 287,120 as shipped.
+A cumulative ladder credits a lever only with what is left when it arrives (the has-data
+all-reduce saves nothing while the streaming input still bounds the step). Leaving one lever out
+of the shipped set says what each gives now:
+
+| as shipped, but without | MWMS, 2 workers | PS, 2 workers + 1 ps |
+|---|---|---|
+| (nothing left out) | 209,403 / 215,606 | 101,664 / 105,962 |
+| per-step metrics kept local | 62,522 / 55,992 | 103,714 / 104,470 |
+| dense gradients of small tables | 72,182 / 67,482 | 97,809 / 108,700 |
+| one variable per embedding width | 194,736 / 185,128 | 82,268 / 82,105 |
+| no per-step has-data all-reduce | 167,924 / 169,096 | 98,272 / 106,570 |
+| 20 steps per execution (1 instead) | 147,918 / 140,998 | 79,658 / 87,785 |
+| input held in memory | 167,840 / 162,304 | 77,053 / 77,831 |
+| threads from the Spark task (TF's 2 instead) | 199,226 / 216,410 | 98,599 / 98,220 |
+
+Every lever but the thread pools moves MWMS beyond the runs' spread, and they add up: the
+metric and has-data all-reduces and the sparse all-gathers were each a wall on their own. The
+parameter servers gain from fewer variables, fewer Python calls and the input; per-step metrics
+and dense gradients matter little there (metrics live on the coordinator; a PS step sends one
+tensor per gradient either way). The thread pools make no measurable difference here (each
+executor has one core and TensorFlow's default is two); they are kept for hosts with more
+cores than one executor, where every node would otherwise size its pool to the whole host.
+
+Tried and not kept: splitting the packed all-reduce into packs of 16–40 KB
+(`CommunicationOptions(bytes_per_pack=…)`, to overlap it with the backward pass): 5.7 vs 4.7 ms
+per step, slower (more collectives, nothing to overlap on one core); `RING` instead of `AUTO`:
+no difference on CPU; one inter-op thread per node: no difference under MWMS, and parameter
+servers deadlock with it (they block inter-op threads waiting on workers); one tf.data thread:
+no difference; the fused legacy Adam kernel (one op per variable on the parameter server):
+102,000 vs 107,000, within noise; more steps per execution than 20 (50, 100): within noise.
+
+**Batch size and learning rate (the README's recipe).** Eval AUC of the local strategy on the
+demo data, 5 epochs, Adam: batch 256, 512, 1,024, 2,048 at the default rate 0.001: 0.9119,
+0.9124, 0.9122, 0.9121; batch 4,096: 0.9112 at 0.001, 0.9125 at 0.002 (1,024's rate × √4), 0.9129 at
+0.004 (× 4). The demo's global batch of 1,024 (2 × 512) needs no change of
+rate; past ~2,048 examples per update, scale Adam's rate with about √k.
 """
 
 BOUNDS = """
@@ -90,8 +181,23 @@ would likely stay below 0.5 on two cores. The UDF itself reaches 65–90% of its
 **P3 (TFoS 1 worker vs local).** Was bounded by MultiWorkerMirroredStrategy on a single
 worker (the all-reduce of every gradient each step: 0.70–0.81), not by TensorFlowOnSpark; with
 the default strategy on a one-node cluster the same node trains at 0.98–1.00× the local
-strategy (tuning item 4). What is left is noise: on this 2-core machine, shared with other
-jobs, single epochs vary by ±10–30%, so one run's P3 can land 0.1–0.2 either side of 1 (the
-local strategy shares its process with the Spark driver, the TFoS node has an executor's to
-itself); the per-repeat ratios in the table show how far.
+strategy (tuning item 4) or above: the local strategy shares its process with the Spark
+driver, the TFoS node has an executor to itself.
+
+**P7 (2 workers vs one process, same global batch).** Two workers on two cores can at best
+match one process that uses both cores (they split the same computation) — and then each step
+adds the all-reduce of the gradients (1.3–1.5 ms of a 4–4.5 ms step, latency-bound: its size
+hardly matters below a few hundred KB) and the nodes share the two cores with their runtimes'
+threads ("other" in the scaling table). Three workers on two cores oversubscribe them and the
+all-reduce takes three ring hops: slower than two. On a real cluster each worker brings its own
+cores and the same exchange is the whole overhead.
+
+**P8 (parameter server vs one process).** A parameter-server step reads every variable from
+the ps and sends every gradient back: ~5 ms per worker step alone here ("exchange"), and the
+ps process itself takes about half a core for it (measured with /proc: ps 56%, each worker 67%,
+the coordinator 2% of a core, at 2,048 per step), all on the same two cores as the workers'
+compute. Per step that cost is fixed, so it is paid off by larger steps: at 1,024 examples per
+step PS reaches ~0.4× one process, at 4,096 the ratio in the table. Hence the README's advice
+for `parameter_server`: a per-step batch several times MWMS's per-worker batch, and parameter
+servers on hosts of their own on a real cluster.
 """

@@ -90,7 +90,7 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
     return "\n".join(lines)
 
 
-SCALING_ROWS = ("local", "mwms-1", "mwms-2", "mwms-3", "ps-2", "local-2x", "ps-2-2x")
+SCALING_ROWS = ("local", "mwms-1", "mwms-2", "mwms-3", "ps-2", "local-ps", "ps-2-ps")
 
 
 def _scaling_section(run: Run, image: str) -> list[str]:
@@ -107,16 +107,19 @@ def _scaling_section(run: Run, image: str) -> list[str]:
         "the model, *exchange* the step's communication alone (the gradients' all-reduce, or the parameter "
         "servers' reads and updates), *other* the rest of the measured step (dispatch, waiting for the "
         "slowest worker, the cores shared with the other nodes); *input* is one batch from the node's input "
-        "pipeline alone, which overlaps the step (`executor/step_profile.py`). Milliseconds, medians.",
+        "pipeline alone, which overlaps the step (`executor/step_profile.py`). Milliseconds, medians; "
+        "*start* is reservation to the first finished step.",
         "",
-        "| configuration | examples/s | ÷ local (same batch) | step | compute | exchange | other | input |",
-        "|---|---|---|---|---|---|---|---|",
+        "| configuration | examples/s | ÷ local (same batch) | step | compute | exchange | other | input | start (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n in rows:
         f = d[f"train {n}"]
-        local = d["train local-2x"] if n.endswith("-2x") and "train local-2x" in d else d["train local"]
+        local = d["train local-ps"] if n.endswith("-ps") and "train local-ps" in d else d["train local"]
         parts = [d.get(f"step {n} {p}") for p in ("step_ms", "compute_ms", "exchange_ms", "other_ms", "input_ms")]
         cells = [fmt(x.median) if x and x.samples else "—" for x in parts]
+        start = d.get(f"startup {n} to_first_step_seconds")
+        cells.append(f"{fmt(start.median)} (max {fmt(start.high)})" if start and start.samples else "—")
         lines.append(f"| {f.name} | {fmt(f.median)} ({f.spread()}) | {fmt(ratio(f.median, local.median))} | "
                      + " | ".join(cells) + " |")
     return lines + ["", f"![scaling]({image})", ""]

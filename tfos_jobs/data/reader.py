@@ -47,19 +47,20 @@ def make_dataset(
         return _in_memory(files, spec.parse_spec(columns), spec.label.name, batch_size, num_shards=num_shards,
                           shard_index=shard_index, shuffle=shuffle, seed=seed, repeat=repeat, compression=compression)
     by_file = len(files) >= num_shards
-    ds = tf.data.Dataset.from_tensor_slices(files)
-    if by_file and num_shards > 1:
-        ds = ds.shard(num_shards, shard_index)
-    if shuffle:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=TF_COMPRESSION[compression], buffer_size=1 << 20),
-        cycle_length=max(1, min(cycle_length, len(files))),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not shuffle,
-    )
-    if not by_file and num_shards > 1:
-        ds = ds.shard(num_shards, shard_index)  # fewer files than workers: share records instead
+    if by_file:
+        ds = tf.data.Dataset.from_tensor_slices(files)
+        if num_shards > 1:
+            ds = ds.shard(num_shards, shard_index)
+        if shuffle:
+            ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.interleave(
+            lambda f: tf.data.TFRecordDataset(f, compression_type=TF_COMPRESSION[compression], buffer_size=1 << 20),
+            cycle_length=max(1, min(cycle_length, len(files))),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=not shuffle,
+        )
+    else:  # fewer files than workers: share records, read in one fixed order so that shards never overlap
+        ds = _records(files, num_shards, shard_index, compression)
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -83,14 +84,21 @@ def shard_bytes(files: Sequence[tuple[str, int]], num_shards: int, shard_index: 
     return -(-sum(size for _, size in files) // num_shards)
 
 
+def _records(files: list[str], num_shards: int, shard_index: int, compression: str):
+    """This worker's records, file after file: its files, or every num_shards-th record of all."""
+    import tensorflow as tf
+
+    by_file = len(files) >= num_shards
+    records = tf.data.TFRecordDataset(files[shard_index::num_shards] if by_file else files,
+                                      compression_type=TF_COMPRESSION[compression], buffer_size=1 << 20)
+    return records if by_file or num_shards == 1 else records.shard(num_shards, shard_index)
+
+
 def _in_memory(files: list[str], parse_spec: dict, label: str, batch_size: int, *, num_shards: int,
                shard_index: int, shuffle: bool, seed: int | None, repeat: bool, compression: str):
     import tensorflow as tf
 
-    records = tf.data.TFRecordDataset(files[shard_index::num_shards] if len(files) >= num_shards else files,
-                                      compression_type=TF_COMPRESSION[compression], buffer_size=1 << 20)
-    if len(files) < num_shards:
-        records = records.shard(num_shards, shard_index)
+    records = _records(files, num_shards, shard_index, compression)
     # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this
     # inside a function.
     table = tf.io.parse_example(records.batch(2**31 - 1).get_single_element(), parse_spec)  # {column: [rows]}
