@@ -5,6 +5,7 @@ and statistics the model is built from are the ones the records were written wit
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -106,13 +107,14 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
                                    seed=args["seed"] + index, repeat=True, num_shards=shards, shard_index=index,
                                    in_memory=fits("train", shards, index), **common)
 
-    if args["strategy"] == "parameter_server":
-        train_data = tf.keras.utils.experimental.DatasetCreator(
-            lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
-    else:
-        train_data = _no_autoshard(train_input(num_workers, worker_index))
-    # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
-    eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits("eval", 1, 0), **common))
+    with _naming_corrupt_files(train_files + eval_files, meta.compression, args["dataset"]):  # in-memory shards read here
+        if args["strategy"] == "parameter_server":
+            train_data = tf.keras.utils.experimental.DatasetCreator(
+                lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
+        else:
+            train_data = _no_autoshard(train_input(num_workers, worker_index))
+        # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
+        eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits("eval", 1, 0), **common))
 
     model_dir = args["model_dir"]
     per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
@@ -133,13 +135,9 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
         callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args["early_stopping_patience"]))
     callbacks.extend(extra_callbacks)
 
-    try:
+    with _naming_corrupt_files(train_files + eval_files, meta.compression, args["dataset"]):
         history = trainer.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
-                            validation_steps=val_steps, callbacks=callbacks, verbose=0)
-    except tf.errors.DataLossError as e:
-        bad = reader.find_corrupt(train_files + eval_files, meta.compression)
-        where = f"{bad[0]} ({bad[1]})" if bad else f"one of the files of {args['dataset']}"
-        raise reader.CorruptRecordsError(f"corrupt TFRecord file: {where}; prepare the dataset again") from e
+                              validation_steps=val_steps, callbacks=callbacks, verbose=0)
     final = {k: float(v[-1]) for k, v in history.history.items()}
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
         return final
@@ -175,6 +173,19 @@ def _sample_predictions(model, files: list[str], spec, compression: str, rows: i
     outputs = model(features, training=False)
     decode = lambda t: [v.decode() if isinstance(v, bytes) else float(v) for v in t.numpy().tolist()]
     return {"rows": {name: decode(t) for name, t in features.items()}, "outputs": outputs.numpy().tolist()}
+
+
+@contextlib.contextmanager
+def _naming_corrupt_files(files: list[str], compression: str, dataset: str):
+    """TensorFlow reports a damaged record without its file: find the file and name it."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        bad = reader.find_corrupt(files, compression)
+        where = f"{bad[0]} ({bad[1]})" if bad else f"one of the files of {dataset}"
+        raise reader.CorruptRecordsError(f"corrupt TFRecord file: {where}; prepare the dataset again") from e
 
 
 def _no_autoshard(ds):
