@@ -144,6 +144,9 @@ class TrainConfig:
     dense_gradient_limit: int = 262_144  # embedding tables of up to this many values send dense gradients
     threads: int = 0  # TensorFlow compute threads per TF node; 0 = the Spark task's CPUs (spark.task.cpus)
     profile_steps: int = 0  # > 0: after training, time this many steps' parts (metrics.json step_profile)
+    control_bind: str = ""  # reservation server address; "" = spark.driver.bindAddress, else spark.driver.host
+    control_ports: str = ""  # reservation server port or range ("9000-9010"); "" = any free port
+    tf_ports: str = ""  # port range for the TF nodes' gRPC servers ("30000-30999"); "" = any free port
     tensorboard: bool = True  # event files in <model_dir>/logs
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
@@ -386,6 +389,11 @@ def validate(config: Config) -> None:
     errs += [f"train.{k}: must be >= 1, got {v}" for k, v in positive.items() if v < 1]
     if tr.strategy == "parameter_server" and tr.ps < 1:
         errs.append(f"train.ps: parameter_server needs at least 1 parameter server, got {tr.ps}")
+    for key in ("control_ports", "tf_ports"):
+        try:
+            parse_ports(getattr(tr, key))
+        except ValueError as e:
+            errs.append(f"train.{key}: {e}")
     if tr.steps_per_epoch is not None and tr.steps_per_epoch < 1:
         errs.append(f"train.steps_per_epoch: must be >= 1 (or left out for one pass per epoch), got {tr.steps_per_epoch}")
     if tr.learning_rate <= 0:
@@ -418,6 +426,21 @@ def validate(config: Config) -> None:
         errs.append(f"synthetic.as_of: {syn.as_of!r} is not an ISO date (YYYY-MM-DD)")
     if errs:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
+
+
+def parse_ports(spec: str) -> list[int]:
+    """A port setting: "" (any free port: [0]), "9000", or a range "9000-9010"."""
+    spec = spec.strip()
+    if not spec:
+        return [0]
+    low, _, high = spec.partition("-")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        raise ValueError(f"{spec!r} is not a port or a range of ports like 9000-9010") from None
+    if not 0 < first <= last < 65536:
+        raise ValueError(f"{spec!r} is not a port or a range of ports within 1-65535, low-high")
+    return list(range(first, last + 1))
 
 
 def to_dict(config: Config) -> dict[str, Any]:

@@ -20,16 +20,20 @@ import json
 import os
 import random
 import shutil
+import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from typing import Any, Callable
 
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
-from tfos_jobs.config import Config, TrainConfig
+from tfos_jobs import control_channel
+from tfos_jobs.config import Config, TrainConfig, parse_ports
 from tfos_jobs.data import meta as meta_mod
+from tfos_jobs.driver.reservations import ReservationServer
 from tfos_jobs.driver.progress import (ProgressPrinter, format_breakdown, plot_learning_curve, read_progress,
                                        step_breakdown)
 from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
@@ -94,6 +98,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir}")
     started = time.time()
     printer = ProgressPrinter(f"{model_dir}/progress.jsonl", log)
+    rejected: Counter = Counter()
     for attempt in range(1, tr.max_attempts + 1):
         run_dir = f"{model_dir}/_run/{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
         os.makedirs(f"{run_dir}/nodes", exist_ok=True)
@@ -102,7 +107,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
             if tr.strategy == "local":
                 _run_local(args, printer)
             else:
-                _run_cluster(spark, tr, args, run_dir, printer, stop)
+                _run_cluster(spark, tr, args, run_dir, printer, rejected, stop)
             break
         except TrainingError as e:
             if not e.retriable or attempt == tr.max_attempts:
@@ -110,7 +115,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
             log(f"attempt {attempt} of {tr.max_attempts} failed: {e}\nrelaunching the TF cluster; "
                 "training resumes from the last finished epoch")
     printer.poll()
-    return _finish(model_dir, run_dir, tr, attempt, time.time() - started, log)
+    return _finish(model_dir, run_dir, tr, attempt, time.time() - started, log, rejected)
 
 
 def _prepare_model_dir(model_dir: str, overwrite: bool, log: Callable[[str], None]) -> None:
@@ -168,8 +173,9 @@ def _run_local(args: dict[str, Any], printer: ProgressPrinter) -> None:
 
 
 def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run_dir: str,
-                 printer: ProgressPrinter, stop: threading.Event | None = None) -> None:
-    from tensorflowonspark import TFSparkNode, reservation
+                 printer: ProgressPrinter, rejected: Counter, stop: threading.Event | None = None) -> None:
+    """`rejected` counts, per peer address, control messages the reservation server refused."""
+    from tensorflowonspark import TFSparkNode
 
     from tfos_jobs.executor.node import guard, main_fun
 
@@ -177,7 +183,10 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
     nodes = node_count(tr)
     _wait_for_executors(sc, nodes, tr)
     _write_time(f"{run_dir}/launched")
-    server = reservation.Server(nodes)
+    secret = control_channel.new_secret()  # this run's; reaches the nodes only inside the task closure
+    bind, advertise = control_address(sc.getConf(), tr.control_bind)
+    server = ReservationServer(nodes, secret, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
+                               log=printer.log)
     template = {"chief": [0]} | ({"worker": list(range(1, nodes))} if nodes > 1 else {})
     default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS").rstrip("/")
     cluster_meta = {
@@ -191,7 +200,7 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
         sc.setJobGroup(group, f"tfos train: {nodes} TF nodes", interruptOnCancel=True)
         try:
             node_fn = guard(TFSparkNode.run(main_fun, args, cluster_meta, False, None, ["error"], False),
-                            run_dir, tr.strategy)
+                            run_dir, tr.strategy, secret, parse_ports(tr.tf_ports))
             node_rdd = sc.parallelize(range(nodes), nodes).mapPartitions(node_fn)
             with _own_python_workers(sc, os.path.basename(run_dir)):
                 node_rdd._jrdd  # the Python function is wrapped here, with this run's environment
@@ -235,6 +244,10 @@ def _run_cluster(spark: SparkSession, tr: TrainConfig, args: dict[str, Any], run
         raise
     finally:
         server.stop()
+        if server.rejected:
+            printer.log(f"control channel: rejected {sum(server.rejected.values())} message(s) from "
+                        f"{', '.join(sorted(server.rejected))} during this run")
+        rejected.update(server.rejected)
 
 
 _ENVIRONMENT_LOCK = threading.Lock()
@@ -279,15 +292,25 @@ def _layout(tr: TrainConfig) -> str:
     return f"{tr.workers} workers, one of them the chief"
 
 
-def _await_reservations(server, outcome: dict[str, Any], timeout: float, nodes: int, run_dir: str) -> None:
+def control_address(conf, configured: str) -> tuple[str, str]:
+    """(address the reservation server binds to, address the nodes connect to): the configured
+    one, else Spark's driver bind address, else the driver host Spark advertises. A wildcard
+    bind is advertised as the driver host."""
+    host = conf.get("spark.driver.host", None) or socket.gethostbyname(socket.gethostname())
+    bind = configured or conf.get("spark.driver.bindAddress", None) or host
+    return bind, host if bind in ("0.0.0.0", "::", "") else bind
+
+
+def _await_reservations(server: ReservationServer, outcome: dict[str, Any], timeout: float, nodes: int,
+                        run_dir: str) -> None:
     deadline = time.monotonic() + timeout
-    while not server.reservations.done():
+    while not server.done():
         failed = _failed_nodes(run_dir)
         if "error" in outcome or failed:
             raise TrainingError(_failure_message(run_dir, failed, outcome), retriable=_retriable(failed))
         if time.monotonic() > deadline:
             raise TrainingError(
-                f"only {nodes - server.reservations.remaining()} of {nodes} TF nodes started within "
+                f"only {nodes - server.remaining()} of {nodes} TF nodes started within "
                 f"train.reservation_timeout = {timeout:.0f} s (are {nodes} executors free, with one task slot each?)")
         time.sleep(POLL)
 
@@ -423,7 +446,7 @@ def _abort(sc, group: str, run_dir: str, thread: threading.Thread) -> None:
 
 
 def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, seconds: float,
-            log: Callable[[str], None]) -> dict[str, Any]:
+            log: Callable[[str], None], rejected: Counter) -> dict[str, Any]:
     epochs = read_progress(f"{model_dir}/progress.jsonl")
     with open(f"{run_dir}/result.json", encoding="utf-8") as fh:
         result = json.load(fh)
@@ -438,6 +461,7 @@ def _finish(model_dir: str, run_dir: str, tr: TrainConfig, attempts: int, second
         "steps_per_epoch": result["steps_per_epoch"],
         "seconds": round(seconds, 1), "startup": startup(run_dir), "final": result["final"],
         "lost_nodes": lost_nodes(run_dir),
+        "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
         "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
                                        tr.workers if tr.strategy == "parameter_server" else 1),
         "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},

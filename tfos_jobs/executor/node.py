@@ -80,18 +80,33 @@ def main_fun(args: dict[str, Any], ctx) -> None:
         _stop_manager()
 
 
-def guard(node_fn, run_dir: str, strategy: str):
-    """Wraps TFoS's node function for `mapPartitions` (it yields nothing). A TF node's task runs again only
-    when its executor was lost, and a TF cluster cannot take a node at a new address: the
-    retry of a parameter-server worker returns at once (the chief goes on with the other
-    workers, and the driver counts the worker as lost); any other retry fails the attempt."""
+def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int]):
+    """Wraps TFoS's node function for `mapPartitions` (it yields nothing).
+
+    The node reserves its place over the authenticated control channel with this run's
+    `secret` (it reaches the node only in this closure); its TF server listens on a free port
+    of `tf_ports` ([0]: any). A TF node's task runs again only when its executor was lost, and
+    a TF cluster cannot take a node at a new address: the retry of a parameter-server worker
+    returns at once (the chief goes on with the other workers, and the driver counts the
+    worker as lost); any other retry fails the attempt."""
 
     def run_node(iterator):
         from pyspark import TaskContext
 
+        from tfos_jobs import control_channel
+        from tfos_jobs.executor.reservation_client import authenticated
+
         task = TaskContext.get()
         if task is None or task.attemptNumber() == 0:
-            node_fn(iterator)
+            if tf_ports != [0]:
+                os.environ["TENSORFLOW_PORT"] = str(free_port(tf_ports))  # TFoS's TF server port
+            try:
+                with authenticated(secret):
+                    node_fn(iterator)
+            except control_channel.AuthenticationError as e:
+                name = f"task-{task.partitionId()}" if task is not None else "task"
+                lifecycle.write_text(f"{run_dir}/nodes/{name}.error", f"AuthenticationError: {e}\n")
+                raise
             return iter(())
         node = node_of_partition(run_dir, task.partitionId())
         if strategy == "parameter_server" and node is not None and node.startswith("worker-"):
@@ -102,6 +117,21 @@ def guard(node_fn, run_dir: str, strategy: str):
         raise RuntimeError(f"{what} was lost with its executor; a TF cluster cannot take a replacement node")
 
     return run_node
+
+
+def free_port(ports: list[int]) -> int:
+    """A port of `ports` nothing listens on now (TF binds it moments later)."""
+    import random
+    import socket
+
+    for port in random.sample(ports, len(ports)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port for the TF server in train.tf_ports ({ports[0]}-{ports[-1]})")
 
 
 def node_of_partition(run_dir: str, partition: int) -> str | None:

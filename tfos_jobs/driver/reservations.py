@@ -1,0 +1,202 @@
+"""The driver's reservation server: TF nodes register here and learn the cluster.
+
+It replaces TensorFlowOnSpark's `reservation.Server` (which unpickles whatever reaches it, on
+every interface) with the authenticated JSON channel of `tfos_jobs.control_channel`, bound to
+the driver's cluster-facing address. A message that fails authentication or decoding is
+dropped and its connection closed; the first such message from each address is logged with
+the address, every one is counted (`rejected`).
+"""
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from tfos_jobs import control_channel as cc
+
+IDLE_SECONDS = 120.0  # a connection silent this long is closed
+
+
+class _Connection:
+    def __init__(self, sock: socket.socket, peer: str):
+        self.sock, self.peer = sock, peer
+        self.nonce = cc.new_nonce()
+        self.seq = 0
+        self.buffer = bytearray()
+        self.last = time.monotonic()
+
+
+class ReservationServer:
+    """`start()` in the driver, hand `address` and the secret to the nodes, then poll `done()`."""
+
+    def __init__(self, required: int, secret: bytes, *, bind: str, advertise: str, ports: list[int] | None = None,
+                 log: Callable[[str], None] = print):
+        self.required, self.secret = required, secret
+        self.bind, self.advertise, self.ports = bind, advertise, ports or [0]
+        self.log = log
+        self.rejected: Counter[str] = Counter()  # peer host -> messages rejected
+        self._reservations: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.address: tuple[str, int] | None = None
+
+    # -- driver API --------------------------------------------------------------------------
+
+    def start(self) -> tuple[str, int]:
+        self._listener = _listen(self.bind, self.ports)
+        self._listener.setblocking(False)
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self.address = (self.advertise, self._listener.getsockname()[1])
+        self._thread = threading.Thread(target=self._serve, name="tfos-reservations", daemon=True)
+        self._thread.start()
+        return self.address
+
+    def reservations(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._reservations]
+
+    def done(self) -> bool:
+        with self._lock:
+            return len(self._reservations) >= self.required
+
+    def remaining(self) -> int:
+        with self._lock:
+            return max(0, self.required - len(self._reservations))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
+
+    def summary(self) -> dict[str, Any]:
+        return {"rejected_messages": sum(self.rejected.values()), "rejected_from": sorted(self.rejected)}
+
+    # -- the serving thread ------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            for key, _ in self._selector.select(timeout=0.2):
+                if key.fileobj is self._listener:
+                    self._accept()
+                else:
+                    self._readable(key.data)
+            self._close_idle()
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self._listener.accept()
+        except OSError:
+            return
+        conn = _Connection(sock, peer[0])
+        try:
+            sock.sendall(cc.frame(cc.HELLO + conn.nonce))
+        except OSError:
+            sock.close()
+            return
+        sock.setblocking(False)
+        self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _readable(self, conn: _Connection) -> None:
+        try:
+            chunk = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close(conn)
+            return
+        conn.buffer += chunk
+        conn.last = time.monotonic()
+        while len(conn.buffer) >= 4:
+            try:
+                length = cc.frame_length(bytes(conn.buffer[:4]))
+            except cc.ControlError as e:
+                self._reject(conn, str(e))
+                return
+            if len(conn.buffer) < 4 + length:
+                return
+            body = bytes(conn.buffer[4:4 + length])
+            del conn.buffer[:4 + length]
+            try:
+                message = cc.open_body(self.secret, conn.nonce, b"c", conn.seq, body)
+                reply = self._handle(message)
+            except cc.ControlError as e:
+                self._reject(conn, str(e))
+                return
+            try:
+                conn.sock.setblocking(True)
+                conn.sock.sendall(cc.seal(self.secret, conn.nonce, b"s", conn.seq, reply))
+                conn.sock.setblocking(False)
+            except OSError:
+                self._close(conn)
+                return
+            conn.seq += 1
+
+    def _handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        kind = message.get("type")
+        if kind == cc.REGISTER:
+            data = message.get("data")
+            if not cc.valid_reservation(data):
+                raise cc.ControlError(f"a reservation needs {', '.join(cc.NODE_FIELDS)} of the right types")
+            with self._lock:
+                self._reservations.append({k: data[k] for k in cc.NODE_FIELDS})
+            return {"ok": True}
+        if kind == cc.QUERY:
+            return {"ok": True, "data": self.done()}
+        if kind == cc.CLUSTER:
+            return {"ok": True, "data": self.reservations()}
+        raise cc.ControlError(f"unknown message type {kind!r}")
+
+    def _reject(self, conn: _Connection, reason: str) -> None:
+        first = conn.peer not in self.rejected
+        self.rejected[conn.peer] += 1
+        if first:
+            self.log(f"control channel: rejected a message from {conn.peer}: {reason}; the connection was closed "
+                     "(further rejections from this address are counted, not shown)")
+        try:
+            conn.sock.setblocking(True)
+            conn.sock.settimeout(1.0)
+            conn.sock.sendall(cc.frame(cc.REJECTED + reason.split(" (")[0].encode()[:200]))
+        except OSError:
+            pass
+        self._close(conn)
+
+    def _close(self, conn: _Connection) -> None:
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    def _close_idle(self) -> None:
+        now = time.monotonic()
+        for key in list(self._selector.get_map().values()):
+            conn = key.data
+            if conn is not None and now - conn.last > IDLE_SECONDS:
+                self._close(conn)
+
+
+def _listen(host: str, ports: list[int]) -> socket.socket:
+    errors = []
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for port in ports:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(64)
+            return sock
+        except OSError as e:
+            sock.close()
+            errors.append(f"{port}: {e.strerror or e}")
+    raise cc.ControlError(f"the reservation server cannot listen on {host} (ports tried: {'; '.join(errors[:5])})")
