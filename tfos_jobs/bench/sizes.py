@@ -31,5 +31,5 @@ FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_r
              train_epochs=3, train_steps=200, train_batch=1024, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
              input_batches=800, write_rounds=4)
 SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, warmup=False,
-              train_epochs=2, train_steps=4, train_batch=64, ps_batch=128, scaling_workers=(1, 2), profile_steps=4,
+              train_epochs=2, train_steps=4, train_batch=64, ps_batch=64, scaling_workers=(1, 2), profile_steps=4,
               input_batches=4, write_rounds=1)
