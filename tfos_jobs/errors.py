@@ -15,3 +15,14 @@ class InputError(TfosError):
 
 class OutputExistsError(TfosError):
     """An output directory exists and overwriting was not asked for."""
+
+
+class TrainingError(TfosError):
+    """Training failed; the message carries the failing node's own error.
+
+    `retriable`: the failure came from the cluster (a lost executor, a broken connection, a
+    hang), not from the model or the data, so a relaunch can resume the run."""
+
+    def __init__(self, message: str, retriable: bool = False):
+        super().__init__(message)
+        self.retriable = retriable

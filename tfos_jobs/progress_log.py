@@ -20,3 +20,9 @@ def read_progress(path: str) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             break  # a line still being written
     return out
+
+
+def append_progress(path: str, line: dict[str, Any]) -> None:
+    """One finished epoch; a line is written in one call, so a reader sees it whole or not at all."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")

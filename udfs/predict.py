@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
+from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec
 
 CAPACITY = 3  # models kept per Python worker
@@ -46,10 +47,10 @@ class Scorer:
 
         self._tf = tf
         self._loaded = tf.saved_model.load(export_dir)  # keeps the function's variables alive
-        self.fn = self._loaded.signatures["serving_default"]
+        self.fn = self._loaded.signatures[contract.SERVING_SIGNATURE]
         self.spec: FeatureSpec = read_spec(export_dir)
         self.inputs = self.spec.model_inputs
-        self.vocab = {f.name: _vocab_index(f"{export_dir}/assets/vocab/{f.name}.txt") for f in self.spec.categorical}
+        self.vocab = {f.name: _vocab_index(contract.vocab_asset(export_dir, f.name)) for f in self.spec.categorical}
 
     def columns(self, batch: Any) -> dict[str, pd.Series]:
         """Name the batch's columns: a struct arrives as a DataFrame, positional args as a tuple."""
@@ -91,11 +92,11 @@ class Scorer:
         cols = self.columns(batch)
         out = self.fn(**self.prepare(cols, counts))
         _count(counts, "rows", len(next(iter(cols.values()))))
-        if self.spec.label.task == "regression":
-            return pd.Series(out["value"].numpy().astype("float64"))
+        if not contract.udf_returns_struct(self.spec.label.task):
+            return pd.Series(out[contract.VALUE].numpy().astype("float64"))
         return pd.DataFrame({
-            "probability": out["probability"].numpy().astype("float64"),
-            "label": _decode(out["label"].numpy()),
+            contract.PROBABILITY: out[contract.PROBABILITY].numpy().astype("float64"),
+            contract.LABEL: _decode(out[contract.LABEL].numpy()),
         })
 
 

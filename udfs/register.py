@@ -19,13 +19,10 @@ from pyspark import AccumulatorParam
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.functions import PandasUDFType, pandas_udf
-from pyspark.sql.types import DataType, DoubleType, StringType, StructField, StructType
-
+from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 from udfs.predict import make_udf_function
-
-SIGNATURES = ("serving_default", "predict_examples")
 
 
 class CounterParam(AccumulatorParam):
@@ -57,12 +54,6 @@ class PredictionUdf:
         return dict(sorted(self.counter.value.items()))
 
 
-def return_type(spec: FeatureSpec) -> DataType:
-    if spec.label.task == "regression":
-        return DoubleType()
-    return StructType([StructField("probability", DoubleType()), StructField("label", StringType())])
-
-
 def resolve_export_dir(model_dir: str) -> str:
     """The SavedModel directory: `model_dir` itself or its `saved_model/`. Refuses anything else."""
     if not model_dir or "\0" in model_dir:
@@ -79,17 +70,19 @@ def resolve_export_dir(model_dir: str) -> str:
 def check_model(export_dir: str) -> tuple[FeatureSpec, str]:
     """Load the model once on the driver: a missing spec, a corrupt graph or a missing
     signature fails here, naming the directory, instead of in every task of a query."""
-    spec_path = os.path.join(export_dir, "assets", "feature_spec.json")
+    spec_path = contract.spec_asset(export_dir)
     try:
         with open(spec_path, encoding="utf-8") as fh:
             spec = FeatureSpec.from_json(fh.read())
     except FileNotFoundError:
-        raise ConfigError(f"{export_dir!r} has no assets/feature_spec.json: it was not exported by tfos train") from None
+        raise ConfigError(f"{export_dir!r} has no {os.path.relpath(spec_path, export_dir)}: it was not exported by "
+                          "tfos train") from None
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{spec_path!r} is not a valid feature spec: {e}") from None
-    missing = [f.name for f in spec.categorical if not os.path.isfile(os.path.join(export_dir, "assets", "vocab", f"{f.name}.txt"))]
+    missing = [f.name for f in spec.categorical if not os.path.isfile(contract.vocab_asset(export_dir, f.name))]
     if missing:
-        raise ConfigError(f"{export_dir!r} lacks vocabularies for {missing} in assets/vocab/")
+        where = os.path.dirname(os.path.relpath(contract.vocab_asset(export_dir, missing[0]), export_dir))
+        raise ConfigError(f"{export_dir!r} lacks vocabularies for {missing} in {where}/")
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
@@ -97,10 +90,10 @@ def check_model(export_dir: str) -> tuple[FeatureSpec, str]:
         signatures = tf.saved_model.load(export_dir).signatures
     except Exception as e:  # TF raises several types for unreadable models
         raise ConfigError(f"cannot load the SavedModel in {export_dir!r}: {str(e).splitlines()[0]}") from None
-    absent = [s for s in SIGNATURES if s not in signatures]
+    absent = [s for s in contract.SIGNATURES if s not in signatures]
     if absent:
         raise ConfigError(f"the SavedModel in {export_dir!r} lacks signature(s) {absent}; it has {list(signatures)}")
-    inputs = sorted(signatures["serving_default"].structured_input_signature[1])
+    inputs = sorted(signatures[contract.SERVING_SIGNATURE].structured_input_signature[1])
     if inputs != sorted(spec.model_inputs):
         raise ConfigError(f"the SavedModel's inputs {inputs} do not match its feature spec {list(spec.model_inputs)}")
     version = str(os.stat(os.path.join(export_dir, "saved_model.pb")).st_mtime_ns)
@@ -116,7 +109,8 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     counter = spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
-        udf = pandas_udf(make_udf_function(export_dir, version, counter), return_type(spec), PandasUDFType.SCALAR_ITER)
+        udf = pandas_udf(make_udf_function(export_dir, version, counter), contract.udf_return_type(spec.label.task),
+                         PandasUDFType.SCALAR_ITER)
     spark.udf.register(name, udf)
     return PredictionUdf(name, export_dir, spec, udf, counter)
 

@@ -15,7 +15,7 @@ import pytest
 from tfos_jobs import control_channel as cc
 from tfos_jobs.config import parse_ports
 from tfos_jobs.driver.reservations import ReservationServer
-from tfos_jobs.driver.train import control_address
+from tfos_jobs.driver.tf_cluster import control_address
 from tfos_jobs.executor.reservation_client import AuthenticatedClient
 
 NODE = {"executor_id": 1, "host": "10.0.0.5", "job_name": "worker", "task_index": 0, "port": 40001}

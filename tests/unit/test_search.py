@@ -175,12 +175,14 @@ def test_sweep_overrides_take_dotted_config_keys():
 
 def test_lost_parameter_server_workers_are_tolerated_until_none_is_left(tmp_path):
     from tfos_jobs.config import TrainConfig
-    from tfos_jobs.driver.train import LostWorkers, TrainingError
+    from tfos_jobs.contracts.run_dir import RunDir
+    from tfos_jobs.driver.tf_cluster import LostWorkers
+    from tfos_jobs.errors import TrainingError
 
     (tmp_path / "nodes").mkdir()
     lines: list[str] = []
-    lost = LostWorkers(TrainConfig(strategy="parameter_server", workers=2, reservation_timeout=0), str(tmp_path),
-                       lines.append)
+    run = RunDir(str(tmp_path))
+    lost = LostWorkers(TrainConfig(strategy="parameter_server", workers=2, reservation_timeout=0), run, lines.append)
     assert not lost.tolerated(1)  # a failed task, no worker recorded as lost, no time left to wait
     (tmp_path / "nodes" / "worker-1.lost").write_text("{}")
     assert lost.tolerated(1) and lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
@@ -188,5 +190,5 @@ def test_lost_parameter_server_workers_are_tolerated_until_none_is_left(tmp_path
     (tmp_path / "nodes" / "worker-0.lost").write_text("{}")
     with pytest.raises(TrainingError, match=r"all 2 parameter-server workers were lost .*worker-0, worker-1"):
         lost.tolerated(2)
-    mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), str(tmp_path), lines.append)
+    mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), run, lines.append)
     assert not mwms.tolerated(1)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
+from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec
 
 
@@ -49,15 +50,15 @@ def make_noop(task: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def noop(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             n = len(batch) if isinstance(batch, pd.DataFrame) else len(batch[0])
-            if task == "regression":
+            if not contract.udf_returns_struct(task):
                 yield pd.Series(np.zeros(n))
             else:
-                yield pd.DataFrame({"probability": np.zeros(n), "label": np.full(n, "", dtype=object)})
+                yield pd.DataFrame({contract.PROBABILITY: np.zeros(n), contract.LABEL: np.full(n, "", dtype=object)})
 
     return noop
 
 
 def score_sql(function: str, task: str, table: str) -> str:
     """One query that makes Spark score every row: the sum of the predictions."""
-    value = f"{function}(struct(*))" + ("" if task == "regression" else ".probability")
+    value = f"{function}(struct(*))" + (f".{contract.PROBABILITY}" if contract.udf_returns_struct(task) else "")
     return f"SELECT count(*) AS n, sum({value}) AS total FROM {table}"

@@ -33,10 +33,10 @@ from tfos_jobs.config import Config, SparkConfig
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data import synthetic
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.features.spec import SPARK_TYPES
 
 SERVED_MODEL = "model-mwms-2"  # P4 and P5 serve the model the last two-worker run trained
 STEP_PARTS = ("step_ms", "compute_ms", "exchange_ms", "other_ms", "input_ms")
-SPARK_TYPES = {"float32": "float", "string": "string", "int64": "long"}
 WRITE_PARTITIONS = 8
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -334,7 +334,7 @@ class Bench:
 
         from tfos_jobs.driver import prepare, sql
         from tfos_jobs.model.export import load_signature
-        from udfs.register import return_type
+        from tfos_jobs.contracts.serving import udf_return_type
 
         spark, pr = self.spark, self.big.predict
         udf = udfs.register(spark, pr.name, pr.model, batch_size=pr.batch_size)
@@ -346,7 +346,8 @@ class Bench:
         inputs.createOrReplaceTempView("bench_inputs")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            spark.udf.register("bench_noop", pandas_udf(serving.make_noop(task), return_type(spec), PandasUDFType.SCALAR_ITER))
+            spark.udf.register("bench_noop", pandas_udf(serving.make_noop(task), udf_return_type(task),
+                                                          PandasUDFType.SCALAR_ITER))
         arrays = serving.numpy_inputs(inputs.toPandas(), spec)
         signature = load_signature(udf.export_dir)
         self.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "

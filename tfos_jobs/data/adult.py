@@ -11,13 +11,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
+
 COLUMNS = (
     ("age", "INT"), ("workclass", "STRING"), ("fnlwgt", "INT"), ("education", "STRING"),
     ("education_num", "INT"), ("marital_status", "STRING"), ("occupation", "STRING"),
     ("relationship", "STRING"), ("race", "STRING"), ("sex", "STRING"), ("capital_gain", "INT"),
     ("capital_loss", "INT"), ("hours_per_week", "INT"), ("native_country", "STRING"), ("income", "STRING"),
 )
-CORRUPT = "_corrupt_record"
 SCHEMA = ", ".join(f"{name} {dtype}" for name, dtype in COLUMNS) + f", {CORRUPT} STRING"
 
 
@@ -32,5 +33,5 @@ def read(spark: SparkSession, paths: list[str]) -> DataFrame:
         *[F.regexp_replace("income", r"\.$", "").alias(c) if c == "income" else F.col(c) for c in names],
         F.when(F.input_file_name().endswith(".test"), "eval").otherwise("train").alias("source_split"),
         F.col(CORRUPT),
-        F.input_file_name().alias("_source_file"),
+        F.input_file_name().alias(SOURCE_FILE),
     )

@@ -8,11 +8,10 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import adult
+from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
 from tfos_jobs.errors import InputError
 
 TEXT_FORMATS = ("csv", "json")
-CORRUPT = "_corrupt_record"
-SOURCE_FILE = "_source_file"
 
 
 def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:

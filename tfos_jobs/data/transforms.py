@@ -11,14 +11,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.data.columns import ACTIVE_DAYS, CORRUPT, CTR, DAYS_SINCE_LAST, EVENT_COUNT
 from tfos_jobs.errors import InputError
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
+from tfos_jobs.features.spec import SPARK_TYPES, CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
 
-ACTIVITY_COLUMNS = ("event_count", "active_days", "ctr", "days_since_last")
-SPLIT = "split"
-REJECT = "_reject_reason"
-CORRUPT = "_corrupt_record"
-SOURCE_FILE = "_source_file"
 HASH_BUCKETS = 1_000_000
 
 
@@ -57,10 +53,10 @@ def aggregate_activity(events: DataFrame, act: ActivityConfig, as_of: dt.date) -
     clicks = F.sum(F.when(kind == act.click_value, 1).otherwise(0))
     impressions = F.sum(F.when(kind == act.impression_value, 1).otherwise(0))
     return events.groupBy(act.key).agg(
-        F.count(F.lit(1)).cast("long").alias("event_count"),
-        F.countDistinct(F.to_date(act.timestamp)).cast("long").alias("active_days"),
-        (clicks / F.when(impressions > 0, impressions)).cast("double").alias("ctr"),
-        F.datediff(F.lit(as_of), F.to_date(F.max(act.timestamp))).cast("long").alias("days_since_last"),
+        F.count(F.lit(1)).cast("long").alias(EVENT_COUNT),
+        F.countDistinct(F.to_date(act.timestamp)).cast("long").alias(ACTIVE_DAYS),
+        (clicks / F.when(impressions > 0, impressions)).cast("double").alias(CTR),
+        F.datediff(F.lit(as_of), F.to_date(F.max(act.timestamp))).cast("long").alias(DAYS_SINCE_LAST),
     )
 
 
@@ -68,7 +64,7 @@ def join_activity(main: DataFrame, activity: DataFrame, main_key: str, act_key: 
     """People without events have zero events and active days; ctr and recency stay null (imputed)."""
     activity = activity.withColumnRenamed(act_key, "__activity_key")
     joined = main.join(activity, main[main_key] == activity["__activity_key"], "left").drop("__activity_key")
-    return joined.fillna(0, subset=["event_count", "active_days"])
+    return joined.fillna(0, subset=[EVENT_COUNT, ACTIVE_DAYS])
 
 
 def split_column(split: SplitConfig, key: str | None) -> Column:
@@ -134,9 +130,9 @@ def record_columns(spec: FeatureSpec, classes: tuple[str, ...] = ()) -> list[Col
         if isinstance(f, Label):
             cols.append(encode_label(f, classes).alias(name))
         elif isinstance(f, KeyFeature):
-            cols.append(F.col(name).cast("long" if f.dtype == "int64" else "string").alias(name))
+            cols.append(F.col(name).cast(SPARK_TYPES[f.dtype]).alias(name))
         else:
-            cols.append(F.col(name).cast({"float32": "float", "string": "string", "int64": "long"}[dtype]).alias(name))
+            cols.append(F.col(name).cast(SPARK_TYPES[dtype]).alias(name))
     return cols
 
 

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
+from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import sources
 from tfos_jobs.data.fs import HadoopFS
 from tfos_jobs.driver.prepare import assemble
@@ -40,10 +41,10 @@ def input_table(spark: SparkSession, config: Config, spec) -> DataFrame:
 def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
     """The table with `predicted_probability` and `predicted_label` (or `prediction`) appended."""
     scored = table.withColumn("__prediction", udf())
-    if udf.spec.label.task == "regression":
+    if not contract.udf_returns_struct(udf.spec.label.task):
         return scored.withColumnRenamed("__prediction", "prediction")
-    return scored.select("*", F.col("__prediction.probability").alias("predicted_probability"),
-                         F.col("__prediction.label").alias("predicted_label")).drop("__prediction")
+    return scored.select("*", *(F.col(f"__prediction.{field}").alias(f"predicted_{field}")
+                                for field in contract.UDF_FIELDS[udf.spec.label.task])).drop("__prediction")
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,

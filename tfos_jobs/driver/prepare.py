@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from tfos_jobs import __version__
 from tfos_jobs.config import Config
-from tfos_jobs.data import sources, tfrecord, transforms
+from tfos_jobs.data import columns, sources, tfrecord, transforms
 from tfos_jobs.data.fs import HadoopFS
 from tfos_jobs.data.meta import MANIFEST, META, SPEC, STATS, VOCAB
 from tfos_jobs.errors import InputError, OutputExistsError
@@ -47,8 +47,8 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
 
     table, source_rows = assemble(spark, config)
     key = spec.key.name if spec.key else None
-    table = table.withColumn(transforms.SPLIT, transforms.split_column(prep.split, key)) \
-        .withColumn(transforms.REJECT, transforms.reject_reason(spec, prep.split, table.columns)) \
+    table = table.withColumn(columns.SPLIT, transforms.split_column(prep.split, key)) \
+        .withColumn(columns.REJECT, transforms.reject_reason(spec, prep.split, table.columns)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     try:
         profile = _profile(table, spec)
@@ -64,9 +64,9 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
         if prep.bad_rows == "strict" and profile["malformed"]:
             raise InputError(_first_malformed(spark, table))
         resolved = _resolve_defaults(spec, profile["stats"])
-        accepted = table.where(F.col(transforms.REJECT).isNull())
+        accepted = table.where(F.col(columns.REJECT).isNull())
         imputed = transforms.impute(accepted, resolved, _numeric_defaults(resolved))
-        train = imputed.where(F.col(transforms.SPLIT) == "train")
+        train = imputed.where(F.col(columns.SPLIT) == "train")
         vocab = vocab_mod.compute(train, resolved.categorical)
         classes = _label_classes(resolved, imputed)
         if classes:
@@ -131,7 +131,7 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
             "as_of": as_of.isoformat(),
         }
         table = transforms.join_activity(table, transforms.aggregate_activity(usable, act, as_of), spec.key.name, act.key)
-        provided.update({c: act.source for c in transforms.ACTIVITY_COLUMNS})
+        provided.update({c: act.source for c in columns.ACTIVITY_COLUMNS})
 
     errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs if for_prediction else None)
     if errors:
@@ -144,8 +144,8 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
     keep = list(spec.stored_columns)
     if prep.split.mode == "column":
         keep.append(prep.split.column)
-    if transforms.CORRUPT in table.columns:
-        keep += [transforms.CORRUPT, transforms.SOURCE_FILE]
+    if columns.CORRUPT in table.columns:
+        keep += [columns.CORRUPT, columns.SOURCE_FILE]
     return table.select(*dict.fromkeys(keep)), source_rows
 
 
@@ -155,16 +155,16 @@ def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFr
     """Rejects and records into the staging directory; returns the files of each split."""
     if profile["rejected"]:
         # `_raw_record`: JSON readers treat a column named _corrupt_record as their own
-        rejects = table.where(F.col(transforms.REJECT).isNotNull()).withColumnRenamed(transforms.CORRUPT, "_raw_record")
+        rejects = table.where(F.col(columns.REJECT).isNotNull()).withColumnRenamed(columns.CORRUPT, "_raw_record")
         rejects.write.json(f"{staging}/_rejects")
-    records = imputed.select(*transforms.record_columns(spec, classes), transforms.SPLIT)
+    records = imputed.select(*transforms.record_columns(spec, classes), columns.SPLIT)
     tfrecord.write_partitioned(
-        records, f"{staging}/_records", transforms.SPLIT, files=prep.files_per_split, key=key,
+        records, f"{staging}/_records", columns.SPLIT, files=prep.files_per_split, key=key,
         fmt=prep.tfrecord_format, compression=prep.compression,
     )
     split_files = {}
     for split in ("train", "eval"):
-        src, dst = f"{staging}/_records/{transforms.SPLIT}={split}", f"{staging}/{split}"
+        src, dst = f"{staging}/_records/{columns.SPLIT}={split}", f"{staging}/{split}"
         if fs.exists(src):
             fs.rename(src, dst)
         else:
@@ -192,18 +192,18 @@ def _as_of(events: DataFrame, act) -> dt.date:
 
 def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     """Everything the manifest and the defaults need, in one aggregation job."""
-    ok = F.col(transforms.REJECT).isNull()
-    train = ok & (F.col(transforms.SPLIT) == "train")
+    ok = F.col(columns.REJECT).isNull()
+    train = ok & (F.col(columns.SPLIT) == "train")
     imputable = [f.name for f in spec.features if f.kind in ("numeric", "categorical")]
     numeric = [f.name for f in spec.numeric]
     truncating = {f.name: f.max_length for f in spec.categorical if f.max_length is not None}
     row = table.agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.when(~ok, 1).otherwise(0)).alias("rejected"),
-        (F.sum(F.when(F.col(transforms.CORRUPT).isNotNull(), 1).otherwise(0)) if transforms.CORRUPT in table.columns
+        (F.sum(F.when(F.col(columns.CORRUPT).isNotNull(), 1).otherwise(0)) if columns.CORRUPT in table.columns
          else F.lit(0)).alias("malformed"),
         F.sum(F.when(train, 1).otherwise(0)).alias("train"),
-        F.sum(F.when(ok & (F.col(transforms.SPLIT) == "eval"), 1).otherwise(0)).alias("eval"),
+        F.sum(F.when(ok & (F.col(columns.SPLIT) == "eval"), 1).otherwise(0)).alias("eval"),
         F.sum(F.when(ok & stats_mod.any_missing(imputable, numeric), 1).otherwise(0)).alias("rows_imputed"),
         *stats_mod.missing_aggs(imputable, numeric, ok),
         *[F.sum(F.when(ok & (F.length(F.col(name)) > limit), 1).otherwise(0)).alias(f"{name}__truncated")
@@ -212,8 +212,8 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     ).first()
     rejected_by_reason = {}
     if row["rejected"]:
-        reasons = table.where(~ok).groupBy(transforms.REJECT).count().orderBy(F.desc("count")).collect()
-        rejected_by_reason = {r[transforms.REJECT]: r["count"] for r in reasons}
+        reasons = table.where(~ok).groupBy(columns.REJECT).count().orderBy(F.desc("count")).collect()
+        rejected_by_reason = {r[columns.REJECT]: r["count"] for r in reasons}
     return {
         "rows": row["rows"],
         "rejected": int(row["rejected"] or 0),
@@ -229,9 +229,9 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
 
 def _first_malformed(spark: SparkSession, table: DataFrame) -> str:
     """Where the first malformed row is: file and line, for `prepare.bad_rows = "strict"`."""
-    row = table.where(F.col(transforms.CORRUPT).isNotNull()) \
-        .select(transforms.CORRUPT, transforms.SOURCE_FILE).orderBy(transforms.SOURCE_FILE).first()
-    record, path = row[transforms.CORRUPT], row[transforms.SOURCE_FILE]
+    row = table.where(F.col(columns.CORRUPT).isNotNull()) \
+        .select(columns.CORRUPT, columns.SOURCE_FILE).orderBy(columns.SOURCE_FILE).first()
+    record, path = row[columns.CORRUPT], row[columns.SOURCE_FILE]
     where = path
     fs = HadoopFS(spark, path)
     for number, line in enumerate(fs.read_text(path).splitlines(), start=1):

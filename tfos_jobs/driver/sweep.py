@@ -3,10 +3,7 @@ them, and report.
 
 `<sweep_dir>/` holds everything, so a sweep can be resumed and inspected:
   sweep.json                  the sweep's definition (a different sweep refuses the dir)
-  trial-<n>/params.json       the trial's settings, written before it starts
-  trial-<n>/progress.jsonl    one line per finished epoch (the median rule reads these)
-  trial-<n>/result.json       status (completed, pruned, failed), metric, error, timing
-  trial-<n>/saved_model/      the trained model (completed trials)
+  trial-<n>/                  one trial (search.trials.TrialDir)
   results.parquet/.csv, sweep.png, best/saved_model
 Each single-process trial is one Spark job of one task, in its own job group, started from
 a driver thread: Spark places it on a free executor slot, and the time budget cancels it.
@@ -27,16 +24,17 @@ from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
 from tfos_jobs import config as config_mod
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.run_dir import read_json, write_json
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.driver import sweep_report
-from tfos_jobs.driver.train import _node_args
 from tfos_jobs.errors import ConfigError, OutputExistsError
 from tfos_jobs.progress_log import read_progress
 from tfos_jobs.search import samplers
 from tfos_jobs.search.space import ParamValue, SweepConfig, trial_config
+from tfos_jobs.search.trials import FINISHED, TrialDir, TrialResult, TrialStatus, trial_result
 
 POLL = 0.5
-FINISHED = ("completed", "pruned", "failed")
 
 
 @dataclass
@@ -46,6 +44,7 @@ class Running:
     group: str
     thread: threading.Thread
     started: float
+    directory: TrialDir
     outcome: dict[str, Any] = field(default_factory=dict)
     epochs_shown: int = 0
     cancelled: bool = False  # by the time budget or an interrupt: runs again when the sweep is resumed
@@ -91,11 +90,11 @@ def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sw
                 running[n] = _launch(sc, base_config, base_overrides, sweep, sweep_dir, n, settings, log)
             time.sleep(POLL)
             for n, trial in list(running.items()):
-                _show_epochs(sweep_dir, sweep, trial, log)
+                _show_epochs(sweep, trial, log)
                 if trial.thread.is_alive():
                     continue
                 del running[n]
-                result = _result_of(sweep_dir, sweep, trial)
+                result = _result_of(sweep, trial)
                 results[n] = result
                 sampler.tell(n - 1, result["settings"], result["status"], result["value"])
                 log(_finished_line(sweep, result, results, total, len(running)))
@@ -126,7 +125,10 @@ def _open_dir(sweep_dir: str, sweep: SweepConfig, base_train: dict[str, Any]) ->
     path = f"{sweep_dir}/sweep.json"
     fingerprint = hashlib.sha256(f"{sweep.fingerprint()}{json.dumps(base_train, sort_keys=True)}".encode()).hexdigest()[:16]
     if os.path.exists(path):
-        old = _read_json(path)
+        try:
+            old = read_json(path)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path} cannot be read ({e}); delete the sweep directory to start over") from None
         if old.get("fingerprint") != fingerprint:
             raise OutputExistsError(
                 f"{sweep_dir} holds a different sweep (its space, metric, algorithm or training settings differ); "
@@ -135,69 +137,43 @@ def _open_dir(sweep_dir: str, sweep: SweepConfig, base_train: dict[str, Any]) ->
     if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
         raise OutputExistsError(f"{sweep_dir} exists and is not a sweep directory; choose another sweep.dir")
     os.makedirs(sweep_dir, exist_ok=True)
-    _write_json(path, {"fingerprint": fingerprint, "sweep": dataclasses.asdict(sweep), "train": base_train})
-
-
-def _write_json(path: str, data: Any) -> None:
-    """Temp file + rename: a driver that dies mid-write leaves the old file or none."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, default=str)
-    os.replace(tmp, path)
-
-
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path} cannot be read ({e}); delete it (or its trial directory) to run that part again") from None
-
-
-def trial_dir(sweep_dir: str, n: int) -> str:
-    return f"{sweep_dir}/trial-{n:03d}"
+    write_json(path, {"fingerprint": fingerprint, "sweep": dataclasses.asdict(sweep), "train": base_train},
+               indent=2, default=str)
 
 
 def _known_trials(sweep_dir: str) -> dict[int, dict[str, Any]]:
     """Trials of earlier runs: their settings and, when they finished, their result."""
-    out = {}
-    for name in sorted(os.listdir(sweep_dir)):
-        number = name.removeprefix("trial-")
-        if not name.startswith("trial-") or not number.isdigit() or not os.path.exists(f"{sweep_dir}/{name}/params.json"):
-            continue
-        settings = _read_json(f"{sweep_dir}/{name}/params.json")
-        result = _read_json(f"{sweep_dir}/{name}/result.json") if os.path.exists(f"{sweep_dir}/{name}/result.json") else None
-        out[int(number)] = {"settings": settings, "result": result}
-    return out
+    return {n: {"settings": d.read_params(), "result": d.read_result()} for n, d in TrialDir.all_in(sweep_dir).items()}
 
 
 def _launch(sc, base_config: str, base_overrides: Sequence[str], sweep: SweepConfig, sweep_dir: str, n: int,
             settings: dict[str, ParamValue], log: Callable[[str], None]) -> Running:
-    from tfos_jobs.executor.trial import run_trial, trial_result
+    from tfos_jobs.executor.trial import run_trial
 
-    directory = trial_dir(sweep_dir, n)
+    directory = TrialDir.of(sweep_dir, n)
     _reset_trial_dir(directory)
-    _write_json(f"{directory}/params.json", settings)
+    directory.write_params(settings)
     group = f"tfos-sweep-{os.path.basename(sweep_dir)}-trial-{n:03d}"
-    trial = Running(n, settings, group, threading.Thread(), time.time())
-    trial.epochs_shown = len(read_progress(f"{directory}/progress.jsonl"))  # a resumed trial's earlier epochs
+    trial = Running(n, settings, group, threading.Thread(), time.time(), directory)
+    trial.epochs_shown = len(read_progress(directory.progress))  # a resumed trial's earlier epochs
     log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
     try:
         cfg = trial_config(base_config, base_overrides, sweep, settings)
     except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
-        result = trial_result(n, settings, directory, sweep.metric, "failed", str(e), trial.started)
-        _write_json(f"{directory}/result.json", result)
+        result = trial_result(n, settings, directory, sweep.metric, TrialStatus.FAILED, str(e), trial.started)
+        directory.write_result(result)
         trial.outcome["result"] = result
         return trial
 
     if sweep.workers_per_trial > 1:
-        target = _cluster_trial(sc, cfg, sweep, directory, trial)
+        target = _cluster_trial(cfg, sweep, trial)
     else:
         tr = dataclasses.replace(cfg.train, strategy="local", tensorboard=False)
-        payload = {"trial": n, "settings": settings, "trial_dir": directory, "sweep_dir": sweep_dir,
+        args = NodeArgs.from_train_config(tr, dataset=os.path.abspath(tr.dataset), model_dir=directory.path,
+                                          run_dir=f"{directory.runs}/trial")
+        payload = {"trial": n, "settings": settings, "trial_dir": directory.path,
                    "metric": sweep.metric, "goal": sweep.goal, "early_stopping": sweep.early_stopping == "median",
-                   "warmup_epochs": sweep.warmup_epochs, "min_trials": sweep.min_trials,
-                   "args": _node_args(tr, os.path.abspath(tr.dataset), directory, f"{directory}/_run")}
+                   "warmup_epochs": sweep.warmup_epochs, "min_trials": sweep.min_trials, "args": args.to_dict()}
 
         def target():
             sc.setJobGroup(group, f"tfos sweep trial {n}", interruptOnCancel=True)
@@ -212,12 +188,12 @@ def _launch(sc, base_config: str, base_overrides: Sequence[str], sweep: SweepCon
     return trial
 
 
-def _cluster_trial(sc, cfg, sweep: SweepConfig, directory: str, trial: Running) -> Callable[[], None]:
-    """A trial that is a TFoS cluster of `workers_per_trial` workers (driver.train.run)."""
+def _cluster_trial(cfg, sweep: SweepConfig, trial: Running) -> Callable[[], None]:
+    """A trial that is a TFoS cluster of `workers_per_trial` workers, trained as `tfos train` does."""
     from tfos_jobs.driver import train
-    from tfos_jobs.executor.trial import trial_result
 
-    tr = dataclasses.replace(cfg.train, workers=sweep.workers_per_trial, model_dir=directory, tensorboard=False)
+    directory = trial.directory
+    tr = dataclasses.replace(cfg.train, workers=sweep.workers_per_trial, model_dir=directory.path, tensorboard=False)
     cfg = dataclasses.replace(cfg, train=tr)
 
     def target():
@@ -225,53 +201,50 @@ def _cluster_trial(sc, cfg, sweep: SweepConfig, directory: str, trial: Running) 
         error = None
         try:
             train.run(spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop)
-            status = "completed"
+            status = TrialStatus.COMPLETED
         except Exception as e:
-            status, error = "failed", f"{type(e).__name__}: {e}"
+            status, error = TrialStatus.FAILED, f"{type(e).__name__}: {e}"
         if trial.cancelled:  # no result file: the next run of the sweep resumes it from its backup
-            error = "stopped by the sweep's time budget"
-            trial.outcome["result"] = {**trial_result(trial.number, trial.settings, directory, sweep.metric, "failed",
-                                                      error, trial.started), "status": "cancelled"}
+            trial.outcome["result"] = _cancelled(sweep, trial)
             return
         result = trial_result(trial.number, trial.settings, directory, sweep.metric, status, error, trial.started)
-        _write_json(f"{directory}/result.json", result)
+        directory.write_result(result)
         trial.outcome["result"] = result
 
     return target
 
 
-def _reset_trial_dir(directory: str) -> None:
+def _cancelled(sweep: SweepConfig, trial: Running) -> TrialResult:
+    return trial_result(trial.number, trial.settings, trial.directory, sweep.metric, TrialStatus.CANCELLED,
+                        "stopped by the sweep's time budget", trial.started)
+
+
+def _reset_trial_dir(directory: TrialDir) -> None:
     """A trial that stopped part-way resumes from its backup; without one it starts clean."""
-    if os.path.isdir(f"{directory}/backup") and os.listdir(f"{directory}/backup"):
-        for name in ("result.json", "error.txt"):
-            if os.path.exists(f"{directory}/{name}"):
-                os.remove(f"{directory}/{name}")
+    if directory.has_backup():
+        directory.clear_outcome()
         return
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
+    shutil.rmtree(directory.path, ignore_errors=True)
+    os.makedirs(directory.path)
 
 
-def _result_of(sweep_dir: str, sweep: SweepConfig, trial: Running) -> dict[str, Any]:
+def _result_of(sweep: SweepConfig, trial: Running) -> TrialResult:
     if "result" in trial.outcome and not trial.cancelled:
         return trial.outcome["result"]
     # The task never returned: cancelled (time budget, interrupt), or failed on every attempt.
-    from tfos_jobs.executor.trial import trial_result
-
-    directory = trial_dir(sweep_dir, trial.number)
     if trial.cancelled:  # no result file: the next run of the sweep runs it again
-        result = trial_result(trial.number, trial.settings, directory, sweep.metric, "failed",
-                              "stopped by the sweep's time budget", trial.started)
-        return {**result, "status": "cancelled"}
+        return _cancelled(sweep, trial)
     text = str(trial.outcome.get("error", "")).strip().splitlines()
     message = next((ln.strip() for ln in reversed(text) if "Error" in ln or "Exception" in ln),
                    text[0] if text else "the trial's Spark task failed on every attempt (see the executor logs)")
-    result = trial_result(trial.number, trial.settings, directory, sweep.metric, "failed", message, trial.started)
-    _write_json(f"{directory}/result.json", result)
+    result = trial_result(trial.number, trial.settings, trial.directory, sweep.metric, TrialStatus.FAILED, message,
+                          trial.started)
+    trial.directory.write_result(result)
     return result
 
 
-def _show_epochs(sweep_dir: str, sweep: SweepConfig, trial: Running, log: Callable[[str], None]) -> None:
-    lines = read_progress(f"{trial_dir(sweep_dir, trial.number)}/progress.jsonl")
+def _show_epochs(sweep: SweepConfig, trial: Running, log: Callable[[str], None]) -> None:
+    lines = read_progress(trial.directory.progress)
     for line in lines[trial.epochs_shown:]:
         value = line.get(sweep.metric)
         shown = f"{sweep.metric} {value:.4f}" if isinstance(value, (int, float)) else ""
@@ -288,7 +261,7 @@ def _finished_line(sweep: SweepConfig, result: dict[str, Any], results: dict[int
                    running: int) -> str:
     n, status = result["trial"], result["status"]
     value = f"{sweep.metric} {result['value']:.4f}" if result["value"] is not None else ""
-    what = result["error"] if status == "failed" else value
+    what = result["error"] if status == TrialStatus.FAILED else value
     best = sweep_report.best(sweep, list(results.values()))
     best_text = f"best trial {best['trial']:03d} ({sweep.metric} {best['value']:.4f})" if best else "no best yet"
     done = sum(r["status"] in FINISHED for r in results.values())
@@ -303,10 +276,10 @@ def _report(sweep_dir: str, sweep: SweepConfig, results: dict[int, dict[str, Any
         raise ConfigError("the sweep ran no trial (is the time budget too small?)")
     table = sweep_report.write_table(sweep_dir, sweep, rows)
     sweep_report.plot(sweep_dir, sweep, rows)
-    best = sweep_report.export_best(sweep_dir, sweep, rows, trial_dir)
+    best = sweep_report.export_best(sweep_dir, sweep, rows)
     log(sweep_report.leaderboard(sweep, rows))
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("completed", "pruned", "failed", "cancelled")}
-    log(f"sweep finished in {seconds:.0f} s: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+    counts = {s: sum(r["status"] == s for r in rows) for s in TrialStatus}
+    log(f"sweep finished in {seconds:.0f} s: " + ", ".join(f"{v} {k.value}" for k, v in counts.items() if v)
         + (f"; {total - len(rows)} not run" if len(rows) < total else ""))
     log(f"results: {table}.parquet, {table}.csv; plot: {sweep_dir}/sweep.png")
     if best:

@@ -5,9 +5,10 @@ import json
 import math
 import os
 import shutil
-from typing import Any, Callable
+from typing import Any
 
 from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.search.trials import TrialDir, TrialStatus
 
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
 
@@ -15,7 +16,7 @@ COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "fini
 def ranked(sweep: SweepConfig, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Completed trials with a finite metric, best first; ties go to the earlier trial."""
     sign = -1 if sweep.goal == "maximize" else 1
-    done = [r for r in rows if r["status"] == "completed" and _finite(r["value"])]
+    done = [r for r in rows if r["status"] == TrialStatus.COMPLETED and _finite(r["value"])]
     return sorted(done, key=lambda r: (sign * r["value"], r["trial"]))
 
 
@@ -68,7 +69,7 @@ def leaderboard(sweep: SweepConfig, rows: list[dict[str, Any]], top: int = 10) -
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     lines = [f"leaderboard ({sweep.goal} {sweep.metric}):", "  " + "  ".join(h.rjust(w) for h, w in zip(header, widths))]
     lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
-    for status in ("pruned", "failed", "cancelled"):
+    for status in (TrialStatus.PRUNED, TrialStatus.FAILED, TrialStatus.CANCELLED):
         trials = [f"{r['trial']:03d}" for r in rows if r["status"] == status]
         if trials:
             lines.append(f"  {status}: {', '.join(trials)}")
@@ -92,9 +93,9 @@ def plot(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
     nrows = math.ceil(panels / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows), squeeze=False)
     flat = list(axes.flat)
-    shown = [r for r in rows if _finite(r["value"]) and r["status"] in ("completed", "pruned")]
-    styles = {"completed": dict(color="tab:blue", marker="o", label="completed"),
-              "pruned": dict(color="tab:gray", marker="x", label="stopped early")}
+    shown = [r for r in rows if _finite(r["value"]) and r["status"] in (TrialStatus.COMPLETED, TrialStatus.PRUNED)]
+    styles = {TrialStatus.COMPLETED: dict(color="tab:blue", marker="o", label="completed"),
+              TrialStatus.PRUNED: dict(color="tab:gray", marker="x", label="stopped early")}
     top = best(sweep, rows)
     for ax, p in zip(flat, sweep.params):
         for status, style in styles.items():
@@ -119,7 +120,7 @@ def plot(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
         pts = [r for r in shown if r["status"] == status]
         if pts:
             ax.scatter([r["trial"] for r in pts], [r["value"] for r in pts], **style)
-    done = sorted((r for r in shown if r["status"] == "completed"), key=lambda r: r["trial"])
+    done = sorted((r for r in shown if r["status"] == TrialStatus.COMPLETED), key=lambda r: r["trial"])
     if done:
         running, xs, ys = None, [], []
         for r in done:
@@ -136,7 +137,7 @@ def plot(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
     ax.legend(fontsize=8)
     for extra in flat[panels:]:
         extra.set_visible(False)
-    failed = sum(r["status"] == "failed" for r in rows)
+    failed = sum(r["status"] == TrialStatus.FAILED for r in rows)
     fig.suptitle(f"{sweep.algorithm} sweep, {len(rows)} trials ({failed} failed): {sweep.goal} {sweep.metric}")
     fig.tight_layout()
     path = f"{sweep_dir}/sweep.png"
@@ -150,13 +151,12 @@ def _axis_value(p, value: Any) -> Any:
     return list(p.values).index(value) if p.values is not None and value in p.values else value
 
 
-def export_best(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]],
-                trial_dir: Callable[[str, int], str]) -> dict[str, Any] | None:
+def export_best(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Copy the best trial's SavedModel to `<sweep_dir>/best/` (via a temp dir and a rename)."""
     top = best(sweep, rows)
     if top is None:
         return None
-    source = f"{trial_dir(sweep_dir, top['trial'])}/saved_model"
+    source = TrialDir.of(sweep_dir, top["trial"]).saved_model
     target, tmp = f"{sweep_dir}/best", f"{sweep_dir}/best.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)

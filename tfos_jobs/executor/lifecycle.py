@@ -1,58 +1,27 @@
-"""How TF nodes on executors start, report and end, without leaving anything behind.
+"""How TF nodes on executors end without leaving anything behind.
 
-A run has a directory `<model_dir>/_run/<run_id>/` on storage every node and the driver see:
-  nodes/<role>-<index>.json   what each node was given (executor, pid, GPUs)
-  nodes/<role>-<index>.error  the traceback of a node that failed
-  done                        written by the chief when it finishes (ok or not), or by the
-                              driver when it gives up; parameter servers and PS workers,
-                              which only serve, return when they see it.
+The files a run's nodes and driver exchange are `contracts.run_dir.RunDir`'s.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+from tfos_jobs.contracts.run_dir import RunDir
+
 POLL_SECONDS = 0.5
 
 
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def write_json(path: str, data: dict) -> None:
-    gfile = _gfile()
-    gfile.makedirs(os.path.dirname(path))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with gfile.GFile(tmp, "w") as fh:
-        fh.write(json.dumps(data))
-    gfile.rename(tmp, path, overwrite=True)
-
-
-def write_text(path: str, text: str) -> None:
-    gfile = _gfile()
-    gfile.makedirs(os.path.dirname(path))
-    with gfile.GFile(path, "w") as fh:
-        fh.write(text)
-
-
-def mark_done(run_dir: str, status: str) -> None:
-    write_text(f"{run_dir}/done", status)
-
-
-def wait_until_done(run_dir: str, max_seconds: float) -> str:
+def wait_until_done(run: RunDir, max_seconds: float) -> str:
     """Block a serving-only node until the run ends; a node never outlives `max_seconds`."""
-    gfile = _gfile()
     deadline = time.monotonic() + max_seconds
     while time.monotonic() < deadline:
-        if gfile.exists(f"{run_dir}/done"):
-            with gfile.GFile(f"{run_dir}/done") as fh:
-                return fh.read()
+        status = run.done()
+        if status is not None:
+            return status
         time.sleep(POLL_SECONDS)
     return "timeout"
 

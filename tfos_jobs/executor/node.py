@@ -14,6 +14,8 @@ import time
 import traceback
 from typing import Any
 
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.run_dir import RunDir
 from tfos_jobs.executor import lifecycle
 
 
@@ -41,21 +43,23 @@ def _remap(strategy: str, num_ps: int, cluster: dict[str, list[str]]) -> dict[st
     return out
 
 
-def main_fun(args: dict[str, Any], ctx) -> None:
+def main_fun(node_args: dict[str, Any], ctx) -> None:
+    """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from tfos_jobs.executor.training import configure_threads
 
-    threads = configure_threads(args["threads"])  # before TensorFlow starts its pools
-    strategy = args["strategy"]
-    role, index, cluster = assign_role(strategy, args["num_ps"], ctx.job_name, ctx.task_index, ctx.cluster_spec)
+    args = NodeArgs.from_dict(node_args)
+    threads = configure_threads(args.threads)  # before TensorFlow starts its pools
+    strategy = args.strategy
+    role, index, cluster = assign_role(strategy, args.num_ps, ctx.job_name, ctx.task_index, ctx.cluster_spec)
     if role == "ps":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
-    run_dir = args["run_dir"]
-    node = f"{run_dir}/nodes/{role}-{index}"
+    run = RunDir(args.run_dir)
+    node = run.node_name(role, index)
     manager_pid = _manager_pid()
     lifecycle.start_reaper(os.getpid(), [manager_pid] if manager_pid else [])
-    lifecycle.write_json(f"{node}.json", {
+    run.write_node(node, {
         "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
         "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "cluster": cluster, "started": time.time(), "threads": threads,
@@ -63,7 +67,7 @@ def main_fun(args: dict[str, Any], ctx) -> None:
     status = "failed"
     try:
         if strategy == "parameter_server" and role in ("ps", "worker"):
-            serve(cluster, role, index, run_dir, args["max_node_seconds"])
+            serve(cluster, role, index, run, args.max_node_seconds)
         else:
             from tfos_jobs.executor import training
 
@@ -72,11 +76,11 @@ def main_fun(args: dict[str, Any], ctx) -> None:
             training.fit_and_export(args, role=role, worker_index=worker_index, num_workers=workers)
         status = "ok"
     except BaseException:
-        lifecycle.write_text(f"{node}.error", traceback.format_exc())
+        run.write_error(node, traceback.format_exc())
         raise
     finally:
         if role == "chief":
-            lifecycle.mark_done(run_dir, status)
+            run.mark_done(status)
         _stop_manager()
 
 
@@ -89,6 +93,8 @@ def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[in
     a TF cluster cannot take a node at a new address: the retry of a parameter-server worker
     returns at once (the chief goes on with the other workers, and the driver counts the
     worker as lost); any other retry fails the attempt."""
+
+    run = RunDir(run_dir)
 
     def run_node(iterator):
         from pyspark import TaskContext
@@ -105,13 +111,12 @@ def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[in
                     node_fn(iterator)
             except control_channel.AuthenticationError as e:
                 name = f"task-{task.partitionId()}" if task is not None else "task"
-                lifecycle.write_text(f"{run_dir}/nodes/{name}.error", f"AuthenticationError: {e}\n")
+                run.write_error(name, f"AuthenticationError: {e}\n")
                 raise
             return iter(())
-        node = node_of_partition(run_dir, task.partitionId())
-        if strategy == "parameter_server" and node is not None and node.startswith("worker-"):
-            lifecycle.write_json(f"{run_dir}/nodes/{node}.lost", {"partition": task.partitionId(), "time": time.time(),
-                                                                   "attempt": task.attemptNumber()})
+        node = run.node_of_partition(task.partitionId())
+        if strategy == "parameter_server" and node is not None and run.role_of(node) == "worker":
+            run.mark_lost(node)
             return iter(())
         what = f"TF node {node}" if node else f"the TF node of task {task.partitionId()}"
         raise RuntimeError(f"{what} was lost with its executor; a TF cluster cannot take a replacement node")
@@ -134,17 +139,6 @@ def free_port(ports: list[int]) -> int:
     raise RuntimeError(f"no free port for the TF server in train.tf_ports ({ports[0]}-{ports[-1]})")
 
 
-def node_of_partition(run_dir: str, partition: int) -> str | None:
-    """The node (e.g. "worker-1") that the task of `partition` ran, from the nodes' records."""
-    import tensorflow as tf
-
-    for path in tf.io.gfile.glob(f"{run_dir}/nodes/*.json"):
-        with tf.io.gfile.GFile(path) as fh:
-            if json.loads(fh.read()).get("partition") == partition:
-                return os.path.basename(path).removesuffix(".json")
-    return None
-
-
 def _partition() -> int | None:
     from pyspark import TaskContext
 
@@ -152,12 +146,12 @@ def _partition() -> int | None:
     return task.partitionId() if task is not None else None
 
 
-def serve(cluster: dict[str, list[str]], role: str, index: int, run_dir: str, max_seconds: float) -> None:
+def serve(cluster: dict[str, list[str]], role: str, index: int, run: RunDir, max_seconds: float) -> None:
     """A parameter server or PS-mode worker: serve the chief until the run is done."""
     import tensorflow as tf
 
     tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=role, task_index=index, protocol="grpc", start=True)
-    status = lifecycle.wait_until_done(run_dir, max_seconds)
+    status = lifecycle.wait_until_done(run, max_seconds)
     if status == "timeout":
         raise TimeoutError(f"{role} {index}: the chief did not finish within {max_seconds:.0f} s")
 

@@ -6,24 +6,24 @@ and statistics the model is built from are the ones the records were written wit
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
-from typing import Any
 
-from tfos_jobs.config import ModelConfig
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.run_dir import FIRST_STEP, ModelDir, RunDir
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data import reader
+from tfos_jobs.progress_log import append_progress
 
 
-def steps_for(args: dict[str, Any], records: int, num_workers: int) -> int:
+def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
     """Steps per epoch: as configured, else one pass over the train split.
 
     A multi-worker step consumes one batch on every worker; a parameter-server step one
     batch on one worker."""
-    if args.get("steps_per_epoch"):
-        return int(args["steps_per_epoch"])
-    per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
+    if args.steps_per_epoch:
+        return int(args.steps_per_epoch)
+    per_step = args.batch_size * (num_workers if args.strategy == "multi_worker_mirrored" else 1)
     return max(1, records // per_step)
 
 
@@ -67,7 +67,7 @@ def make_strategy(name: str, num_workers: int = 1):
     return tf.distribute.get_strategy()
 
 
-def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_workers: int,
+def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int,
                    extra_callbacks: tuple = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it.
 
@@ -80,35 +80,35 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
     from tfos_jobs.model.export import export_saved_model
 
     is_chief = role == "chief"
-    meta = meta_mod.read(args["dataset"])
+    meta = meta_mod.read(args.dataset)
     spec = meta.spec
-    strategy = make_strategy(args["strategy"], num_workers)
+    strategy = make_strategy(args.strategy, num_workers)
     # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
-    crossing = args["strategy"] == "parameter_server" or (args["strategy"] == "multi_worker_mirrored" and num_workers > 1)
-    model_cfg = ModelConfig(**args["model"])
+    crossing = args.strategy == "parameter_server" or (args.strategy == "multi_worker_mirrored" and num_workers > 1)
+    model_cfg = args.model
     with strategy.scope():
         model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
-        trainer = steps_mod.wrap(model, args["dense_gradient_limit"] if crossing else 0)
-        compile_model(trainer, spec, args["optimizer"], args["learning_rate"],
-                      steps_per_execution=args["steps_per_execution"])
+        trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0)
+        compile_model(trainer, spec, args.optimizer, args.learning_rate,
+                      steps_per_execution=args.steps_per_execution)
 
     splits = meta.manifest["splits"]
     steps = steps_for(args, splits["train"]["records"], num_workers)
-    val_steps = max(1, math.ceil(splits["eval"]["records"] / args["batch_size"]))
+    val_steps = max(1, math.ceil(splits["eval"]["records"] / args.batch_size))
     train_files, eval_files = meta.files("train"), meta.files("eval")
-    common = dict(spec=spec, batch_size=args["batch_size"], compression=meta.compression)
+    common = dict(spec=spec, batch_size=args.batch_size, compression=meta.compression)
 
     def fits(split: str, shards: int, index: int) -> bool:
         sizes = [(f["path"], f["bytes"]) for f in splits[split]["files"]]
-        return reader.shard_bytes(sizes, shards, index) <= args["in_memory_mb"] * 2**20
+        return reader.shard_bytes(sizes, shards, index) <= args.in_memory_mb * 2**20
 
     def train_input(shards: int, index: int):
-        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args["shuffle_buffer"],
-                                   seed=args["seed"] + index, repeat=True, num_shards=shards, shard_index=index,
+        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args.shuffle_buffer,
+                                   seed=args.seed + index, repeat=True, num_shards=shards, shard_index=index,
                                    in_memory=fits("train", shards, index), **common)
 
-    with _naming_corrupt_files(train_files + eval_files, meta.compression, args["dataset"]):  # in-memory shards read here
-        if args["strategy"] == "parameter_server":
+    with _naming_corrupt_files(train_files + eval_files, meta.compression, args.dataset):  # in-memory shards read here
+        if args.strategy == "parameter_server":
             train_data = tf.keras.utils.experimental.DatasetCreator(
                 lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
         else:
@@ -116,53 +116,52 @@ def fit_and_export(args: dict[str, Any], *, role: str, worker_index: int, num_wo
         # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
         eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits("eval", 1, 0), **common))
 
-    model_dir = args["model_dir"]
-    per_step = args["batch_size"] * (num_workers if args["strategy"] == "multi_worker_mirrored" else 1)
+    model_dir, run = ModelDir(args.model_dir), RunDir(args.run_dir)
+    per_step = args.batch_size * (num_workers if args.strategy == "multi_worker_mirrored" else 1)
     # Backup first: callbacks run in order, so an epoch shown in progress.jsonl is one a
     # relaunch resumes after.
     callbacks: list = [
-        tf.keras.callbacks.BackupAndRestore(backup_dir=f"{model_dir}/backup"),
-        epoch_progress(f"{model_dir}/progress.jsonl" if is_chief else None, args["epochs"], steps, per_step),
+        tf.keras.callbacks.BackupAndRestore(backup_dir=model_dir.backup),
+        epoch_progress(model_dir.progress if is_chief else None, args.epochs, steps, per_step),
     ]
     if is_chief:
-        per_batch = args["strategy"] != "parameter_server"
-        callbacks.append(first_step(f"{args['run_dir']}/first_step", per_batch=per_batch))
-        callbacks.append(heartbeat(f"{args['run_dir']}/heartbeat", per_batch=per_batch))
-    if args.get("tensorboard"):
-        logs = f"{model_dir}/logs" if is_chief else f"{args['run_dir']}/logs-{role}-{worker_index}"
+        per_batch = args.strategy != "parameter_server"
+        callbacks.append(first_step(run, per_batch=per_batch))
+        callbacks.append(heartbeat(run, per_batch=per_batch))
+    if args.tensorboard:
+        logs = model_dir.logs if is_chief else run.logs(role, worker_index)
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logs))
-    if args.get("early_stopping_patience"):
-        callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args["early_stopping_patience"]))
+    if args.early_stopping_patience:
+        callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.early_stopping_patience))
     callbacks.extend(extra_callbacks)
 
-    with _naming_corrupt_files(train_files + eval_files, meta.compression, args["dataset"]):
-        history = trainer.fit(train_data, epochs=args["epochs"], steps_per_epoch=steps, validation_data=eval_data,
+    with _naming_corrupt_files(train_files + eval_files, meta.compression, args.dataset):
+        history = trainer.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, validation_data=eval_data,
                               validation_steps=val_steps, callbacks=callbacks, verbose=0)
     final = {k: float(v[-1]) for k, v in history.history.items()}
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
         return final
-    parameter_server = args["strategy"] == "parameter_server"
+    parameter_server = args.strategy == "parameter_server"
     profile = None
-    if args["profile_steps"] and (is_chief or not parameter_server):
+    if args.profile_steps and (is_chief or not parameter_server):
         from tfos_jobs.executor import step_profile
 
         def build_copy():
             copy = steps_mod.wrap(resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg), 0)
-            return compile_model(copy, spec, args["optimizer"], args["learning_rate"],
-                                 steps_per_execution=args["steps_per_execution"])
+            return compile_model(copy, spec, args.optimizer, args.learning_rate,
+                                 steps_per_execution=args.steps_per_execution)
 
         workers = num_workers - 1 if parameter_server else num_workers  # PS: the chief only coordinates
         profile = step_profile.measure(
-            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args["profile_steps"],
+            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.profile_steps,
             make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
-            steps_per_execution=args["steps_per_execution"], parameter_server=parameter_server, workers=workers)
-    export_saved_model(model, meta, f"{model_dir}/saved_model", is_chief=is_chief)
+            steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers)
+    export_saved_model(model, meta, model_dir.saved_model, is_chief=is_chief)
     if is_chief:
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
                   "step_profile": profile,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
-        with tf.io.gfile.GFile(f"{args['run_dir']}/result.json", "w") as fh:
-            fh.write(json.dumps(result))
+        run.write_result(result)
     return final
 
 
@@ -224,17 +223,17 @@ def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step:
                     "eval_seconds": round(end - (self.eval_start or end), 3),
                     "examples_per_sec": round(steps * examples_per_step / max(trained, 1e-9), 1),
                     "time": end, **{k: float(v) for k, v in (logs or {}).items()}}
-            with tf.io.gfile.GFile(path, "a") as fh:
-                fh.write(json.dumps(line) + "\n")
+            append_progress(path, line)
 
     return EpochProgress()
 
 
-def first_step(path: str, per_batch: bool = True):
-    """Writes the time the first training step finished to `path`, once: the driver reports
-    cluster start-up as reservation to first step. Without batch callbacks (parameter
-    servers) it is the end of the first epoch."""
+def first_step(run: RunDir, per_batch: bool = True):
+    """Records the time the first training step finished, once: the driver reports cluster
+    start-up as reservation to first step. Without batch callbacks (parameter servers) it is
+    the end of the first epoch."""
     import tensorflow as tf
+
 
     class FirstStep(tf.keras.callbacks.Callback):
         written = False
@@ -243,8 +242,7 @@ def first_step(path: str, per_batch: bool = True):
         def _write(self, *_):
             if not self.written:
                 self.written = True
-                with tf.io.gfile.GFile(path, "w") as fh:
-                    fh.write(repr(time.time()))
+                run.mark_time(FIRST_STEP)
 
         if per_batch:
             on_train_batch_end = _write
@@ -254,8 +252,8 @@ def first_step(path: str, per_batch: bool = True):
     return FirstStep()
 
 
-def heartbeat(path: str, every: float = 2.0, per_batch: bool = True):
-    """Touches `path` at most every `every` seconds while steps finish: the driver declares
+def heartbeat(run: RunDir, every: float = 2.0, per_batch: bool = True):
+    """Beats the run's heartbeat at most every `every` seconds while steps finish: the driver declares
     the run hung when it stops (train.step_timeout). ParameterServerStrategy allows no
     batch-level callbacks, so there it beats once per epoch."""
     import tensorflow as tf
@@ -268,8 +266,7 @@ def heartbeat(path: str, every: float = 2.0, per_batch: bool = True):
             now = time.time()
             if now - self.last >= every:
                 self.last = now
-                with tf.io.gfile.GFile(path, "w") as fh:
-                    fh.write(str(now))
+                run.beat()
 
         on_train_begin = on_epoch_begin = on_epoch_end = _beat
 

@@ -18,6 +18,8 @@ from tfos_jobs.errors import ConfigError
 FORMAT_VERSION = 1
 Task = Literal["binary", "multiclass", "regression"]
 RecordDtype = Literal["int64", "float32", "string"]
+# The Spark SQL type a column of each record dtype is written from and read back as.
+SPARK_TYPES: dict[str, str] = {"int64": "long", "float32": "float", "string": "string"}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.config import ModelConfig
+from tfos_jobs.contracts.serving import MODEL_OUTPUT
 from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec, NumericFeature
 
 if TYPE_CHECKING:
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
 ModelFn = Callable[[FeatureSpec, "dict[str, list[str]]", "dict[str, Any]", ModelConfig], "tf.keras.Model"]
 
 OPTIMIZERS = ("adam", "adagrad", "sgd", "rmsprop", "ftrl")
-# The Keras output layer (and the signature output of the same meaning) per task.
-OUTPUT_NAMES = {"binary": "probability", "multiclass": "probabilities", "regression": "value"}
 
 
 def input_dtype(spec: FeatureSpec, name: str) -> str:
@@ -107,7 +106,7 @@ def build_model(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str,
         logits = layers.Add(name="logits")([logits, wide])
 
     activation = {"binary": "sigmoid", "multiclass": "softmax", "regression": "linear"}[spec.label.task]
-    output = layers.Activation(activation, name=OUTPUT_NAMES[spec.label.task])(logits)
+    output = layers.Activation(activation, name=MODEL_OUTPUT[spec.label.task])(logits)
     return tf.keras.Model(inputs=inputs, outputs=output, name="wide_deep")
 
 

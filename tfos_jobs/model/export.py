@@ -16,6 +16,7 @@ import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
+from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data.meta import META, SPEC, STATS, VOCAB, DatasetMeta
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.model.builder import input_dtype
@@ -23,19 +24,11 @@ from tfos_jobs.model.builder import input_dtype
 if TYPE_CHECKING:
     import tensorflow as tf
 
-SERVING = "serving_default"
-EXAMPLES = "predict_examples"
-# Output keys of both signatures, per task.
-OUTPUT_KEYS = {
-    "binary": ("probability", "class_id", "label"),
-    "multiclass": ("probabilities", "probability", "class_id", "label"),
-    "regression": ("value",),
-}
-
 
 def make_signatures(model: "tf.keras.Model", spec: FeatureSpec) -> dict[str, Any]:
     """`serving_default` (one 1-D input per raw column) and `predict_examples` (serialized
-    tf.Example, parsed in-graph with the spec's defaults for absent features)."""
+    tf.Example, parsed in-graph with the spec's defaults for absent features); outputs as
+    `contracts.serving.SIGNATURE_OUTPUTS`."""
     import tensorflow as tf
 
     names = spec.model_inputs
@@ -47,11 +40,12 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec) -> dict[str, Any
     def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(dict(zip(names, columns)), training=False))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)])
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(tf.io.parse_example(examples, parse_spec), training=False))
 
-    return {SERVING: serving_default.get_concrete_function(), EXAMPLES: predict_examples.get_concrete_function()}
+    return {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
+            contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
 
 
 def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
@@ -65,7 +59,8 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
         def binary(y: tf.Tensor) -> dict[str, tf.Tensor]:
             p = tf.reshape(tf.cast(y, tf.float32), [-1])
             class_id = tf.cast(p >= 0.5, tf.int64)
-            return {"probability": p, "class_id": class_id, "label": tf.gather(tf.constant(names), class_id)}
+            return {contract.PROBABILITY: p, contract.CLASS_ID: class_id,
+                    contract.LABEL: tf.gather(tf.constant(names), class_id)}
 
         return binary
     if label.task == "multiclass":
@@ -74,13 +69,13 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
         def multiclass(y: tf.Tensor) -> dict[str, tf.Tensor]:
             probs = tf.cast(y, tf.float32)
             class_id = tf.argmax(probs, axis=-1, output_type=tf.int64)
-            return {"probabilities": probs, "probability": tf.reduce_max(probs, axis=-1), "class_id": class_id,
-                    "label": tf.gather(tf.constant(classes), class_id)}
+            return {contract.PROBABILITIES: probs, contract.PROBABILITY: tf.reduce_max(probs, axis=-1),
+                    contract.CLASS_ID: class_id, contract.LABEL: tf.gather(tf.constant(classes), class_id)}
 
         return multiclass
 
     def regression(y: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {"value": tf.reshape(tf.cast(y, tf.float32), [-1])}
+        return {contract.VALUE: tf.reshape(tf.cast(y, tf.float32), [-1])}
 
     return regression
 
@@ -111,7 +106,7 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
     tmp = f"{export_dir}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         _save(model, tmp, signatures)
-        _copy_meta(meta, f"{tmp}/assets")
+        _copy_meta(meta, f"{tmp}/{contract.ASSETS}")
         _move_into_place(tmp, export_dir)
     finally:
         if gfile.exists(tmp):
@@ -156,7 +151,7 @@ def _move_into_place(tmp: str, export_dir: str) -> None:
         gfile.rmtree(old)
 
 
-def load_signature(export_dir: str, name: str = SERVING) -> Any:
+def load_signature(export_dir: str, name: str = contract.SERVING_SIGNATURE) -> Any:
     """A signature of an exported model, as a concrete function taking tensors by keyword.
 
     Loaded with tf.saved_model.load: only the saved graphs run, no Python code of the model."""
@@ -172,5 +167,5 @@ def read_spec(export_dir: str) -> FeatureSpec:
     """The feature spec the model was trained on, from its assets."""
     import tensorflow as tf
 
-    with tf.io.gfile.GFile(f"{export_dir.rstrip('/')}/assets/{SPEC}") as fh:
+    with tf.io.gfile.GFile(contract.spec_asset(export_dir)) as fh:
         return FeatureSpec.from_json(fh.read())

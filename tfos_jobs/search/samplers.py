@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Protocol
 
 from tfos_jobs.search.space import Param, ParamValue, SweepConfig
+from tfos_jobs.search.trials import TrialStatus
 
 
 class Sampler(Protocol):
@@ -102,8 +103,8 @@ class OptunaSampler:
 
     def tell(self, number: int, settings: dict[str, ParamValue], status: str, value: float | None) -> None:
         state = self.optuna.trial.TrialState
-        done = status == "completed" and value is not None and math.isfinite(value)
-        outcome = state.COMPLETE if done else state.PRUNED if status == "pruned" else state.FAIL
+        done = status == TrialStatus.COMPLETED and value is not None and math.isfinite(value)
+        outcome = state.COMPLETE if done else state.PRUNED if status == TrialStatus.PRUNED else state.FAIL
         if number in self.asked:
             trial = self.asked.pop(number)
             if done:

@@ -1,0 +1,62 @@
+"""What the driver hands every TF node (and every sweep trial): plain values only.
+
+It crosses to the executors inside a Spark task closure; TensorFlowOnSpark passes a node's
+arguments on as they are, and its `run` looks inside them with `in`, so they travel as a
+dict (`to_dict`) and are rebuilt on the node (`from_dict`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from tfos_jobs.config import ModelConfig, TrainConfig
+
+MAX_NODE_SECONDS = 7 * 24 * 3600  # no TF node outlives this, whatever happens to the driver
+
+
+@dataclass(frozen=True)
+class NodeArgs:
+    strategy: str
+    num_ps: int
+    dataset: str  # absolute path
+    model_dir: str  # absolute path
+    run_dir: str  # this attempt's `contracts.run_dir.RunDir`
+    epochs: int
+    steps_per_epoch: int | None
+    batch_size: int
+    optimizer: str
+    learning_rate: float
+    early_stopping_patience: int
+    shuffle_buffer: int
+    seed: int
+    in_memory_mb: int
+    tensorboard: bool
+    model: ModelConfig
+    steps_per_execution: int
+    dense_gradient_limit: int
+    threads: int
+    profile_steps: int
+    max_node_seconds: float = MAX_NODE_SECONDS
+
+    @classmethod
+    def from_train_config(cls, tr: TrainConfig, *, dataset: str, model_dir: str, run_dir: str) -> "NodeArgs":
+        return cls(
+            strategy=tr.strategy, num_ps=tr.ps if tr.strategy == "parameter_server" else 0,
+            dataset=dataset, model_dir=model_dir, run_dir=run_dir,
+            epochs=tr.epochs, steps_per_epoch=tr.steps_per_epoch, batch_size=tr.batch_size,
+            optimizer=tr.optimizer, learning_rate=tr.learning_rate, early_stopping_patience=tr.early_stopping_patience,
+            shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,
+            model=tr.model, steps_per_execution=tr.steps_per_execution,
+            dense_gradient_limit=tr.dense_gradient_limit, threads=tr.threads, profile_steps=tr.profile_steps,
+        )
+
+    def replace(self, **changes: Any) -> "NodeArgs":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NodeArgs":
+        return cls(**{**data, "model": ModelConfig(**data["model"])})

@@ -1,0 +1,65 @@
+"""The serving contract: what an exported SavedModel offers and what the prediction UDF returns.
+
+`model.export` writes it; the UDF (`udfs/`), `tfos predict`, `tfos sql` and the benchmarks
+read it. Names a user sees in SQL (`probability`, `label`, `value`) are part of it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tfos_jobs.data.meta import SPEC, STATS, VOCAB
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
+
+# Signatures of every exported model.
+SERVING_SIGNATURE = "serving_default"  # one 1-D input per raw column, named after the feature
+EXAMPLES_SIGNATURE = "predict_examples"  # serialized tf.Example
+SIGNATURES = (SERVING_SIGNATURE, EXAMPLES_SIGNATURE)
+EXAMPLES_INPUT = "examples"  # the input of EXAMPLES_SIGNATURE
+
+# Output fields.
+PROBABILITY = "probability"  # binary: P(positive); multiclass: the top class's probability
+PROBABILITIES = "probabilities"  # multiclass: one per class
+CLASS_ID = "class_id"
+LABEL = "label"  # the predicted class's name
+VALUE = "value"  # regression
+
+# Both signatures' outputs, per label task.
+SIGNATURE_OUTPUTS = {
+    "binary": (PROBABILITY, CLASS_ID, LABEL),
+    "multiclass": (PROBABILITIES, PROBABILITY, CLASS_ID, LABEL),
+    "regression": (VALUE,),
+}
+# The Keras model's output layer, per task: the signature output of the same meaning.
+MODEL_OUTPUT = {"binary": PROBABILITY, "multiclass": PROBABILITIES, "regression": VALUE}
+# What the SQL function returns: a struct of these (classification), or a bare double (regression).
+UDF_FIELDS = {"binary": (PROBABILITY, LABEL), "multiclass": (PROBABILITY, LABEL), "regression": (VALUE,)}
+
+# The asset layout: the dataset's `_meta/` files the model was trained on, inside the model.
+ASSETS = "assets"
+
+
+def udf_returns_struct(task: str) -> bool:
+    return task != "regression"
+
+
+def udf_return_type(task: str) -> "DataType":
+    """The Spark type of the prediction UDF's result for a label task."""
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+    if not udf_returns_struct(task):
+        return DoubleType()
+    return StructType([StructField(PROBABILITY, DoubleType()), StructField(LABEL, StringType())])
+
+
+def spec_asset(export_dir: str) -> str:
+    return f"{export_dir.rstrip('/')}/{ASSETS}/{SPEC}"
+
+
+def stats_asset(export_dir: str) -> str:
+    return f"{export_dir.rstrip('/')}/{ASSETS}/{STATS}"
+
+
+def vocab_asset(export_dir: str, feature: str) -> str:
+    return f"{export_dir.rstrip('/')}/{ASSETS}/{VOCAB}/{feature}.txt"
