@@ -29,12 +29,12 @@ RUN mkdir -p /usr/share/man/man1 \
  && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /build
-COPY pyproject.toml ./
+COPY constraints.txt ./
 COPY jvm/ jvm/
 COPY scripts/build_tfrecord_jar.sh scripts/
-# Only pyspark, at the version pyproject.toml pins: the jar must match the image's Spark exactly.
+# Only pyspark, at the tested version (constraints.txt): the jar must match the image's Spark exactly.
 RUN python -m venv /build/venv \
- && /build/venv/bin/pip install --no-cache-dir "$(grep -oE 'pyspark==[0-9][0-9.]*' pyproject.toml)" \
+ && /build/venv/bin/pip install --no-cache-dir "$(grep -oE '^pyspark==[0-9][0-9.]*' constraints.txt)" \
  && scripts/build_tfrecord_jar.sh /build/venv/bin/python /build/out/tfos-tfrecord.jar
 
 # ---- stage 2: the image ---------------------------------------------------------------------------
@@ -71,21 +71,22 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/tfos
-# pip install . needs pyproject.toml, README.md (the project's readme) and the package sources;
-# the jar goes into tfos_jobs/jars/ first, so that the installed package carries it (package-data)
-# and scripts/tfos-submit finds it in the source tree as well.
-COPY pyproject.toml README.md ./
+# pip install . needs pyproject.toml, README.md (the project's readme), the build backend, the
+# package sources and the files it ships (conf/, scripts/); the jar goes into tfos_jobs/jars/
+# first, so that the installed package carries it (package data) and the build backend uses it.
+COPY pyproject.toml README.md constraints.txt ./
+COPY build_support/ build_support/
+COPY conf/ conf/
+COPY scripts/ scripts/
 COPY tfos_jobs/ tfos_jobs/
 COPY udfs/ udfs/
 COPY --from=jar /build/out/tfos-tfrecord.jar tfos_jobs/jars/tfos-tfrecord.jar
 RUN python -m venv /opt/tfos/.venv \
- && pip install --no-cache-dir . \
- && if [ "$GPU" = "true" ]; then pip install --no-cache-dir "tensorflow[and-cuda]==2.21.0"; fi \
+ && pip install --no-cache-dir -c constraints.txt . \
+ && if [ "$GPU" = "true" ]; then pip install --no-cache-dir -c constraints.txt "tensorflow[and-cuda]"; fi \
  && rm -rf build ./*.egg-info \
  && cd / && python -c "import pyspark, tensorflowonspark, tf_keras, tfos_jobs.cli, tfos_jobs.session as s; \
 assert s.TFRECORD_JAR.is_file(), s.TFRECORD_JAR; print('pyspark', pyspark.__version__, 'jar', s.TFRECORD_JAR)"
-COPY conf/ conf/
-COPY scripts/ scripts/
 COPY docs/ docs/
 
 # Spark on Kubernetes starts its pods with container *args* only, never a command:

@@ -27,9 +27,10 @@ help:
 
 setup: $(STAMP) $(JAR)
 
-$(STAMP): pyproject.toml
+# The exact versions the tests run on (constraints.txt) within the ranges pyproject.toml declares.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
 
 $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)

@@ -9,15 +9,15 @@ import sys
 from typing import Sequence
 
 from tfos_jobs import config as config_mod
+from tfos_jobs import resources
 from tfos_jobs.errors import ConfigError, TfosError
-
-
-DEMO_QUERY = "conf/queries/positive_rate_by_education.sql"
 
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", required=True, help="TOML file in conf/, e.g. conf/census.toml")
+    common.add_argument("--config", required=True, type=resources.config_path,
+                        help="a TOML config file, e.g. conf/census.toml, or the name of a shipped sample: "
+                             + ", ".join(resources.sample_configs()))
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set prepare.split.eval_fraction=0.25 (repeatable)")
     parser = argparse.ArgumentParser(prog="tfos", description="Distributed TensorFlow on Apache Spark.")
@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--output", help="write the result as Parquet here instead of printing it")
     sql.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
     sweep = sub.add_parser("sweep", parents=[common], help="hyperparameter sweep: trials in parallel on the executors")
-    sweep.add_argument("--space", required=True, help="the sweep file, e.g. conf/sweep.toml; "
+    sweep.add_argument("--space", required=True, type=resources.config_path,
+                       help="the sweep file, e.g. conf/sweep.toml or the shipped sample `sweep`; "
                        "--set sweep.KEY=VALUE and --set params.KEY... override it")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
     from tfos_jobs.bench import cli as bench_cli
@@ -85,9 +86,9 @@ def _stop_session() -> None:
 def _session(cfg):
     """The session; GPU training needs Spark's resource settings before the context starts."""
     from tfos_jobs import session
-    from tfos_jobs.driver.train import gpu_conf
+    from tfos_jobs.driver.gpu import gpu_conf
 
-    script = os.path.abspath(cfg.train.gpu_discovery_script)
+    script = os.path.abspath(cfg.train.gpu_discovery_script or resources.gpu_discovery_script())
     return session.build(cfg.spark, gpu_conf(cfg.train, script))
 
 
@@ -158,8 +159,9 @@ def cmd_demo(cfg, args) -> int:
     print(summary(manifest))
     print(f"== train: {cfg.train.strategy}, {cfg.train.workers} workers, into {cfg.train.model_dir}")
     train.run(spark, cfg, overwrite=True)
-    print(f"== SQL: {DEMO_QUERY}, with {cfg.predict.name}() registered")
-    with open(DEMO_QUERY, encoding="utf-8") as fh:
+    query = resources.demo_query()
+    print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() registered")
+    with open(query, encoding="utf-8") as fh:
         sql.run(spark, cfg, fh.read(), rows=20)
     print(f"== predict: into {cfg.predict.output}")
     predict.run(spark, cfg, overwrite=True)

@@ -127,7 +127,7 @@ class TrainConfig:
     workers: int = 2  # TF workers, the chief included (parameter_server: workers besides the chief)
     ps: int = 1  # parameter servers (parameter_server only)
     gpus_per_worker: int = 0
-    gpu_discovery_script: str = "scripts/gpu_discovery.sh"  # what Spark runs to find an executor's GPUs
+    gpu_discovery_script: str = ""  # what Spark runs to find an executor's GPUs; "" = the one the package ships
     epochs: int = 5
     steps_per_epoch: Union[int, None] = None  # default: one pass over the train split per epoch
     batch_size: int = 512  # per worker (parameter_server: per step, each step on one worker)

@@ -1,0 +1,1 @@
+../../scripts/gpu_discovery.sh
