@@ -186,11 +186,14 @@ driver, the TFoS node has an executor to itself.
 
 **P7 (2 workers vs one process, same global batch).** Two workers on two cores can at best
 match one process that uses both cores (they split the same computation) — and then each step
-adds the all-reduce of the gradients (1.3–1.5 ms of a 4–4.5 ms step, latency-bound: its size
+adds the all-reduce of the gradients (1.3–1.6 ms of a 4–4.9 ms step, latency-bound: its size
 hardly matters below a few hundred KB) and the nodes share the two cores with their runtimes'
 threads ("other" in the scaling table). Three workers on two cores oversubscribe them and the
-all-reduce takes three ring hops: slower than two. On a real cluster each worker brings its own
-cores and the same exchange is the whole overhead.
+all-reduce takes three ring hops: slower than two. Halving the per-worker batch hardly halves
+a worker's compute (2.5 ms for 512 rows vs 2.6 ms for 1,024 in the scaling table: the step is
+bound by the number of ops dispatched, not by rows), so the split gains less than half a step.
+Across full runs P7 lands at 0.75–0.83, at the goal's edge. On a real cluster each worker
+brings its own cores and the same exchange is the whole overhead.
 
 **P8 (parameter server vs one process).** A parameter-server step reads every variable from
 the ps and sends every gradient back: ~5 ms per worker step alone here ("exchange"), and the
