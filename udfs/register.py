@@ -93,9 +93,13 @@ def check_model(export_dir: str) -> tuple[FeatureSpec, str]:
     absent = [s for s in contract.SIGNATURES if s not in signatures]
     if absent:
         raise ConfigError(f"the SavedModel in {export_dir!r} lacks signature(s) {absent}; it has {list(signatures)}")
-    inputs = sorted(signatures[contract.SERVING_SIGNATURE].structured_input_signature[1])
+    serving = signatures[contract.SERVING_SIGNATURE]
+    inputs = sorted(serving.structured_input_signature[1])
     if inputs != sorted(spec.model_inputs):
         raise ConfigError(f"the SavedModel's inputs {inputs} do not match its feature spec {list(spec.model_inputs)}")
+    outputs, expected = sorted(serving.structured_outputs), sorted(contract.SIGNATURE_OUTPUTS[spec.label.task])
+    if outputs != expected:
+        raise ConfigError(f"the SavedModel's outputs {outputs} are not those of a {spec.label.task} model ({expected})")
     version = str(os.stat(os.path.join(export_dir, "saved_model.pb")).st_mtime_ns)
     return spec, version
 

@@ -20,11 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tfos_jobs import config
-from tfos_jobs.data import synthetic
-from tfos_jobs.driver import prepare
 
-from tests.conftest import CENSUS, ROOT, census_overrides
+from tests.conftest import CENSUS, ROOT, prepared_dataset
 
 BIN = Path(sys.executable).parent
 PEOPLE = 6000
@@ -43,10 +40,7 @@ class Exploit:
 
 @pytest.fixture(scope="module")
 def dataset(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("control")
-    synthetic.generate(spark, str(root / "raw"), PEOPLE, 3.0, 11, "2026-01-01")
-    prepare.run(spark, config.load(CENSUS, census_overrides(root / "raw", root / "dataset", PEOPLE)))
-    return root / "dataset"
+    return prepared_dataset(spark, tmp_path_factory.mktemp("control"), PEOPLE, 3.0, 11)
 
 
 def command(dataset: Path, model_dir: Path, *extra: str, entry: list[str] | None = None) -> list[str]:

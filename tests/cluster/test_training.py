@@ -19,7 +19,7 @@ from tfos_jobs.data import synthetic
 from tfos_jobs.driver import prepare
 from tfos_jobs.executor.lifecycle import alive
 
-from tests.conftest import CENSUS, ROOT, census_overrides
+from tests.conftest import CENSUS, ROOT, prepared_dataset
 
 BIN = Path(sys.executable).parent
 PEOPLE = 12_000
@@ -29,11 +29,7 @@ FAST = ["train.epochs=3", "train.batch_size=128", "train.reservation_timeout=60"
 
 @pytest.fixture(scope="module")
 def dataset(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("train")
-    raw, out = root / "raw", root / "dataset"
-    synthetic.generate(spark, str(raw), PEOPLE, 5.0, 7, "2026-01-01")
-    prepare.run(spark, config.load(CENSUS, census_overrides(raw, out, PEOPLE)))
-    return out
+    return prepared_dataset(spark, tmp_path_factory.mktemp("train"), PEOPLE, 5.0, 7)
 
 
 def train(dataset: Path, model_dir: Path, *overrides: str, expect: int = 0, env: dict | None = None):

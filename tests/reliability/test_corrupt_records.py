@@ -6,19 +6,15 @@ import shutil
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.data import meta, reader, synthetic
-from tfos_jobs.driver import prepare
+from tfos_jobs.data import meta, reader
 from tfos_jobs.driver import train as train_job
 
-from tests.conftest import CENSUS, census_overrides
+from tests.conftest import CENSUS, prepared_dataset
 
 
 @pytest.fixture(scope="module")
 def dataset(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("corrupt")
-    synthetic.generate(spark, str(root / "raw"), 1500, 2.0, 3, "2026-01-01")
-    prepare.run(spark, config.load(CENSUS, census_overrides(root / "raw", root / "dataset", 1500)))
-    return root / "dataset"
+    return prepared_dataset(spark, tmp_path_factory.mktemp("corrupt"), 1500, 2.0, 3)
 
 
 def damaged_copy(dataset, tmp_path, how: str):

@@ -12,14 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tfos_jobs import config
-from tfos_jobs.data import synthetic
-from tfos_jobs.driver import prepare
 from tfos_jobs.executor.lifecycle import alive
 
 pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
 
-from tests.conftest import CENSUS, ROOT, census_overrides
+from tests.conftest import CENSUS, ROOT, prepared_dataset
 
 BIN = Path(sys.executable).parent
 PEOPLE = 6000
@@ -27,10 +24,7 @@ PEOPLE = 6000
 
 @pytest.fixture(scope="module")
 def dataset(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("faults")
-    synthetic.generate(spark, str(root / "raw"), PEOPLE, 3.0, 9, "2026-01-01")
-    prepare.run(spark, config.load(CENSUS, census_overrides(root / "raw", root / "dataset", PEOPLE)))
-    return root / "dataset"
+    return prepared_dataset(spark, tmp_path_factory.mktemp("faults"), PEOPLE, 3.0, 9)
 
 
 def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:  # later --set wins

@@ -1,6 +1,7 @@
 """The SQL prediction UDF against the SavedModel called in-process, and its input rules."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -113,6 +114,15 @@ def test_registration_checks_the_model_before_any_query(spark, setup, tmp_path):
     os.remove(no_spec / "assets" / "feature_spec.json")
     with pytest.raises(ConfigError, match="has no assets/feature_spec.json"):
         udfs.register(spark, "x", str(no_spec))
+    relabelled = tmp_path / "relabelled"  # a binary model whose spec claims a regression label
+    subprocess.run(["cp", "-r", str(model / "saved_model"), str(relabelled)], check=True)
+    spec = json.loads((relabelled / "assets" / "feature_spec.json").read_text())
+    label = next(f for f in spec["features"] if f.get("kind") == "label")
+    label.update(task="regression", positive=[], negative=[])
+    (relabelled / "assets" / "feature_spec.json").write_text(json.dumps(spec))
+    with pytest.raises(ConfigError, match=r"outputs \['class_id', 'label', 'probability'\] are not those of a "
+                                          r"regression model \(\['value'\]\)"):
+        udfs.register(spark, "x", str(relabelled))
 
 
 def test_predict_job_keeps_every_row(spark, setup):

@@ -51,9 +51,6 @@ class NodeArgs:
             dense_gradient_limit=tr.dense_gradient_limit, threads=tr.threads, profile_steps=tr.profile_steps,
         )
 
-    def replace(self, **changes: Any) -> "NodeArgs":
-        return dataclasses.replace(self, **changes)
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

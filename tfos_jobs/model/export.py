@@ -106,7 +106,7 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
     tmp = f"{export_dir}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         _save(model, tmp, signatures)
-        _copy_meta(meta, f"{tmp}/{contract.ASSETS}")
+        _copy_meta(meta, tmp)
         _move_into_place(tmp, export_dir)
     finally:
         if gfile.exists(tmp):
@@ -120,16 +120,17 @@ def _save(model: "tf.keras.Model", path: str, signatures: dict[str, Any]) -> Non
     model.save(path, save_format="tf", signatures=signatures, include_optimizer=False, save_traces=False)
 
 
-def _copy_meta(meta: DatasetMeta, assets: str) -> None:
+def _copy_meta(meta: DatasetMeta, export_dir: str) -> None:
+    """The dataset's spec, stats and vocabularies into the model's assets (contracts.serving)."""
     import tensorflow as tf
 
     gfile = tf.io.gfile
     src = f"{meta.root}/{META}"
-    gfile.makedirs(f"{assets}/{VOCAB}")
-    for name in (SPEC, STATS):
-        gfile.copy(f"{src}/{name}", f"{assets}/{name}", overwrite=True)
-    for f in meta.spec.categorical:
-        gfile.copy(f"{src}/{VOCAB}/{f.name}.txt", f"{assets}/{VOCAB}/{f.name}.txt", overwrite=True)
+    copies = [(f"{src}/{SPEC}", contract.spec_asset(export_dir)), (f"{src}/{STATS}", contract.stats_asset(export_dir))]
+    copies += [(f"{src}/{VOCAB}/{f.name}.txt", contract.vocab_asset(export_dir, f.name)) for f in meta.spec.categorical]
+    for source, target in copies:
+        gfile.makedirs(posixpath.dirname(target))
+        gfile.copy(source, target, overwrite=True)
 
 
 def _move_into_place(tmp: str, export_dir: str) -> None:

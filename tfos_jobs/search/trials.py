@@ -75,10 +75,6 @@ class TrialDir(ModelDir):
         return dict(sorted(out.items()))
 
     @property
-    def number(self) -> int:
-        return int(os.path.basename(self.path).removeprefix("trial-"))
-
-    @property
     def params(self) -> str:
         return f"{self.path}/params.json"
 
