@@ -23,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfos", description="Distributed TensorFlow on Apache Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("config", parents=[common], help="print the resolved configuration and exit")
-    gen = sub.add_parser("generate", parents=[common], help="write the embedded census-like tables as Parquet")
+    gen = sub.add_parser("generate", parents=[common],
+                         help="write the embedded data: census-like tables, or the sensor fleet for a spec of sequences")
     gen.add_argument("--people", type=int, help="number of people (same as --set synthetic.people=N)")
     prep = sub.add_parser("prepare", parents=[common], help="raw tables -> train/eval TFRecords + _meta/")
     prep.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
@@ -40,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("-f", dest="file", metavar="FILE", help="a file of SQL statements; the last one's result is shown")
     sql.add_argument("--output", help="write the result as Parquet here instead of printing it")
     sql.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
+    ev = sub.add_parser("evaluate", parents=[common],
+                        help="an autoencoder's window scores against known anomaly intervals: ROC AUC and a plot")
+    ev.add_argument("--truth", help="table (Parquet) of anomaly intervals: key, start, end, kind "
+                                    "(default: the embedded fleet's, under fleet.output)")
+    ev.add_argument("--scores", help="scores written by tfos predict (default: predict.output)")
     sweep = sub.add_parser("sweep", parents=[common], help="hyperparameter sweep: trials in parallel on the executors")
     sweep.add_argument("--space", required=True, type=resources.config_path,
                        help="the sweep file, e.g. conf/sweep.toml or the shipped sample `sweep`; "
@@ -95,11 +101,42 @@ def _session(cfg):
 def cmd_generate(cfg, args) -> int:
     from tfos_jobs.data import synthetic
 
+    if cfg.features.is_sequence:
+        _generate_fleet(cfg)
+        return 0
     syn = cfg.synthetic
     spark = _session(cfg)
     counts = synthetic.generate(spark, syn.output, syn.people, syn.events_per_person, syn.seed, syn.as_of)
     print(f"wrote {syn.output}: " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()))
     return 0
+
+
+def _generate_fleet(cfg) -> None:
+    from tfos_jobs.data import fleet
+
+    fl = cfg.fleet
+    counts = fleet.generate(fl.output, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
+                            csv_every=fl.csv_every)
+    print(f"wrote {fl.output}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+
+
+def cmd_evaluate(cfg, args) -> int:
+    from tfos_jobs.driver import anomaly_report
+    from tfos_jobs.model.export import read_spec
+    from udfs.register import resolve_export_dir
+
+    spec = read_spec(resolve_export_dir(cfg.predict.model))
+    if not spec.is_sequence:
+        raise ConfigError(f"{cfg.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
+    truth = args.truth or f"{cfg.fleet.output}/{fleet_anomalies()}"
+    anomaly_report.evaluate(_session(cfg), cfg, spec, args.scores or cfg.predict.output, truth)
+    return 0
+
+
+def fleet_anomalies() -> str:
+    from tfos_jobs.data.fleet import ANOMALIES_DIR
+
+    return ANOMALIES_DIR
 
 
 def cmd_prepare(cfg, args) -> int:
@@ -149,6 +186,8 @@ def cmd_demo(cfg, args) -> int:
     from tfos_jobs.data.meta import summary
     from tfos_jobs.driver import predict, prepare, sql, train
 
+    if cfg.features.is_sequence:
+        return _demo_fleet(cfg)
     syn = cfg.synthetic
     spark = _session(cfg)
     print(f"== generate: {syn.people:,} people into {syn.output}")
@@ -174,6 +213,41 @@ def cmd_demo(cfg, args) -> int:
     return 0
 
 
+def _demo_fleet(cfg) -> int:
+    from tfos_jobs.contracts.run_dir import ModelDir
+    from tfos_jobs.data.meta import summary
+    from tfos_jobs.driver import anomaly_report, predict, prepare, sql, train
+    from tfos_jobs.model.export import read_spec
+    from udfs.register import resolve_export_dir
+
+    fl = cfg.fleet
+    print(f"== generate: {fl.assets:,} assets x {fl.steps:,} steps into {fl.output}")
+    _generate_fleet(cfg)
+    spark = _session(cfg)
+    print(f"== prepare: windows into {cfg.prepare.output}")
+    print(summary(prepare.run(spark, cfg, overwrite=True)))
+    print(f"== train: {cfg.train.model.kind}, {cfg.train.strategy}, {cfg.train.workers} workers, "
+          f"into {cfg.train.model_dir}")
+    train.run(spark, cfg, overwrite=True)
+    query = resources.demo_query("windows")
+    print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() and the windows view")
+    with open(query, encoding="utf-8") as fh:
+        sql.run(spark, cfg, fh.read(), rows=10)
+    print(f"== predict: one row per window into {cfg.predict.output}")
+    predict.run(spark, cfg, overwrite=True)
+    print("== evaluate: scores against the true anomaly intervals")
+    spec = read_spec(resolve_export_dir(cfg.predict.model))
+    anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet_anomalies()}")
+    model_dir = ModelDir(cfg.train.model_dir)
+    print("== artifacts")
+    for what, where in (("raw sensors", fl.output), ("dataset", cfg.prepare.output),
+                        ("model", model_dir.path), ("SavedModel", model_dir.saved_model),
+                        ("metrics", model_dir.metrics), ("learning curve", model_dir.learning_curve),
+                        ("anomaly plot", model_dir.anomaly_plot), ("scores", cfg.predict.output)):
+        print(f"  {what:<15} {os.path.abspath(where)}")
+    return 0
+
+
 def cmd_sweep(cfg, args) -> int:
     from tfos_jobs.driver import sweep
     from tfos_jobs.search import space
@@ -193,7 +267,7 @@ def cmd_bench(cfg, args) -> int:
 
 
 COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
-            "sql": cmd_sql, "demo": cmd_demo}
+            "sql": cmd_sql, "demo": cmd_demo, "evaluate": cmd_evaluate}
 
 if __name__ == "__main__":
     sys.exit(main())

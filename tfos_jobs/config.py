@@ -18,6 +18,7 @@ from typing import Any, Literal, Mapping, Sequence, Union
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FEATURE_KINDS, FeatureSpec
 
+SEQUENCE_MODEL = "sequence_autoencoder"
 FILE_FORMATS = ("parquet", "csv", "json", "orc", "adult_csv")
 SOURCE_FORMATS = FILE_FORMATS + ("table", "jdbc")
 
@@ -81,6 +82,7 @@ class SplitConfig:
 class PrepareConfig:
     main: str
     output: str
+    union: tuple[str, ...] = ()  # more sources with main's columns (e.g. the same table in another format), appended
     lookups: tuple[LookupConfig, ...] = ()
     activity: Union[ActivityConfig, None] = None
     split: SplitConfig = SplitConfig()
@@ -103,17 +105,38 @@ class SyntheticConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    """The embedded sensor fleet: one file per asset under `<output>/sensors` (every
+    `csv_every`-th asset as CSV, the rest Parquet) and the true anomaly intervals, which no
+    model sees, under `<output>/anomalies`. The time step is the time feature's."""
+
+    output: str = "demo-output/fleet/raw"
+    assets: int = 200
+    steps: int = 20_000
+    seed: int = 42
+    csv_every: int = 10
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    """The model: `wide_deep` (built from the spec) or a user function given as "module:function".
+    """The model: `wide_deep` (built from the spec), `sequence_autoencoder` (for sequence
+    features) or a user function given as "module:function".
 
     Hidden layers of the deep part, as in the census wide & deep sample: `num_layers` layers,
-    the first of `first_layer_size` units, each next one `scale_factor` times the previous."""
+    the first of `first_layer_size` units, each next one `scale_factor` times the previous.
+    The autoencoder: a `cell` ("gru" or "lstm") encoder of `units` to a `latent_dim` vector, a
+    decoder of the same size; windows whose reconstruction error is above the
+    `anomaly_quantile` of the train windows' errors are flagged as anomalies."""
 
     kind: str = "wide_deep"
     first_layer_size: int = 100
     num_layers: int = 4
     scale_factor: float = 0.7
     dropout: float = 0.0
+    cell: Literal["gru", "lstm"] = "gru"
+    units: int = 32
+    latent_dim: int = 16
+    anomaly_quantile: float = 0.99
 
     def hidden_units(self) -> tuple[int, ...]:
         return tuple(max(2, round(self.first_layer_size * self.scale_factor**i)) for i in range(self.num_layers))
@@ -172,6 +195,7 @@ class Config:
     prepare: PrepareConfig
     spark: SparkConfig = SparkConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
+    fleet: FleetConfig = FleetConfig()
     train: TrainConfig = TrainConfig()
     predict: PredictConfig = PredictConfig()
 
@@ -355,6 +379,9 @@ def validate(config: Config) -> None:
     prep = config.prepare
     if prep.main not in config.sources:
         errs.append(f"prepare.main: {prep.main!r} is not a source; sources: {names}")
+    for i, name in enumerate(prep.union):
+        if name not in config.sources:
+            errs.append(f"prepare.union[{i}]: {name!r} is not a source; sources: {names}")
     for i, lk in enumerate(prep.lookups):
         if lk.source not in config.sources:
             errs.append(f"prepare.lookups[{i}].source: {lk.source!r} is not a source; sources: {names}")
@@ -406,8 +433,23 @@ def validate(config: Config) -> None:
         errs.append(f"train.model.scale_factor: must be in (0, 1], got {tr.model.scale_factor}")
     if not 0 <= tr.model.dropout < 1:
         errs.append(f"train.model.dropout: must be in [0, 1), got {tr.model.dropout}")
-    if tr.model.kind != "wide_deep" and ":" not in tr.model.kind:
-        errs.append(f"train.model.kind: {tr.model.kind!r} is neither 'wide_deep' nor 'module:function'")
+    kind, sequence = tr.model.kind, config.features.is_sequence
+    if kind not in ("wide_deep", SEQUENCE_MODEL) and ":" not in kind:
+        errs.append(f"train.model.kind: {kind!r} is not 'wide_deep', '{SEQUENCE_MODEL}' or 'module:function'")
+    elif sequence and kind == "wide_deep" or not sequence and kind == SEQUENCE_MODEL:
+        errs.append(f"train.model.kind: {kind!r} does not fit a spec "
+                    + ("of sequence features; use 'sequence_autoencoder'" if sequence else "without sequence features"))
+    if sequence and (prep.lookups or prep.activity is not None):
+        errs.append("prepare: lookups and activity apply to row features, not to sequence windows")
+    for key in ("units", "latent_dim"):
+        if getattr(tr.model, key) < 1:
+            errs.append(f"train.model.{key}: must be >= 1, got {getattr(tr.model, key)}")
+    if not 0 < tr.model.anomaly_quantile < 1:
+        errs.append(f"train.model.anomaly_quantile: must be between 0 and 1 (exclusive), got {tr.model.anomaly_quantile}")
+    fl = config.fleet
+    for key in ("assets", "steps", "csv_every"):
+        if getattr(fl, key) < 1:
+            errs.append(f"fleet.{key}: must be >= 1, got {getattr(fl, key)}")
     pr = config.predict
     if pr.input is not None and pr.input not in config.sources:
         errs.append(f"predict.input: {pr.input!r} is not a source; sources: {names}")

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec
+from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, SequenceFeature
 
 CAPACITY = 3  # models kept per Python worker
 _models: "OrderedDict[str, Scorer]" = OrderedDict()
@@ -49,6 +49,7 @@ class Scorer:
         self._loaded = tf.saved_model.load(export_dir)  # keeps the function's variables alive
         self.fn = self._loaded.signatures[contract.SERVING_SIGNATURE]
         self.spec: FeatureSpec = read_spec(export_dir)
+        self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
         self.vocab = {f.name: _vocab_index(contract.vocab_asset(export_dir, f.name)) for f in self.spec.categorical}
 
@@ -71,6 +72,9 @@ class Scorer:
         tensors = {}
         for name, series in cols.items():
             f = self.spec.get(name)
+            if isinstance(f, SequenceFeature):
+                tensors[name] = self._tf.constant(_windows(name, series, self.spec.time.window))
+                continue
             if isinstance(f, CategoricalFeature):
                 values, nulls = _strings(series, f.default)
                 if f.max_length is not None:
@@ -92,7 +96,13 @@ class Scorer:
         cols = self.columns(batch)
         out = self.fn(**self.prepare(cols, counts))
         _count(counts, "rows", len(next(iter(cols.values()))))
-        if not contract.udf_returns_struct(self.spec.label.task):
+        if self.task == contract.AUTOENCODER:
+            return pd.DataFrame({
+                contract.LATENT: list(out[contract.LATENT].numpy()),
+                contract.RECONSTRUCTION_ERROR: out[contract.RECONSTRUCTION_ERROR].numpy().astype("float64"),
+                contract.IS_ANOMALY: out[contract.IS_ANOMALY].numpy(),
+            })
+        if not contract.udf_returns_struct(self.task):
             return pd.Series(out[contract.VALUE].numpy().astype("float64"))
         return pd.DataFrame({
             contract.PROBABILITY: out[contract.PROBABILITY].numpy().astype("float64"),
@@ -116,6 +126,22 @@ def _decode(labels: np.ndarray) -> np.ndarray:
     """Label bytes -> str, decoding each distinct label once."""
     codes, uniques = pd.factorize(labels)
     return np.asarray([u.decode() for u in uniques], dtype=object)[codes]
+
+
+def _windows(name: str, series: pd.Series, steps: int) -> np.ndarray:
+    """A column of arrays (one window of one sensor per row) as a [rows, steps] float32 matrix.
+    Windows come filled from the `windows` view; a null, a short window or a NaN is an error."""
+    values = series.to_numpy(dtype=object)
+    for i, v in enumerate(values):
+        if v is None or len(v) != steps:
+            got = "a null" if v is None else f"{len(v)} values"
+            raise ValueError(f"column {name!r} (sequence feature): the model takes windows of {steps} values, "
+                             f"row {i} of a batch has {got}")
+    matrix = np.stack(values).astype(np.float32) if len(values) else np.zeros((0, steps), np.float32)
+    if np.isnan(matrix).any():
+        raise ValueError(f"column {name!r} (sequence feature): a window holds null values; fill them first "
+                         "(the `windows` view of tfos sql has them filled as in training)")
+    return matrix
 
 
 def _numeric(name: str, series: pd.Series) -> np.ndarray:

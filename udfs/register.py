@@ -97,9 +97,10 @@ def check_model(export_dir: str) -> tuple[FeatureSpec, str]:
     inputs = sorted(serving.structured_input_signature[1])
     if inputs != sorted(spec.model_inputs):
         raise ConfigError(f"the SavedModel's inputs {inputs} do not match its feature spec {list(spec.model_inputs)}")
-    outputs, expected = sorted(serving.structured_outputs), sorted(contract.SIGNATURE_OUTPUTS[spec.label.task])
+    task = contract.task_of(spec)
+    outputs, expected = sorted(serving.structured_outputs), sorted(contract.SIGNATURE_OUTPUTS[task])
     if outputs != expected:
-        raise ConfigError(f"the SavedModel's outputs {outputs} are not those of a {spec.label.task} model ({expected})")
+        raise ConfigError(f"the SavedModel's outputs {outputs} are not those of a {task} model ({expected})")
     version = str(os.stat(os.path.join(export_dir, "saved_model.pb")).st_mtime_ns)
     return spec, version
 
@@ -113,7 +114,7 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     counter = spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
-        udf = pandas_udf(make_udf_function(export_dir, version, counter), contract.udf_return_type(spec.label.task),
+        udf = pandas_udf(make_udf_function(export_dir, version, counter), contract.udf_return_type(contract.task_of(spec)),
                          PandasUDFType.SCALAR_ITER)
     spark.udf.register(name, udf)
     return PredictionUdf(name, export_dir, spec, udf, counter)

@@ -4,7 +4,7 @@ The driver and the TF nodes talk through these files on storage both see, so the
 one owner; both sides use these classes and never type a file name.
 
     <model_dir>/
-      saved_model/  metrics.json  sample_predictions.json  learning_curve.png
+      saved_model/  metrics.json  sample_predictions.json  learning_curve.png  anomalies.png
       progress.jsonl      one line per finished epoch (the chief appends, the driver tails)
       backup/             Keras BackupAndRestore: what a relaunch resumes from
       logs/               TensorBoard event files
@@ -67,6 +67,11 @@ class ModelDir:
     @property
     def learning_curve(self) -> str:
         return f"{self.path}/learning_curve.png"
+
+    @property
+    def anomaly_plot(self) -> str:
+        """An autoencoder's scores against known anomalies (`tfos evaluate`)."""
+        return f"{self.path}/anomalies.png"
 
     @property
     def progress(self) -> str:

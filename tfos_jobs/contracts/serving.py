@@ -12,6 +12,8 @@ from tfos_jobs.data.meta import SPEC, STATS, VOCAB
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
+    from tfos_jobs.features.spec import FeatureSpec
+
 # Signatures of every exported model.
 SERVING_SIGNATURE = "serving_default"  # one 1-D input per raw column, named after the feature
 EXAMPLES_SIGNATURE = "predict_examples"  # serialized tf.Example
@@ -24,20 +26,33 @@ PROBABILITIES = "probabilities"  # multiclass: one per class
 CLASS_ID = "class_id"
 LABEL = "label"  # the predicted class's name
 VALUE = "value"  # regression
+LATENT = "latent"  # autoencoder: the encoder's output, a vector per window
+RECONSTRUCTION_ERROR = "reconstruction_error"  # autoencoder: mean squared error of the standardised window
+IS_ANOMALY = "is_anomaly"  # autoencoder: reconstruction_error above the threshold fixed in training
+
+# What a model predicts: its label's task, or AUTOENCODER for sensor windows.
+AUTOENCODER = "autoencoder"
 
 # Both signatures' outputs, per label task.
 SIGNATURE_OUTPUTS = {
     "binary": (PROBABILITY, CLASS_ID, LABEL),
     "multiclass": (PROBABILITIES, PROBABILITY, CLASS_ID, LABEL),
     "regression": (VALUE,),
+    AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY),
 }
 # The Keras model's output layer, per task: the signature output of the same meaning.
 MODEL_OUTPUT = {"binary": PROBABILITY, "multiclass": PROBABILITIES, "regression": VALUE}
 # What the SQL function returns: a struct of these (classification), or a bare double (regression).
-UDF_FIELDS = {"binary": (PROBABILITY, LABEL), "multiclass": (PROBABILITY, LABEL), "regression": (VALUE,)}
+UDF_FIELDS = {"binary": (PROBABILITY, LABEL), "multiclass": (PROBABILITY, LABEL), "regression": (VALUE,),
+              AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY)}
 
 # The asset layout: the dataset's `_meta/` files the model was trained on, inside the model.
 ASSETS = "assets"
+
+
+def task_of(spec: "FeatureSpec") -> str:
+    """The key of the tables above for a model trained on `spec`."""
+    return AUTOENCODER if spec.is_sequence else spec.label.task
 
 
 def udf_returns_struct(task: str) -> bool:
@@ -45,11 +60,15 @@ def udf_returns_struct(task: str) -> bool:
 
 
 def udf_return_type(task: str) -> "DataType":
-    """The Spark type of the prediction UDF's result for a label task."""
-    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+    """The Spark type of the prediction UDF's result for a task (`task_of`)."""
+    from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, FloatType, StringType, StructField,
+                                   StructType)
 
     if not udf_returns_struct(task):
         return DoubleType()
+    if task == AUTOENCODER:
+        return StructType([StructField(LATENT, ArrayType(FloatType())), StructField(RECONSTRUCTION_ERROR, DoubleType()),
+                           StructField(IS_ANOMALY, BooleanType())])
     return StructType([StructField(PROBABILITY, DoubleType()), StructField(LABEL, StringType())])
 
 

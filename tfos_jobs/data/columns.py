@@ -13,3 +13,8 @@ ACTIVE_DAYS = "active_days"
 CTR = "ctr"
 DAYS_SINCE_LAST = "days_since_last"
 ACTIVITY_COLUMNS = (EVENT_COUNT, ACTIVE_DAYS, CTR, DAYS_SINCE_LAST)
+
+# Sensor windows (sequence features): why prepare left a window out, and an input problem
+# found while cutting an asset's series (the job fails naming it).
+DROP_REASON = "_drop_reason"
+PROBLEM = "_problem"

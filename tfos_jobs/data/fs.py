@@ -45,6 +45,15 @@ class HadoopFS:
         finally:
             stream.close()
 
+    def read_first_line(self, path: str, limit: int = 1 << 16) -> str:
+        """The file's first line (at most `limit` bytes), without reading the rest."""
+        stream = self._fs.open(self._path(path))
+        try:
+            head = bytes(stream.readNBytes(limit))
+        finally:
+            stream.close()
+        return head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", errors="replace")
+
     def read_text(self, path: str) -> str:
         stream = self._fs.open(self._path(path))
         try:

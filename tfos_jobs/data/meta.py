@@ -72,6 +72,18 @@ def read(root: str) -> DatasetMeta:
 def summary(manifest: dict[str, Any]) -> str:
     """A few lines for the console: records per split, rejects, imputations, vocabulary sizes."""
     splits = manifest["splits"]
+    if manifest["records"]["record_type"] == "SequenceExample":
+        w = manifest["windows"]
+        return "\n".join([
+            f"dataset {manifest['output']}",
+            "  windows: " + ", ".join(f"{s} {v['records']:,} from {v['assets']:,} assets in {len(v['files'])} files"
+                                      for s, v in splits.items()),
+            f"  dropped windows: {w['dropped']:,}"
+            + "".join(f"\n    {n:,} {reason}" for reason, n in w["dropped_by_reason"].items()),
+            "  sources: " + ", ".join(f"{n} ({v['files']} files)" for n, v in manifest["sources"].items()),
+            f"  rows: {manifest['rows']['read']:,} read, {manifest['rows']['rejected']:,} rejected"
+            + (f" (in {manifest['rejected']['path']}/)" if manifest["rejected"]["path"] else ""),
+        ])
     lines = [
         f"dataset {manifest['output']}",
         "  records: " + ", ".join(f"{s} {v['records']:,} in {len(v['files'])} files" for s, v in splits.items()),

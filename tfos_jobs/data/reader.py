@@ -42,9 +42,9 @@ def make_dataset(
     files = sorted(files)
     if not files:
         raise ValueError("no TFRecord files to read")
-    columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
+    parse = batch_parser(spec, with_key)
     if in_memory:
-        return _in_memory(files, spec.parse_spec(columns), spec.label.name, batch_size, num_shards=num_shards,
+        return _in_memory(files, parse, batch_size, num_shards=num_shards, spec=spec,
                           shard_index=shard_index, shuffle=shuffle, seed=seed, repeat=repeat, compression=compression)
     by_file = len(files) >= num_shards
     if by_file:
@@ -66,14 +66,41 @@ def make_dataset(
     if repeat:
         ds = ds.repeat()
     ds = ds.batch(batch_size)
+    return ds.map(lambda serialized: split_label(spec, parse(serialized)),
+                  num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def batch_parser(spec: FeatureSpec, with_key: bool = False):
+    """A function from a batch of serialized records to {column: tensor}: the model's inputs,
+    the label (row records) and, with `with_key`, the key.
+
+    Window records (`tf.SequenceExample`) give each sensor as [batch, window]; they have no
+    label: an autoencoder's target is its input."""
+    import tensorflow as tf
+
+    if spec.is_sequence:
+        context, lists = spec.sequence_parse_spec()
+        context = {spec.key.name: context[spec.key.name]} if with_key else None
+
+        def parse_windows(serialized):
+            ctx, seq, _ = tf.io.parse_sequence_example(serialized, context_features=context,
+                                                       sequence_features=lists)
+            return {**{n: seq[n] for n in spec.model_inputs}, **(ctx or {})}
+
+        return parse_windows
+    columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
     parse_spec = spec.parse_spec(columns)
-    label = spec.label.name
+    return lambda serialized: tf.io.parse_example(serialized, parse_spec)
 
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, parse_spec)
-        return parsed, parsed.pop(label)
 
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+def split_label(spec: FeatureSpec, parsed: dict):
+    """(features, label); for windows the label is a placeholder of zeros (the loss ignores it)."""
+    import tensorflow as tf
+
+    if spec.is_sequence:
+        first = parsed[spec.model_inputs[0]]
+        return parsed, tf.zeros_like(first[:, 0])
+    return parsed, parsed.pop(spec.label.name)
 
 
 def shard_bytes(files: Sequence[tuple[str, int]], num_shards: int, shard_index: int) -> int:
@@ -94,15 +121,15 @@ def _records(files: list[str], num_shards: int, shard_index: int, compression: s
     return records if by_file or num_shards == 1 else records.shard(num_shards, shard_index)
 
 
-def _in_memory(files: list[str], parse_spec: dict, label: str, batch_size: int, *, num_shards: int,
+def _in_memory(files: list[str], parse, batch_size: int, *, num_shards: int, spec: FeatureSpec,
                shard_index: int, shuffle: bool, seed: int | None, repeat: bool, compression: str):
     import tensorflow as tf
 
     records = _records(files, num_shards, shard_index, compression)
     # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this
     # inside a function.
-    table = tf.io.parse_example(records.batch(2**31 - 1).get_single_element(), parse_spec)  # {column: [rows]}
-    rows = tf.shape(table[label], out_type=tf.int64)[0]
+    table = parse(records.batch(2**31 - 1).get_single_element())  # {column: [rows, ...]}
+    rows = tf.shape(next(iter(table.values())), out_type=tf.int64)[0]
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
     if shuffle:
         base = tf.constant(seed or 0, tf.int64)
@@ -112,8 +139,7 @@ def _in_memory(files: list[str], parse_spec: dict, label: str, batch_size: int, 
         order = epochs.map(lambda epoch: tf.range(rows, dtype=tf.int64))
 
     def gather(index):
-        batch = {name: tf.gather(column, index) for name, column in table.items()}
-        return batch, batch.pop(label)
+        return split_label(spec, {name: tf.gather(column, index) for name, column in table.items()})
 
     return order.rebatch(batch_size).map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 

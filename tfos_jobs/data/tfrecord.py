@@ -12,20 +12,21 @@ DEFAULT_FORMAT = "tfos.spark.tfrecord"
 CODECS = {"none": None, "gzip": "org.apache.hadoop.io.compress.GzipCodec"}
 
 
-def layout(df: DataFrame, files: int, key: str | None) -> DataFrame:
-    """`files` partitions, rows spread by key hash and sorted by key inside each, so a re-run
-    writes the same rows, in the same order, to the same files."""
+def layout(df: DataFrame, files: int, key: str | None, then: tuple[str, ...] = ()) -> DataFrame:
+    """`files` partitions, rows spread by key hash and sorted by key (and `then`, for keys with
+    several rows) inside each, so a re-run writes the same rows, in the same order, to the
+    same files."""
     if key is None:
         return df.repartition(files)
-    return df.repartition(files, key).sortWithinPartitions(key)
+    return df.repartition(files, key).sortWithinPartitions(key, *then)
 
 
 def write_partitioned(df: DataFrame, path: str, partition_by: str, *, files: int, key: str | None,
-                      fmt: str = DEFAULT_FORMAT, compression: str = "none", record_type: str = "Example") -> None:
+                      then: tuple[str, ...] = (), fmt: str = DEFAULT_FORMAT, compression: str = "none", record_type: str = "Example") -> None:
     """One Spark job: `files` files per value of `partition_by`. Only Spark's commit protocol
     makes files visible: a task attempt writes to its own temporary file, and only the
     attempt that commits is kept, so a retried task never leaves half a shard."""
-    writer = layout(df, files, key).write.format(fmt).option("recordType", record_type).partitionBy(partition_by)
+    writer = layout(df, files, key, then).write.format(fmt).option("recordType", record_type).partitionBy(partition_by)
     if CODECS[compression]:
         writer = writer.option("codec", CODECS[compression])
     writer.save(path)

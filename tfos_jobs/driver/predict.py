@@ -27,6 +27,10 @@ from udfs import PredictionUdf, register
 def input_table(spark: SparkSession, config: Config, spec) -> DataFrame:
     """The rows to score, checked for every model input before any job runs."""
     name = config.predict.input
+    if spec.is_sequence:
+        from tfos_jobs.data.sensor_sources import window_table
+
+        return window_table(spark, config, spec, name)
     if name is None:
         table, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True)
         return table
@@ -40,11 +44,16 @@ def input_table(spark: SparkSession, config: Config, spec) -> DataFrame:
 
 def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
     """The table with `predicted_probability` and `predicted_label` (or `prediction`) appended."""
+    task = contract.task_of(udf.spec)
     scored = table.withColumn("__prediction", udf())
-    if not contract.udf_returns_struct(udf.spec.label.task):
+    if not contract.udf_returns_struct(task):
         return scored.withColumnRenamed("__prediction", "prediction")
+    if task == contract.AUTOENCODER:  # one row per window: its bounds and scores, not its values again
+        keep = [c for c in table.columns if c not in udf.spec.model_inputs]
+        return scored.select(*keep, *(F.col(f"__prediction.{field}").alias(field)
+                                      for field in contract.UDF_FIELDS[task]))
     return scored.select("*", *(F.col(f"__prediction.{field}").alias(f"predicted_{field}")
-                                for field in contract.UDF_FIELDS[udf.spec.label.task])).drop("__prediction")
+                                for field in contract.UDF_FIELDS[task])).drop("__prediction")
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,

@@ -37,6 +37,10 @@ TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz", "date")
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=print) -> dict[str, Any]:
     """Run the whole job; returns the manifest it wrote."""
+    if config.features.is_sequence:
+        from tfos_jobs.driver import prepare_windows
+
+        return prepare_windows.run(spark, config, overwrite=overwrite, log=log)
     started = time.time()
     prep, spec = config.prepare, config.features
     out = prep.output.rstrip("/")
@@ -77,7 +81,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
             split_files = _write_records(fs, staging, table, imputed, resolved, classes, profile, prep, key)
             spark_info = {"master": spark.sparkContext.master, "version": spark.version}
             manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started)
-            _write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
+            write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
             fs.write_text(f"{staging}/_SUCCESS", "")
             if fs.exists(out):
                 fs.delete(out)
@@ -301,7 +305,7 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
     }
 
 
-def _write_meta(fs: HadoopFS, root: str, spec: FeatureSpec, stats: dict[str, Any],
+def write_meta(fs: HadoopFS, root: str, spec: FeatureSpec, stats: dict[str, Any],
                 vocab: dict[str, list[tuple[str, int]]], manifest: dict[str, Any]) -> None:
     meta = f"{root}/{META}"
     fs.write_text(f"{meta}/{SPEC}", spec.to_json())

@@ -14,6 +14,7 @@ from tfos_jobs.errors import InputError, TfosError
 from udfs import register
 
 FEATURES_VIEW = "features"
+WINDOWS_VIEW = "windows"
 
 
 def statements(text: str) -> list[str]:
@@ -32,7 +33,8 @@ def statements(text: str) -> list[str]:
 
 def open_views(spark: SparkSession, config: Config, spec) -> list[str]:
     """Each configured source as a view under its own name, plus `features`: the main source
-    joined with its lookups and activity, as the model saw it in training."""
+    joined with its lookups and activity, as the model saw it in training; or, for a model of
+    sensor windows, `windows`."""
     views = []
     for name, src in config.sources.items():
         try:
@@ -41,9 +43,15 @@ def open_views(spark: SparkSession, config: Config, spec) -> list[str]:
         except InputError:
             continue  # a source that is not there cannot be queried, the rest can
     try:
-        table, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True)
-        table.createOrReplaceTempView(FEATURES_VIEW)
-        views.append(FEATURES_VIEW)
+        if spec.is_sequence:  # one row per window, sensors as arrays, cut as prepare cuts them
+            from tfos_jobs.data.sensor_sources import window_table
+
+            window_table(spark, config, spec).createOrReplaceTempView(WINDOWS_VIEW)
+            views.append(WINDOWS_VIEW)
+        else:
+            table, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True)
+            table.createOrReplaceTempView(FEATURES_VIEW)
+            views.append(FEATURES_VIEW)
     except InputError:
         pass
     return views

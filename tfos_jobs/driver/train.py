@@ -128,6 +128,8 @@ def _finish(model_dir: ModelDir, run: RunDir, tr: TrainConfig, attempts: int, se
         "history": epochs,
         "saved_model": model_dir.saved_model,
     }
+    if result.get("anomaly"):  # an autoencoder: the threshold above which a window is an anomaly
+        metrics["anomaly"] = result["anomaly"]
     write_json(model_dir.metrics, metrics, indent=2)
     write_json(model_dir.sample_predictions, result["sample"])  # the trained model's outputs on a few eval rows
     if epochs:

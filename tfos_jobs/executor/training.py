@@ -156,10 +156,18 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
             strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.profile_steps,
             make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
             steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers)
-    export_saved_model(model, meta, model_dir.saved_model, is_chief=is_chief)
+    anomaly = None
+    if spec.is_sequence:  # the threshold is a constant of the exported graph; only the chief's export is kept
+        from tfos_jobs.model.sequence import error_quantile
+
+        quantile = model_cfg.anomaly_quantile
+        threshold = error_quantile(model, train_files, spec, meta.compression, quantile) if is_chief else 0.0
+        anomaly = {"quantile": quantile, "threshold": threshold}
+    export_saved_model(model, meta, model_dir.saved_model, is_chief=is_chief,
+                       threshold=anomaly["threshold"] if anomaly else None)
     if is_chief:
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
-                  "step_profile": profile,
+                  "step_profile": profile, "anomaly": anomaly,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
         run.write_result(result)
     return final
@@ -170,7 +178,7 @@ def _sample_predictions(model, files: list[str], spec, compression: str, rows: i
     SavedModel can be checked against the model that was actually trained."""
     features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
     outputs = model(features, training=False)
-    decode = lambda t: [v.decode() if isinstance(v, bytes) else float(v) for v in t.numpy().tolist()]
+    decode = lambda t: [v.decode() if isinstance(v, bytes) else v for v in t.numpy().tolist()]
     return {"rows": {name: decode(t) for name, t in features.items()}, "outputs": outputs.numpy().tolist()}
 
 

@@ -87,7 +87,37 @@ class Label:
     kind: Literal["label"] = "label"
 
 
-Feature = Union[KeyFeature, NumericFeature, CategoricalFeature, CrossedFeature, BucketizedFeature, Label]
+@dataclass(frozen=True)
+class TimeFeature:
+    """The time column of sensor series, and how they are cut into windows.
+
+    Rows of one asset (the key feature) are placed on a grid of `step_seconds`. A window is
+    `window` consecutive steps; one starts every `stride` steps from the asset's first row.
+    Up to `max_gap` missing steps (absent rows) in a row are filled forward, a longer gap drops
+    every window it touches; a sensor's nulls are filled forward up to `fill_limit` steps in a
+    row, else the window is dropped. Dropped windows are counted by reason."""
+
+    name: str
+    step_seconds: int = 60
+    window: int = 64
+    stride: int = 64
+    max_gap: int = 0
+    fill_limit: int = 0
+    kind: Literal["time"] = "time"
+
+
+@dataclass(frozen=True)
+class SequenceFeature:
+    """A float sensor stepped over time: one value per step, a window of them per record.
+    `normalize`: standardised (in the model's graph) by the train split's mean and std."""
+
+    name: str
+    normalize: bool = True
+    kind: Literal["sequence"] = "sequence"
+
+
+Feature = Union[KeyFeature, NumericFeature, CategoricalFeature, CrossedFeature, BucketizedFeature, Label,
+                TimeFeature, SequenceFeature]
 FEATURE_KINDS: dict[str, type] = {
     "key": KeyFeature,
     "numeric": NumericFeature,
@@ -95,7 +125,14 @@ FEATURE_KINDS: dict[str, type] = {
     "crossed": CrossedFeature,
     "bucketized": BucketizedFeature,
     "label": Label,
+    "time": TimeFeature,
+    "sequence": SequenceFeature,
 }
+# What a window record holds besides its sensors: the asset (the key feature) and the
+# window's first and last step, as seconds since the epoch (SequenceExample context).
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+_TIMESTAMP = ("timestamp", "timestamp_ntz")
 
 # Spark SQL type names each stored kind accepts on input (DataType.typeName()).
 _INTEGRAL = ("byte", "short", "integer", "long")
@@ -112,6 +149,19 @@ class FeatureSpec:
 
     def of_kind(self, kind: str) -> tuple[Any, ...]:
         return tuple(f for f in self.features if f.kind == kind)
+
+    @property
+    def is_sequence(self) -> bool:
+        """Sensor windows (an autoencoder's input) rather than one row per example."""
+        return bool(self.of_kind("sequence"))
+
+    @property
+    def time(self) -> TimeFeature:
+        return self.of_kind("time")[0]
+
+    @property
+    def sequences(self) -> tuple[SequenceFeature, ...]:
+        return self.of_kind("sequence")
 
     @property
     def key(self) -> KeyFeature | None:
@@ -133,12 +183,13 @@ class FeatureSpec:
     @property
     def model_inputs(self) -> tuple[str, ...]:
         """Raw columns a model reads, in spec order: the serving signature's arguments."""
-        return tuple(f.name for f in self.features if f.kind in ("numeric", "categorical"))
+        return tuple(f.name for f in self.features if f.kind in ("numeric", "categorical", "sequence"))
 
     @property
     def stored_columns(self) -> tuple[str, ...]:
-        """Columns read from the input table and written to every record, in spec order."""
-        return tuple(f.name for f in self.features if f.kind in ("key", "numeric", "categorical", "label"))
+        """Columns read from the input table (and, but for the time, written to every record), in spec order."""
+        return tuple(f.name for f in self.features if f.kind in ("key", "numeric", "categorical", "label", "time",
+                                                                 "sequence"))
 
     def get(self, name: str) -> Feature:
         for f in self.features:
@@ -155,7 +206,9 @@ class FeatureSpec:
         for name in sorted({n for n in names if names.count(n) > 1}):
             errs.append(f"features.{name}: defined more than once")
         labels = self.of_kind("label")
-        if len(labels) != 1:
+        if self.is_sequence:
+            errs += self._sequence_errors()
+        elif len(labels) != 1:
             errs.append(f"features: exactly one feature needs kind = \"label\", found {len(labels)}")
         if len(self.of_kind("key")) > 1:
             errs.append("features: at most one feature may have kind = \"key\"")
@@ -202,6 +255,28 @@ class FeatureSpec:
                     errs.append(f"{where}.classes: applies to task = \"multiclass\" only")
         return errs
 
+    def _sequence_errors(self) -> list[str]:
+        errs = []
+        others = [f.name for f in self.features if f.kind not in ("key", "time", "sequence")]
+        if others:
+            errs.append(f"features: sequence features take no {', '.join(sorted({self.get(n).kind for n in others}))} "
+                        f"features alongside them ({', '.join(others)}); an autoencoder has no label")
+        if self.key is None or len(self.of_kind("time")) != 1:
+            errs.append("features: sequence features need one feature with kind = \"key\" (the asset) and one "
+                        "with kind = \"time\" (the time column and the window settings)")
+        for f in self.of_kind("time"):
+            where = f"features.{f.name}"
+            for attr in ("step_seconds", "window", "stride"):
+                if getattr(f, attr) < 1:
+                    errs.append(f"{where}.{attr}: must be >= 1, got {getattr(f, attr)}")
+            for attr in ("max_gap", "fill_limit"):
+                if getattr(f, attr) < 0:
+                    errs.append(f"{where}.{attr}: must be >= 0, got {getattr(f, attr)}")
+        for name in (WINDOW_START, WINDOW_END):
+            if any(f.name == name for f in self.features):
+                errs.append(f"features.{name}: the name is taken by the window records' {name} column")
+        return errs
+
     def check(self) -> "FeatureSpec":
         errs = self.errors()
         if errs:
@@ -231,6 +306,10 @@ class FeatureSpec:
             return _NUMERIC
         if isinstance(f, CategoricalFeature):
             return _STRING + _INTEGRAL
+        if isinstance(f, TimeFeature):
+            return _TIMESTAMP
+        if isinstance(f, SequenceFeature):
+            return _NUMERIC
         if isinstance(f, Label):
             if f.task == "regression":
                 return _NUMERIC
@@ -244,6 +323,11 @@ class FeatureSpec:
     def record_dtypes(self) -> dict[str, RecordDtype]:
         """The dtype of every column in the TFRecords, in spec order."""
         out: dict[str, RecordDtype] = {}
+        if self.is_sequence:
+            out[self.key.name] = self.key.dtype
+            out[WINDOW_START] = out[WINDOW_END] = "int64"
+            out.update({f.name: "float32" for f in self.sequences})
+            return out
         for name in self.stored_columns:
             f = self.get(name)
             if isinstance(f, KeyFeature):
@@ -259,6 +343,12 @@ class FeatureSpec:
     def record_schema(self) -> dict[str, dict[str, Any]]:
         """Per record column: dtype, shape and default. Enough for plain TensorFlow to parse the records."""
         schema = {}
+        if self.is_sequence:  # SequenceExample: context features, and one feature list per sensor
+            for name, dtype in self.record_dtypes().items():
+                sensor = name not in (WINDOW_START, WINDOW_END) and self.get(name).kind == "sequence"
+                schema[name] = {"dtype": dtype, "shape": [self.time.window] if sensor else [],
+                                "default": None, "part": "feature_list" if sensor else "context"}
+            return schema
         for name, dtype in self.record_dtypes().items():
             f = self.get(name)
             default = f.default if isinstance(f, (NumericFeature, CategoricalFeature)) else None
@@ -277,6 +367,19 @@ class FeatureSpec:
             default = col["default"]
             out[name] = tf.io.FixedLenFeature(col["shape"], dtype, default_value=default)
         return out
+
+    def sequence_parse_spec(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`tf.io.parse_sequence_example` (context, sequence) features of window records."""
+        import tensorflow as tf
+
+        context, lists = {}, {}
+        for name, col in self.record_schema().items():
+            dtype = tf.as_dtype(col["dtype"])
+            if col["part"] == "feature_list":
+                lists[name] = tf.io.FixedLenSequenceFeature([], dtype)
+            else:
+                context[name] = tf.io.FixedLenFeature([], dtype)
+        return context, lists
 
     # -- serialisation -------------------------------------------------------------------------
 

@@ -33,10 +33,10 @@ def numeric_aggs(names: Sequence[str], where: Column) -> list[Column]:
 
 
 def numeric_from_row(row: Row, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    return {name: {s: _stable(row[f"{name}__{s}"]) for s in STATS} for name in names}
+    return {name: {s: stable(row[f"{name}__{s}"]) for s in STATS} for name in names}
 
 
-def _stable(value: Any) -> Any:
+def stable(value: Any) -> Any:
     """12 significant digits: Spark may merge partial sums in any order, which moves the last
     bits of a mean; rounding keeps re-runs on the same input byte-identical."""
     return float(f"{value:.12g}") if isinstance(value, float) else value

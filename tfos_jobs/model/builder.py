@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
-from tfos_jobs.config import ModelConfig
+from tfos_jobs.config import SEQUENCE_MODEL, ModelConfig
 from tfos_jobs.contracts.serving import MODEL_OUTPUT
 from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec, NumericFeature
 
@@ -126,6 +126,12 @@ def compile_model(model: "tf.keras.Model", spec: FeatureSpec, optimizer: str, le
     early stopping refer to, so they are fixed here."""
     import tensorflow as tf
 
+    if spec.is_sequence:
+        from tfos_jobs.model.sequence import error_as_loss
+
+        model.compile(optimizer=make_optimizer(optimizer, learning_rate), loss=error_as_loss,
+                      steps_per_execution=steps_per_execution)
+        return model
     task = spec.label.task
     if task == "binary":
         loss: Any = tf.keras.losses.BinaryCrossentropy()
@@ -157,13 +163,17 @@ def make_optimizer(name: str, learning_rate: float) -> "tf.keras.optimizers.Opti
 
 
 def resolve_model_fn(kind: str) -> ModelFn:
-    """`wide_deep`, or a user function "module:function" with build_model's signature that returns
-    an uncompiled model taking the same dict of raw columns."""
+    """`wide_deep`, `sequence_autoencoder`, or a user function "module:function" with
+    build_model's signature that returns an uncompiled model taking the same dict of raw columns."""
     if kind == "wide_deep":
         return build_model
+    if kind == SEQUENCE_MODEL:
+        from tfos_jobs.model.sequence import build_autoencoder
+
+        return build_autoencoder
     module_name, sep, attr = kind.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"train.model.kind: {kind!r} is neither 'wide_deep' nor 'module:function'")
+        raise ValueError(f"train.model.kind: {kind!r} is not 'wide_deep', '{SEQUENCE_MODEL}' or 'module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

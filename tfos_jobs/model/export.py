@@ -25,11 +25,14 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def make_signatures(model: "tf.keras.Model", spec: FeatureSpec) -> dict[str, Any]:
+def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float | None = None) -> dict[str, Any]:
     """`serving_default` (one 1-D input per raw column) and `predict_examples` (serialized
     tf.Example, parsed in-graph with the spec's defaults for absent features); outputs as
     `contracts.serving.SIGNATURE_OUTPUTS`."""
     import tensorflow as tf
+
+    if spec.is_sequence:
+        return _window_signatures(model, spec, threshold)
 
     names = spec.model_inputs
     head = _head(spec)
@@ -43,6 +46,40 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec) -> dict[str, Any
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)])
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(tf.io.parse_example(examples, parse_spec), training=False))
+
+    return {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
+            contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
+
+
+def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float | None) -> dict[str, Any]:
+    """An autoencoder's signatures: `serving_default` takes one raw [windows, steps] tensor per
+    sensor, `predict_examples` serialized tf.SequenceExamples; both return the latent vector,
+    the reconstruction error and whether it is above `threshold`."""
+    import tensorflow as tf
+
+    from tfos_jobs.model.sequence import scoring_model
+
+    if threshold is None:
+        raise ValueError("an autoencoder is exported with its anomaly threshold")
+    scorer = scoring_model(model)
+    names, steps = spec.model_inputs, spec.time.window
+    _, lists = spec.sequence_parse_spec()
+    lists = {n: lists[n] for n in names}
+
+    def head(columns: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        out = scorer(columns, training=False)
+        error = tf.cast(out[contract.RECONSTRUCTION_ERROR], tf.float32)
+        return {contract.LATENT: tf.cast(out[contract.LATENT], tf.float32), contract.RECONSTRUCTION_ERROR: error,
+                contract.IS_ANOMALY: error > tf.constant(threshold, tf.float32)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, steps], tf.float32, name=n) for n in names])
+    def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
+        return head(dict(zip(names, columns)))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)])
+    def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        _, parsed, _ = tf.io.parse_sequence_example(examples, sequence_features=lists)
+        return head({n: tf.ensure_shape(parsed[n], [None, steps]) for n in names})
 
     return {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
             contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
@@ -81,7 +118,7 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
 
 
 def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: str, *,
-                       is_chief: bool = True) -> str | None:
+                       is_chief: bool = True, threshold: float | None = None) -> str | None:
     """Save the model with its signatures and the dataset's spec, stats and vocabularies.
 
     Every worker of a multi-worker strategy must call this (saving runs collectives); only the
@@ -91,7 +128,7 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
 
     gfile = tf.io.gfile
     export_dir = export_dir.rstrip("/")
-    signatures = make_signatures(model, meta.spec)
+    signatures = make_signatures(model, meta.spec, threshold)
     if not is_chief:
         scratch = tempfile.mkdtemp(prefix="tfos-export-")
         try:

@@ -55,3 +55,13 @@ class SharedEmbedding(tf.keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "sizes": self.sizes, "dim": self.dim, "combiner": self.combiner,
                 "embeddings_initializer": tf.keras.initializers.serialize(self.embeddings_initializer)}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class ReconstructionError(tf.keras.layers.Layer):
+    """Mean squared difference per window between a reconstruction and its target, both
+    [batch, steps, sensors]: the autoencoder's training loss and its anomaly score."""
+
+    def call(self, inputs: Sequence[tf.Tensor]) -> tf.Tensor:
+        reconstruction, target = inputs
+        return tf.reduce_mean(tf.math.squared_difference(reconstruction, target), axis=[1, 2])

@@ -29,8 +29,12 @@ def config_path(name_or_path: str) -> str:
     return str(sample) if sample.is_file() else name_or_path
 
 
-def demo_query() -> str:
-    return str(root() / "conf" / "queries" / "positive_rate_by_education.sql")
+DEMO_QUERIES = {"rows": "positive_rate_by_education.sql", "windows": "top_window_errors.sql"}
+
+
+def demo_query(kind: str = "rows") -> str:
+    """The demo's SQL: over the census `features` view ("rows") or the fleet's `windows`."""
+    return str(root() / "conf" / "queries" / DEMO_QUERIES[kind])
 
 
 def gpu_discovery_script() -> str:

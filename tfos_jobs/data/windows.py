@@ -1,0 +1,156 @@
+"""Cutting sensor series into windows: one row per window, one array per sensor.
+
+`cut` runs on executors, once per asset (Spark's `applyInPandas` hands it all of one
+asset's rows), with plain values only. It is the single implementation of the window rules
+of `features.spec.TimeFeature`, used by `prepare`, by the `windows` view of `tfos sql` and by
+`tfos predict`, so a model is always scored on windows cut the way it was trained on.
+
+Rows are sorted by time first (input order does not matter) and placed on the grid of
+`step_seconds` from the asset's first row. Windows that cannot be used are kept as rows with
+a `_drop_reason` (and no values), so that they are counted, never silently lost:
+  * `gap`: the window touches a run of more than `max_gap` missing steps;
+  * `missing_values`: a sensor stays null after filling forward `fill_limit` steps (or has no
+    earlier value to fill from).
+Two rows of an asset on the same step are an input error: the asset gets one row with a
+`_problem` message naming the file and the column, which the driver raises.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from tfos_jobs.data.columns import DROP_REASON, PROBLEM, SOURCE_FILE
+from tfos_jobs.features.spec import SPARK_TYPES, WINDOW_END, WINDOW_START, FeatureSpec
+
+GAP = "gap"
+MISSING_VALUES = "missing_values"
+DROP_REASONS = (GAP, MISSING_VALUES)
+
+
+@dataclass(frozen=True)
+class WindowParams:
+    """The plain values `cut` needs, taken from the spec on the driver."""
+
+    key: str
+    time: str
+    sensors: tuple[str, ...]
+    step_seconds: int
+    window: int
+    stride: int
+    max_gap: int
+    fill_limit: int
+
+    @classmethod
+    def from_spec(cls, spec: FeatureSpec) -> "WindowParams":
+        t = spec.time
+        return cls(spec.key.name, t.name, tuple(f.name for f in spec.sequences), t.step_seconds, t.window,
+                   t.stride, t.max_gap, t.fill_limit)
+
+
+def output_schema(spec: FeatureSpec) -> str:
+    """The DDL of `cut`'s rows: key, window bounds (epoch seconds), sensors, drop reason, problem."""
+    sensors = ", ".join(f"`{f.name}` ARRAY<FLOAT>" for f in spec.sequences)
+    return (f"`{spec.key.name}` {SPARK_TYPES[spec.key.dtype]}, {WINDOW_START} LONG, {WINDOW_END} LONG, {sensors}, "
+            f"{DROP_REASON} STRING, {PROBLEM} STRING")
+
+
+def cut(rows: pd.DataFrame, params: WindowParams) -> pd.DataFrame:
+    """All windows of one asset's rows (`time` as epoch seconds, sensors as floats)."""
+    p = params
+    key = rows[p.key].iloc[0]
+    order = np.argsort(rows[p.time].to_numpy(np.int64), kind="stable")
+    seconds = rows[p.time].to_numpy(np.int64)[order]
+    values = rows[list(p.sensors)].to_numpy(np.float64)[order]
+    steps = np.rint((seconds - seconds[0]) / p.step_seconds).astype(np.int64)
+    same = np.flatnonzero(steps[1:] == steps[:-1])
+    if same.size:
+        files = rows[SOURCE_FILE].to_numpy()[order] if SOURCE_FILE in rows else None
+        first = same[0] + 1
+        where = f"{files[first]}: " if files is not None else ""
+        when = dt.datetime.fromtimestamp(int(seconds[first]), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return _problem(p, key, f"{where}column {p.time!r} has {same.size} duplicate timestamp(s) for "
+                                f"{p.key} {key!r} (on the grid of {p.step_seconds} s), first at {when}")
+
+    # Sensor nulls filled forward over present rows, up to fill_limit in a row.
+    m, d = values.shape
+    idx = np.arange(m)[:, None]
+    last = np.maximum.accumulate(np.where(~np.isnan(values), idx, -1), axis=0)
+    usable = (last >= 0) & (idx - last <= p.fill_limit)
+    filled = np.where(usable, values[np.maximum(last, 0), np.arange(d)], np.nan)
+
+    # On the grid: a missing step takes the row before it; a gap longer than max_gap is marked.
+    n = int(steps[-1]) + 1
+    row_at = np.zeros(n, dtype=np.int64)
+    row_at[steps] = 1
+    row_at = np.cumsum(row_at) - 1
+    grid = filled[row_at]  # [n, d]
+    long_gap = np.zeros(n + 1, dtype=np.int64)
+    missing = steps[1:] - steps[:-1] - 1
+    for k in np.flatnonzero(missing > p.max_gap):
+        long_gap[steps[k] + 1] += 1
+        long_gap[steps[k + 1]] -= 1
+    in_gap = np.cumsum(long_gap)[:n] > 0
+
+    starts = np.arange(0, n - p.window + 1, p.stride)
+    if starts.size == 0:
+        return pd.DataFrame(columns=_columns(p))
+    ends = starts + p.window
+    gap_count = np.concatenate([[0], np.cumsum(in_gap)])
+    nan_count = np.concatenate([[0], np.cumsum(np.isnan(grid).any(axis=1))])
+    gap = gap_count[ends] - gap_count[starts] > 0
+    nulls = nan_count[ends] - nan_count[starts] > 0
+    reason = np.where(gap, GAP, np.where(nulls, MISSING_VALUES, None))
+    kept = reason == None  # noqa: E711 (elementwise)
+    views = np.lib.stride_tricks.sliding_window_view(grid, p.window, axis=0)[starts]  # [w, d, window]
+    views = views.astype(np.float32)
+    out = {
+        p.key: [key] * starts.size,
+        WINDOW_START: seconds[0] + starts * p.step_seconds,
+        WINDOW_END: seconds[0] + (ends - 1) * p.step_seconds,
+    }
+    for j, sensor in enumerate(p.sensors):
+        out[sensor] = [views[i, j] if kept[i] else None for i in range(starts.size)]
+    out[DROP_REASON] = reason
+    out[PROBLEM] = None
+    return pd.DataFrame(out, columns=_columns(p))
+
+
+def _columns(p: WindowParams) -> list[str]:
+    return [p.key, WINDOW_START, WINDOW_END, *p.sensors, DROP_REASON, PROBLEM]
+
+
+def _problem(p: WindowParams, key, message: str) -> pd.DataFrame:
+    row = {c: [None] for c in _columns(p)}
+    row[p.key] = [key]
+    row[PROBLEM] = [message]
+    return pd.DataFrame(row, columns=_columns(p))
+
+
+def all_windows(rows: DataFrame, spec: FeatureSpec) -> DataFrame:
+    """Every window of every asset in `rows` (key, time as a timestamp, sensors, optionally
+    `_source_file`), kept and dropped ones; lazy."""
+    params = WindowParams.from_spec(spec)
+    wanted = [params.key, F.col(params.time).cast("long").alias(params.time),
+              *[F.col(s).cast("double").alias(s) for s in params.sensors]]
+    if SOURCE_FILE in rows.columns:
+        wanted.append(SOURCE_FILE)
+    return rows.select(*wanted).groupBy(params.key).applyInPandas(partial(cut, params=params), output_schema(spec))
+
+
+def usable(windows: DataFrame) -> DataFrame:
+    """The windows a model trains on or scores: not dropped. An input problem fails the query
+    that meets it, with its message (naming the file and column), rather than vanishing."""
+    ok = F.when(F.col(PROBLEM).isNotNull(), F.raise_error(F.col(PROBLEM))).otherwise(F.col(DROP_REASON).isNull())
+    return windows.where(ok).drop(DROP_REASON, PROBLEM)
+
+
+def as_timestamps(windows: DataFrame) -> DataFrame:
+    """Window bounds as timestamps, for people (records keep epoch seconds)."""
+    return windows.withColumn(WINDOW_START, F.timestamp_seconds(WINDOW_START)) \
+        .withColumn(WINDOW_END, F.timestamp_seconds(WINDOW_END))

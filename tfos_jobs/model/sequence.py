@@ -1,0 +1,78 @@
+"""The recurrent autoencoder for sensor windows, built from the feature spec.
+
+Input: one `[batch, window]` float tensor per sensor (raw values, as the records and the UDF
+carry them). In the graph: stacked to `[batch, window, sensors]`, standardised with the train
+split's statistics, encoded by a GRU or LSTM to a `latent` vector, decoded by a second one
+from that vector repeated over the window, and compared with the standardised input. The
+model's output is that per-window `reconstruction_error`, so training minimises its mean
+(the MSE) and serving gets it without a second graph. Standardising in the graph means a
+served model takes raw windows and needs nothing but its SavedModel.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tfos_jobs.config import ModelConfig
+from tfos_jobs.contracts.serving import LATENT, RECONSTRUCTION_ERROR
+from tfos_jobs.features.spec import FeatureSpec
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+
+def build_autoencoder(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
+                      model_cfg: ModelConfig) -> "tf.keras.Model":
+    """Same arguments as `builder.build_model` (`vocab` is unused: sensors have none)."""
+    import tensorflow as tf
+
+    from tfos_jobs.model.layers import ReconstructionError
+
+    layers = tf.keras.layers
+    steps, sensors = spec.time.window, spec.sequences
+    inputs = {f.name: tf.keras.Input(shape=(steps,), dtype="float32", name=f.name) for f in sensors}
+    columns = [layers.Reshape((steps, 1), name=f"steps_{f.name}")(inputs[f.name]) for f in sensors]
+    x = columns[0] if len(columns) == 1 else layers.Concatenate(axis=-1, name="window")(columns)
+    mean, variance = zip(*(_moments(stats, f.name) if f.normalize else (0.0, 1.0) for f in sensors))
+    target = layers.Normalization(axis=-1, mean=list(mean), variance=list(variance), name="standardize")(x)
+    cell = {"gru": layers.GRU, "lstm": layers.LSTM}[model_cfg.cell]
+    encoded = cell(model_cfg.units, name="encoder")(target)
+    latent = layers.Dense(model_cfg.latent_dim, name=LATENT)(encoded)
+    repeated = layers.RepeatVector(steps, name="repeat_latent")(latent)
+    decoded = cell(model_cfg.units, return_sequences=True, name="decoder")(repeated)
+    reconstruction = layers.TimeDistributed(layers.Dense(len(sensors)), name="reconstruction")(decoded)
+    error = ReconstructionError(name=RECONSTRUCTION_ERROR)([reconstruction, target])
+    return tf.keras.Model(inputs=inputs, outputs=error, name="sequence_autoencoder")
+
+
+def scoring_model(model: "tf.keras.Model") -> "tf.keras.Model":
+    """The trained autoencoder with its latent vector as a second output (same weights)."""
+    import tensorflow as tf
+
+    return tf.keras.Model(inputs=model.inputs, outputs={LATENT: model.get_layer(LATENT).output,
+                                                        RECONSTRUCTION_ERROR: model.output})
+
+
+def error_as_loss(y_true: "tf.Tensor", y_pred: "tf.Tensor") -> "tf.Tensor":
+    """The model's output is the per-window error already; the label is ignored."""
+    return y_pred
+
+
+def _moments(stats: dict[str, Any], name: str) -> tuple[float, float]:
+    if name not in stats or stats[name].get("mean") is None:
+        raise ValueError(f"features.{name}: no statistics for this sensor in the dataset's stats.json")
+    std = float(stats[name].get("std") or 0.0)
+    return float(stats[name]["mean"]), (std * std if std > 0 else 1.0)
+
+
+def error_quantile(model: "tf.keras.Model", files: list[str], spec: FeatureSpec, compression: str,
+                   quantile: float, limit: int = 50_000) -> float:
+    """The `quantile` of the reconstruction errors of (up to `limit`) train windows: the
+    anomaly threshold, fixed with the model."""
+    import numpy as np
+
+    from tfos_jobs.data import reader
+
+    errors = []
+    for features, _ in reader.make_dataset(files, spec, 1024, compression=compression).take(-(-limit // 1024)):
+        errors.append(model(features, training=False).numpy())
+    return float(np.quantile(np.concatenate(errors), quantile))
