@@ -16,10 +16,11 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup demo demo-sweep test test-all bench clean
+.PHONY: help setup demo demo-fleet demo-sweep test test-all bench clean
 
 help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
+	@echo "make demo-fleet  set up and run only the sensor-fleet pipeline into demo-output/fleet/"
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
 	@echo "make test        set up and run the test suite (slow cases excluded)"
 	@echo "make test-all    set up and run every test, slow cases included"
@@ -36,8 +37,13 @@ $(STAMP): pyproject.toml constraints.txt
 $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
 	scripts/build_tfrecord_jar.sh $(abspath $(PY)) $@
 
+# The census pipeline, then the sensor-fleet one (into demo-output/fleet/).
 demo: setup
 	$(VENV)/bin/tfos demo --config conf/census.toml
+	$(VENV)/bin/tfos demo --config conf/fleet.toml
+
+demo-fleet: setup
+	$(VENV)/bin/tfos demo --config conf/fleet.toml
 
 # The sweep trains on the demo's prepared dataset; without one it generates and prepares it first.
 demo-sweep: setup

@@ -34,11 +34,14 @@ def build_autoencoder(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dic
     x = columns[0] if len(columns) == 1 else layers.Concatenate(axis=-1, name="window")(columns)
     mean, variance = zip(*(_moments(stats, f.name) if f.normalize else (0.0, 1.0) for f in sensors))
     target = layers.Normalization(axis=-1, mean=list(mean), variance=list(variance), name="standardize")(x)
-    cell = {"gru": layers.GRU, "lstm": layers.LSTM}[model_cfg.cell]
-    encoded = cell(model_cfg.units, name="encoder")(target)
+    # The generic RNN over a cell, not layers.GRU/LSTM: those pin an op to the device they were
+    # traced on (`/job:chief/...` under a TF cluster), and the exported model would then not
+    # load anywhere else. On CPUs both run the same loop.
+    cell = {"gru": layers.GRUCell, "lstm": layers.LSTMCell}[model_cfg.cell]
+    encoded = layers.RNN(cell(model_cfg.units), name="encoder")(target)
     latent = layers.Dense(model_cfg.latent_dim, name=LATENT)(encoded)
     repeated = layers.RepeatVector(steps, name="repeat_latent")(latent)
-    decoded = cell(model_cfg.units, return_sequences=True, name="decoder")(repeated)
+    decoded = layers.RNN(cell(model_cfg.units), return_sequences=True, name="decoder")(repeated)
     reconstruction = layers.TimeDistributed(layers.Dense(len(sensors)), name="reconstruction")(decoded)
     error = ReconstructionError(name=RECONSTRUCTION_ERROR)([reconstruction, target])
     return tf.keras.Model(inputs=inputs, outputs=error, name="sequence_autoencoder")
