@@ -10,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CENSUS, ROOT
 
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8")
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P10")
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
+pytestmark = pytest.mark.slow  # two minutes: every stage of the bench, at tiny sizes
 
 
 def test_smoke_run_writes_the_table_and_the_plots(tmp_path):

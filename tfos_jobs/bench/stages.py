@@ -144,6 +144,7 @@ class Bench:
             self.session(self.spark_master)
             self.stage("generate", self.generate)
             self.stage("P5 prepare at 1x and 16x", self.prepare_scaling)
+            self.stage("P10 sensor windows at 1x and 16x", self.windowing_scaling)
             self.stage("P1 P2 record writes", self.writes)
             self.stage("input pipeline", self.input_pipeline)
             self.session(self.tfos_master)
@@ -185,6 +186,41 @@ class Bench:
         self.run.results.append(Result(
             "P5a", "prepare time at 16x rows vs 1x rows",
             Figure("prepare at 16x", "s", out["16x"]["seconds"]), Figure("prepare at 1x", "s", out["1x"]["seconds"]),
+            16.0, "<="))
+
+    def windowing_scaling(self) -> None:
+        """The sample fleet config's prepare (read per-asset files, cut windows, write
+        SequenceExamples) on 16x the assets vs 1x."""
+        from tfos_jobs import config as config_mod
+        from tfos_jobs import resources
+        from tfos_jobs.data import fleet
+        from tfos_jobs.driver import prepare
+
+        s = self.sizes
+        base = config_mod.load(resources.config_path("fleet"))
+        self.spark.conf.set("spark.sql.session.timeZone", base.spark.conf.get("spark.sql.session.timeZone", "UTC"))
+        cfgs, rows = {}, {}
+        for scale, assets in (("1x", s.fleet_assets), ("16x", s.fleet_assets * s.scale)):
+            raw = f"{self.work}/fleet-raw-{scale}"
+            counts = fleet.generate(raw, assets, s.fleet_steps, base.fleet.seed,
+                                    step_seconds=base.features.time.step_seconds,
+                                    csv_every=min(base.fleet.csv_every, assets))  # some CSV at every size
+            rows[scale] = counts["rows"]
+            sources = {n: dataclasses.replace(src, path=f"{raw}/{fleet.SENSORS_DIR}") for n, src in base.sources.items()}
+            cfgs[scale] = dataclasses.replace(base, sources=sources, prepare=dataclasses.replace(
+                base.prepare, output=f"{self.work}/fleet-dataset-{scale}", overwrite=True))
+
+        def variant(cfg: Config) -> Callable[[], Sample]:
+            return lambda: {"seconds": timed(lambda: prepare.run(self.spark, cfg, overwrite=True, log=lambda _: None))}
+
+        out = self.repeat("windows", {"1x": variant(cfgs["1x"]), "16x": variant(cfgs["16x"])})
+        windows = {scale: meta_mod.read(cfg.prepare.output).manifest["windows"]["kept"] for scale, cfg in cfgs.items()}
+        self.run.sizes["sensor rows (assets x steps x 8 sensors), 1x / 16x"] = (
+            f"{rows['1x']:,} ({s.fleet_assets} x {s.fleet_steps:,}) / {rows['16x']:,} "
+            f"({s.fleet_assets * s.scale} x {s.fleet_steps:,}); windows {windows['1x']:,} / {windows['16x']:,}")
+        self.run.results.append(Result(
+            "P10", "sensor windows: prepare (per-asset files -> windows -> SequenceExamples) at 16x rows vs 1x rows",
+            Figure("windows at 16x", "s", out["16x"]["seconds"]), Figure("windows at 1x", "s", out["1x"]["seconds"]),
             16.0, "<="))
 
     def records_frame(self) -> DataFrame:

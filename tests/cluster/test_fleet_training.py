@@ -1,0 +1,111 @@
+"""The sensor-window autoencoder trained on a real local-cluster (two TFoS workers under
+MultiWorkerMirrored), exported, and served: the SQL UDF's struct of outputs equals the
+SavedModel's own outputs on the same windows, from raw windows and from SequenceExamples."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from tfos_jobs import config
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.data import fleet
+from tfos_jobs.data.sensor_sources import window_table
+from tfos_jobs.driver import prepare
+
+from tests.conftest import ROOT
+
+FLEET = ROOT / "conf" / "fleet.toml"
+BIN = Path(sys.executable).parent
+
+
+def fleet_overrides(root: Path) -> list[str]:
+    sensors = root / "raw" / fleet.SENSORS_DIR
+    return [f"sources.sensors.path={sensors}", f"sources.sensors_csv.path={sensors}",
+            f"prepare.output={root / 'dataset'}", "prepare.files_per_split=2", "prepare.split.eval_fraction=0.45",
+            f"train.dataset={root / 'dataset'}", f"train.model_dir={root / 'model'}", f"predict.model={root / 'model'}",
+            "train.epochs=2", "train.batch_size=32", "train.model.units=8", "train.model.latent_dim=4",
+            "train.reservation_timeout=60", "train.tensorboard=false", "spark.conf.spark.ui.showConsoleProgress=false"]
+
+
+@pytest.fixture(scope="module")
+def trained(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet-train")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    fleet.generate(str(root / "raw"), 6, 1200, seed=9, csv_every=3)
+    overrides = fleet_overrides(root)
+    cfg = config.load(FLEET, overrides)
+    prepare.run(spark, cfg, log=lambda _: None)
+    cmd = [str(BIN / "tfos"), "train", "--config", str(FLEET), *[a for s in overrides for a in ("--set", s)],
+           "--set", "spark.master=local-cluster[2,1,1536]"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return cfg, root / "model", proc.stdout
+
+
+def test_two_workers_train_and_export_with_a_threshold(trained):
+    cfg, model_dir, stdout = trained
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert metrics["strategy"] == "multi_worker_mirrored" and len(metrics["nodes"]) == 2
+    assert metrics["epochs"] == 2 and "epoch   2/2" in stdout and "val_loss" in stdout
+    assert metrics["anomaly"]["quantile"] == cfg.train.model.anomaly_quantile and metrics["anomaly"]["threshold"] > 0
+    assert (model_dir / "learning_curve.png").stat().st_size > 0
+
+
+def test_udf_scores_equal_the_saved_models_outputs(spark, trained):
+    import tensorflow as tf
+
+    from udfs import register
+
+    cfg, model_dir, _ = trained
+    spec = cfg.features
+    windows = window_table(spark, cfg, spec).orderBy("asset_id", "window_start").limit(100).cache()
+    udf = register(spark, "score_windows", str(model_dir), batch_size=64)
+    windows.createOrReplaceTempView("test_windows")
+    rows = spark.sql("SELECT *, score_windows(struct(*)) AS s FROM test_windows").toPandas()
+    assert len(rows) == 100 and udf.counts()["rows"] == 100
+
+    loaded = tf.saved_model.load(str(model_dir / "saved_model"))
+    serving = loaded.signatures[contract.SERVING_SIGNATURE]
+    inputs = {n: tf.constant(np.stack(rows[n].to_list()).astype(np.float32)) for n in spec.model_inputs}
+    expected = serving(**inputs)
+    got = rows["s"]
+    np.testing.assert_allclose([s[contract.RECONSTRUCTION_ERROR] for s in got],
+                               expected[contract.RECONSTRUCTION_ERROR].numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.stack([s[contract.LATENT] for s in got]), expected[contract.LATENT].numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert [s[contract.IS_ANOMALY] for s in got] == expected[contract.IS_ANOMALY].numpy().tolist()
+    threshold = json.loads((model_dir / "metrics.json").read_text())["anomaly"]["threshold"]
+    errors = expected[contract.RECONSTRUCTION_ERROR].numpy()
+    assert (errors > threshold).tolist() == expected[contract.IS_ANOMALY].numpy().tolist()
+
+    # the same windows from the prepared SequenceExamples through predict_examples
+    records = list(tf.data.TFRecordDataset(sorted(glob.glob(str(Path(cfg.prepare.output) / "train" / "*"))))
+                   .as_numpy_iterator())
+    context, lists = spec.sequence_parse_spec()
+    ctx, seq, _ = tf.io.parse_sequence_example(records, context_features=context, sequence_features=lists)
+    by_examples = loaded.signatures[contract.EXAMPLES_SIGNATURE](examples=tf.constant(records))
+    by_columns = serving(**{n: seq[n] for n in spec.model_inputs})
+    np.testing.assert_allclose(by_examples[contract.RECONSTRUCTION_ERROR].numpy(),
+                               by_columns[contract.RECONSTRUCTION_ERROR].numpy(), rtol=1e-6)
+    assert len(ctx["asset_id"]) > 0
+
+
+def test_a_short_window_is_an_error_naming_the_column(spark, trained):
+    from pyspark.errors import PythonException
+
+    from udfs import register
+
+    cfg, model_dir, _ = trained
+    register(spark, "score_windows", str(model_dir))
+    short = window_table(spark, cfg, cfg.features).limit(2).withColumn("rpm", F.slice("rpm", 1, 10))
+    with pytest.raises(PythonException, match="column 'rpm' \\(sequence feature\\): the model takes windows of 64"):
+        short.select(F.expr("score_windows(struct(*))")).collect()
