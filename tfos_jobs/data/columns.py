@@ -18,3 +18,10 @@ ACTIVITY_COLUMNS = (EVENT_COUNT, ACTIVE_DAYS, CTR, DAYS_SINCE_LAST)
 # found while cutting an asset's series (the job fails naming it).
 DROP_REASON = "_drop_reason"
 PROBLEM = "_problem"
+
+# A table of known anomaly intervals (the embedded fleet writes one; `tfos evaluate` reads
+# any): the key column, then these. `sensor` is optional.
+ANOMALY_START = "start"  # first anomalous time
+ANOMALY_END = "end"  # last anomalous time, inclusive
+ANOMALY_KIND = "kind"
+ANOMALY_SENSOR = "sensor"

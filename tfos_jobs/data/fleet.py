@@ -22,12 +22,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tfos_jobs.data.columns import ANOMALY_END, ANOMALY_KIND, ANOMALY_SENSOR, ANOMALY_START
+
 SENSORS: tuple[str, ...] = ("temperature", "pressure", "vibration", "rpm", "voltage", "current", "flow", "humidity")
 ASSET = "asset_id"
 TIME = "ts"
 START = "2026-01-01T00:00:00"  # first timestamp, naive, meant as UTC
 ANOMALY_KINDS = ("spike", "drift", "stuck", "correlation_break")
-ANOMALY_COLUMNS = (ASSET, "start", "end", "kind", "sensor")
+ANOMALY_COLUMNS = (ASSET, ANOMALY_START, ANOMALY_END, ANOMALY_KIND, ANOMALY_SENSOR)
 SENSORS_DIR = "sensors"  # under the output: one file per asset
 ANOMALIES_DIR = "anomalies"  # under the output: anomalies.parquet, every asset's intervals
 
@@ -63,8 +65,8 @@ LOAD_RAMP = 20  # steps a load transition takes
 SENSOR_SCHEMA = pa.schema(
     [(ASSET, pa.string()), (TIME, pa.timestamp("us"))] + [(s, pa.float64()) for s in SENSORS])
 ANOMALY_SCHEMA = pa.schema([
-    (ASSET, pa.string()), ("start", pa.timestamp("us")), ("end", pa.timestamp("us")),
-    ("kind", pa.string()), ("sensor", pa.string()),
+    (ASSET, pa.string()), (ANOMALY_START, pa.timestamp("us")), (ANOMALY_END, pa.timestamp("us")),
+    (ANOMALY_KIND, pa.string()), (ANOMALY_SENSOR, pa.string()),
 ])
 CSV_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -153,9 +155,9 @@ def _anomalous(rng: np.random.Generator, kind: str, readings: np.ndarray, true_s
 
 def _anomaly_frame(rows: list[tuple]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(ANOMALY_COLUMNS))
-    for column in (ASSET, "kind", "sensor"):
+    for column in (ASSET, ANOMALY_KIND, ANOMALY_SENSOR):
         frame[column] = frame[column].astype(object)
-    for column in ("start", "end"):
+    for column in (ANOMALY_START, ANOMALY_END):
         frame[column] = frame[column].astype("datetime64[us]")
     return frame
 

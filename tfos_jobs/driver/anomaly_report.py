@@ -22,7 +22,8 @@ from tfos_jobs.data.sensor_sources import read_rows
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 
-TRUTH_COLUMNS = ("start", "end", "kind")  # with the key column; `sensor` is shown when present
+TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIND)  # and the key; sensor optional
+KIND, SENSOR = columns.ANOMALY_KIND, columns.ANOMALY_SENSOR
 PLOTTED_ASSETS = 3
 
 
@@ -33,10 +34,10 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     truth = spark.read.parquet(truth_path)
     missing = [c for c in (key, *TRUTH_COLUMNS) if c not in truth.columns]
     if missing:
-        raise InputError(f"anomaly table {truth_path!r} lacks column(s) {missing}; it needs {key}, start, end, kind")
+        raise InputError(f"anomaly table {truth_path!r} lacks column(s) {missing}; it needs {key}, {', '.join(TRUTH_COLUMNS)}")
     labelled = _label(scores, truth, key).withColumn(columns.SPLIT, transforms.split_column(config.prepare.split, key))
     rows = labelled.select(key, WINDOW_START, contract.RECONSTRUCTION_ERROR, contract.IS_ANOMALY, "anomalous",
-                           "kind", columns.SPLIT).toPandas()
+                           KIND, columns.SPLIT).toPandas()
     if rows.empty:
         raise InputError(f"no scored windows in {scores_path!r}")
     ev = rows[rows[columns.SPLIT] == "eval"]
@@ -47,7 +48,7 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
                     "anomalous_all": int(rows["anomalous"].sum())},
         "is_anomaly_eval": _precision_recall(ev),
         "recall_by_kind_eval": {str(kind): round(float(g[contract.IS_ANOMALY].mean()), 4)
-                                for kind, g in ev[ev["anomalous"]].groupby("kind")},
+                                for kind, g in ev[ev["anomalous"]].groupby(KIND)},
     }
     model_dir = ModelDir(config.train.model_dir)
     try:
@@ -67,14 +68,14 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
 
 def _label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
     """Each window with `anomalous` (overlaps an interval) and the first overlapping interval's kind."""
-    t = truth.select(F.col(key).alias("_t_key"), F.col("start").cast("timestamp").alias("_t_start"),
-                     F.col("end").cast("timestamp").alias("_t_end"),
-                     F.col("kind").alias("_t_kind"))
+    t = truth.select(F.col(key).alias("_t_key"), F.col(columns.ANOMALY_START).cast("timestamp").alias("_t_start"),
+                     F.col(columns.ANOMALY_END).cast("timestamp").alias("_t_end"),
+                     F.col(columns.ANOMALY_KIND).alias("_t_kind"))
     overlap = (F.col(key) == F.col("_t_key")) & (F.col("_t_start") <= F.col(WINDOW_END)) \
         & (F.col("_t_end") >= F.col(WINDOW_START))
     joined = scores.join(F.broadcast(t), overlap, "left")
     return joined.groupBy(*[c for c in scores.columns if c != contract.LATENT]).agg(
-        F.count("_t_key").alias("_hits"), F.min("_t_kind").alias("kind")) \
+        F.count("_t_key").alias("_hits"), F.min("_t_kind").alias(KIND)) \
         .withColumn("anomalous", F.col("_hits") > 0).drop("_hits")
 
 
@@ -124,7 +125,7 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: D
     fig, axes = plt.subplots(2 * len(assets), 1, figsize=(12, 3.2 * len(assets)), squeeze=False)
     for i, asset in enumerate(assets):
         mine = intervals[intervals[key] == asset]
-        sensor = str(mine["sensor"].iloc[0]) if "sensor" in mine and len(mine) else spec.model_inputs[0]
+        sensor = str(mine[SENSOR].iloc[0]) if SENSOR in mine and len(mine) else spec.model_inputs[0]
         trace = traces[traces[key] == asset].sort_values(spec.time.name)
         scored = ev[ev[key] == asset].sort_values(WINDOW_START)
         top, bottom = axes[2 * i][0], axes[2 * i + 1][0]
@@ -139,7 +140,7 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: D
         bottom.set_ylabel("reconstruction error")
         for _, interval in mine.iterrows():
             for ax in (top, bottom):
-                ax.axvspan(interval["start"], interval["end"], color="tab:orange", alpha=0.3)
+                ax.axvspan(interval[columns.ANOMALY_START], interval[columns.ANOMALY_END], color="tab:orange", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
