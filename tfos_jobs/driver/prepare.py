@@ -166,6 +166,12 @@ def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFr
         records, f"{staging}/_records", columns.SPLIT, files=prep.files_per_split, key=key,
         fmt=prep.tfrecord_format, compression=prep.compression,
     )
+    return settle_splits(fs, staging)
+
+
+def settle_splits(fs: HadoopFS, staging: str) -> dict[str, list[tuple[str, int]]]:
+    """`_records/split=<s>/part-*` -> `<s>/part-NNNNN.*` (an empty split gets an empty
+    directory); returns each split's (file, bytes)."""
     split_files = {}
     for split in ("train", "eval"):
         src, dst = f"{staging}/_records/{columns.SPLIT}={split}", f"{staging}/{split}"
@@ -272,9 +278,9 @@ def _label_classes(spec: FeatureSpec, imputed: DataFrame) -> tuple[str, ...]:
     return tuple(r["c"] for r in sorted(counts, key=lambda r: (-r["count"], r["c"])))
 
 
-def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any],
-              source_rows: dict[str, Any], split_files: dict[str, list[tuple[str, int]]],
-              vocab: dict[str, list], spark_info: dict[str, str], started: float) -> dict[str, Any]:
+def manifest_header(config: Config, spec: FeatureSpec, out: str, spark_info: dict[str, str], started: float,
+                    record_type: str) -> dict[str, Any]:
+    """What every dataset's manifest starts with: versions, time, where, the spec, the records."""
     prep = config.prepare
     return {
         "format_version": 1,
@@ -284,10 +290,17 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
         "output": out,
         "spark": spark_info,
         "spec_fingerprint": spec.fingerprint(),
-        "records": {
-            "format": prep.tfrecord_format, "record_type": "Example", "compression": prep.compression,
-            "columns": spec.record_schema(),
-        },
+        "records": {"format": prep.tfrecord_format, "record_type": record_type, "compression": prep.compression,
+                    "columns": spec.record_schema()},
+    }
+
+
+def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any],
+              source_rows: dict[str, Any], split_files: dict[str, list[tuple[str, int]]],
+              vocab: dict[str, list], spark_info: dict[str, str], started: float) -> dict[str, Any]:
+    prep = config.prepare
+    return {
+        **manifest_header(config, spec, out, spark_info, started, "Example"),
         "splits": {
             split: {
                 "records": profile["split_rows"][split],

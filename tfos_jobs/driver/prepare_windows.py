@@ -13,7 +13,6 @@ Nothing is collected to the driver but counts.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import math
 import time
 import uuid
@@ -23,7 +22,6 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tfos_jobs import __version__
 from tfos_jobs.config import Config
 from tfos_jobs.data import columns, sensor_sources, tfrecord, transforms, windows
 from tfos_jobs.data.fs import HadoopFS
@@ -35,7 +33,7 @@ RECORD_TYPE = "SequenceExample"
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=print) -> dict[str, Any]:
-    from tfos_jobs.driver.prepare import stable_name, write_meta
+    from tfos_jobs.driver.prepare import settle_splits, write_meta
 
     started = time.time()
     prep, spec = config.prepare, config.features
@@ -74,17 +72,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
                 tfrecord.write_partitioned(records, f"{staging}/_records", columns.SPLIT, files=prep.files_per_split,
                                            key=spec.key.name, then=(WINDOW_START,), fmt=prep.tfrecord_format,
                                            compression=prep.compression, record_type=RECORD_TYPE)
-                split_files = {}
-                for split in ("train", "eval"):
-                    src, dst = f"{staging}/_records/{columns.SPLIT}={split}", f"{staging}/{split}"
-                    if fs.exists(src):
-                        fs.rename(src, dst)
-                    else:
-                        fs.mkdirs(dst)
-                    for name, _ in fs.list_files(dst):
-                        fs.rename(f"{dst}/{name}", f"{dst}/{stable_name(name)}")
-                    split_files[split] = fs.list_files(dst)
-                fs.delete(f"{staging}/_records")
+                split_files = settle_splits(fs, staging)
                 spark_info = {"master": spark.sparkContext.master, "version": spark.version}
                 manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started)
                 write_meta(fs, staging, spec, profile["stats"], {}, manifest)
@@ -146,17 +134,11 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
 def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any], source_info: dict[str, Any],
               split_files: dict[str, list[tuple[str, int]]], spark_info: dict[str, str],
               started: float) -> dict[str, Any]:
+    from tfos_jobs.driver.prepare import manifest_header
+
     prep = config.prepare
     return {
-        "format_version": 1,
-        "tfos_version": __version__,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "seconds": round(time.time() - started, 1),
-        "output": out,
-        "spark": spark_info,
-        "spec_fingerprint": spec.fingerprint(),
-        "records": {"format": prep.tfrecord_format, "record_type": RECORD_TYPE, "compression": prep.compression,
-                    "columns": spec.record_schema()},
+        **manifest_header(config, spec, out, spark_info, started, RECORD_TYPE),
         "splits": {
             split: {"records": profile["windows"][split], "assets": profile["assets"][split],
                     "files": [{"path": name, "bytes": size} for name, size in files]}
