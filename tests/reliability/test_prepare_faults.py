@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
     raw, out, mode, marks = sys.argv[1:5]
     real_layout = tfrecord.layout
 
-    def faulty_layout(df, files, key):
+    def faulty_layout(df, files, key, then=()):
         @F.udf("boolean")
         def flaky(k):
             ctx = TaskContext.get()
@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent("""
                 raise RuntimeError("injected write failure")
             return True
         # nondeterministic: the optimizer must not push the filter below the write's shuffle
-        return real_layout(df, files, key).where(flaky.asNondeterministic()(F.col(key)))
+        return real_layout(df, files, key, then).where(flaky.asNondeterministic()(F.col(key)))
 
     tfrecord.layout = faulty_layout
     overrides = [f"sources.people.path={raw}/people", f"sources.regions.path={raw}/regions",
