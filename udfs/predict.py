@@ -132,12 +132,17 @@ def _windows(name: str, series: pd.Series, steps: int) -> np.ndarray:
     """A column of arrays (one window of one sensor per row) as a [rows, steps] float32 matrix.
     Windows come filled from the `windows` view; a null, a short window or a NaN is an error."""
     values = series.to_numpy(dtype=object)
-    for i, v in enumerate(values):
-        if v is None or len(v) != steps:
-            got = "a null" if v is None else f"{len(v)} values"
-            raise ValueError(f"column {name!r} (sequence feature): the model takes windows of {steps} values, "
-                             f"row {i} of a batch has {got}")
-    matrix = np.stack(values).astype(np.float32) if len(values) else np.zeros((0, steps), np.float32)
+    if not len(values):
+        return np.zeros((0, steps), np.float32)
+    try:  # one copy for the whole batch; rows are looked at one by one only to name a bad one
+        matrix = np.stack(values).astype(np.float32)
+    except (ValueError, TypeError):
+        matrix = None
+    if matrix is None or matrix.shape[1:] != (steps,):
+        i, v = next((i, v) for i, v in enumerate(values) if v is None or len(v) != steps)
+        got = "a null" if v is None else f"{len(v)} values"
+        raise ValueError(f"column {name!r} (sequence feature): the model takes windows of {steps} values, "
+                         f"row {i} of a batch has {got}")
     if np.isnan(matrix).any():
         raise ValueError(f"column {name!r} (sequence feature): a window holds null values; fill them first "
                          "(the `windows` view of tfos sql has them filled as in training)")

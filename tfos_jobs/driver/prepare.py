@@ -37,10 +37,6 @@ TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz", "date")
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=print) -> dict[str, Any]:
     """Run the whole job; returns the manifest it wrote."""
-    if config.features.is_sequence:
-        from tfos_jobs.driver import prepare_windows
-
-        return prepare_windows.run(spark, config, overwrite=overwrite, log=log)
     started = time.time()
     prep, spec = config.prepare, config.features
     out = prep.output.rstrip("/")
@@ -48,6 +44,10 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
     out = fs.qualify(out)
     if fs.exists(out) and not (overwrite or prep.overwrite):
         raise OutputExistsError(f"output directory {out!r} exists; pass --overwrite to replace it")
+    if spec.is_sequence:
+        from tfos_jobs.driver import prepare_windows
+
+        return prepare_windows.run(spark, config, fs, out, started, log)
 
     table, source_rows = assemble(spark, config)
     key = spec.key.name if spec.key else None
@@ -82,10 +82,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
             spark_info = {"master": spark.sparkContext.master, "version": spark.version}
             manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started)
             write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
-            fs.write_text(f"{staging}/_SUCCESS", "")
-            if fs.exists(out):
-                fs.delete(out)
-            fs.rename(staging, out)
+            publish(fs, staging, out)
         except BaseException:
             fs.delete(staging)  # a failed job leaves nothing that could pass for a dataset
             raise
@@ -167,6 +164,14 @@ def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFr
         fmt=prep.tfrecord_format, compression=prep.compression,
     )
     return settle_splits(fs, staging)
+
+
+def publish(fs: HadoopFS, staging: str, out: str) -> None:
+    """Mark the staging directory complete and move it into place (replacing `out`)."""
+    fs.write_text(f"{staging}/_SUCCESS", "")
+    if fs.exists(out):
+        fs.delete(out)
+    fs.rename(staging, out)
 
 
 def settle_splits(fs: HadoopFS, staging: str) -> dict[str, list[tuple[str, int]]]:

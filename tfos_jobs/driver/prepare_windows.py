@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 import uuid
 from typing import Any
 
@@ -25,23 +24,18 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config
 from tfos_jobs.data import columns, sensor_sources, tfrecord, transforms, windows
 from tfos_jobs.data.fs import HadoopFS
-from tfos_jobs.errors import InputError, OutputExistsError
+from tfos_jobs.errors import InputError
 from tfos_jobs.features.stats import stable
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 
 RECORD_TYPE = "SequenceExample"
 
 
-def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=print) -> dict[str, Any]:
-    from tfos_jobs.driver.prepare import settle_splits, write_meta
+def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: float, log) -> dict[str, Any]:
+    """Called by `prepare.run` once the output is known to be free (or to be replaced)."""
+    from tfos_jobs.driver.prepare import publish, settle_splits, write_meta
 
-    started = time.time()
     prep, spec = config.prepare, config.features
-    out = prep.output.rstrip("/")
-    fs = HadoopFS(spark, out)
-    out = fs.qualify(out)
-    if fs.exists(out) and not (overwrite or prep.overwrite):
-        raise OutputExistsError(f"output directory {out!r} exists; pass --overwrite to replace it")
 
     rows, source_info = sensor_sources.read_rows(spark, config, spec)
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
@@ -76,10 +70,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
                 spark_info = {"master": spark.sparkContext.master, "version": spark.version}
                 manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started)
                 write_meta(fs, staging, spec, profile["stats"], {}, manifest)
-                fs.write_text(f"{staging}/_SUCCESS", "")
-                if fs.exists(out):
-                    fs.delete(out)
-                fs.rename(staging, out)
+                publish(fs, staging, out)
             except BaseException:
                 fs.delete(staging)
                 raise
@@ -151,7 +142,4 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
                     "dropped_by_reason": profile["dropped"], "window": spec.time.window, "stride": spec.time.stride},
         "rejected": {"rows": profile["rejected"], "by_reason": {"malformed row": profile["rejected"]}
                      if profile["rejected"] else {}, "path": "_rejects" if profile["rejected"] else None},
-        "imputed": {"rows": 0, "by_column": {}},
-        "truncated": {},
-        "vocabulary_sizes": {},
     }
