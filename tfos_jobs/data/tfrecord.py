@@ -26,7 +26,13 @@ def write_partitioned(df: DataFrame, path: str, partition_by: str, *, files: int
     """One Spark job: `files` files per value of `partition_by`. Only Spark's commit protocol
     makes files visible: a task attempt writes to its own temporary file, and only the
     attempt that commits is kept, so a retried task never leaves half a shard."""
-    writer = layout(df, files, key, then).write.format(fmt).option("recordType", record_type).partitionBy(partition_by)
+    ordered = layout(df, files, key, then)
+    if key is not None:
+        # The writer needs rows grouped by `partition_by` and sorts by it alone otherwise, which
+        # drops the key order: ties would come in shuffle-fetch order, which depends on how the
+        # input was partitioned. Sorting by both keeps the same bytes for the same rows.
+        ordered = ordered.sortWithinPartitions(partition_by, key, *then)
+    writer = ordered.write.format(fmt).option("recordType", record_type).partitionBy(partition_by)
     if CODECS[compression]:
         writer = writer.option("codec", CODECS[compression])
     writer.save(path)
