@@ -25,25 +25,46 @@ SOURCE_FORMATS = FILE_FORMATS + ("table", "jdbc")
 
 @dataclass(frozen=True)
 class SparkConfig:
-    """Session settings. `master` applies only when spark-submit did not set one."""
+    """Session settings. `master` applies only when spark-submit did not set one.
+
+    `packages` (Maven coordinates, e.g. JDBC drivers) are fetched from Maven Central when the
+    session starts; `jars` are local jar files, for clusters without access to it. `hive = true`
+    gives the session a Hive metastore catalog: the one `hive-site.xml` or
+    `spark.hadoop.hive.metastore.uris` names, else an embedded Derby metastore kept with the
+    table files under `warehouse`."""
 
     master: Union[str, None] = None
     app_name: str = "tfos"
     conf: Mapping[str, str] = field(default_factory=dict)
+    packages: tuple[str, ...] = ()
+    jars: tuple[str, ...] = ()
+    hive: bool = False
+    warehouse: str = "spark-warehouse"
 
 
 @dataclass(frozen=True)
 class SourceConfig:
-    """One input table: a path in a file format, a catalog table, or a JDBC query."""
+    """One input table: a path in a file format, a catalog table, or a JDBC table or query.
+
+    `filter` is a SQL condition applied where the data is read: it prunes a partitioned table's
+    partitions and is pushed down to a database. A JDBC password is never written here:
+    `password_env` names an environment variable that holds it, `password_file` a file."""
 
     format: Literal["parquet", "csv", "json", "orc", "adult_csv", "table", "jdbc"]
     path: Union[str, None] = None
     table: Union[str, None] = None
     schema: Union[str, None] = None
+    filter: Union[str, None] = None
     options: Mapping[str, str] = field(default_factory=dict)
+    password_env: Union[str, None] = None
+    password_file: Union[str, None] = None
+    connect_timeout: int = 10  # seconds to reach a database server before the source is declared unreachable
 
     def location(self) -> str:
-        return self.path or self.table or self.options.get("dbtable", "") or self.options.get("query", "")
+        where = self.path or self.table or self.options.get("dbtable", "") or self.options.get("query", "")
+        if self.format == "jdbc" and "url" in self.options:
+            return f"{where} at {self.options['url']}"
+        return where
 
 
 @dataclass(frozen=True)
@@ -183,9 +204,13 @@ class PredictConfig:
     name: str = "predict"  # the SQL function name
     input: Union[str, None] = None  # a source name; default: the main source joined as in prepare
     output: str = "demo-output/predictions"
-    output_table: Union[str, None] = None  # write a catalog table instead of Parquet files
+    output_table: Union[str, None] = None  # write a catalog (Hive) table instead of Parquet files
+    output_source: Union[str, None] = None  # or a database table: the name of a jdbc source
+    partition_by: tuple[str, ...] = ()  # columns the output is partitioned by (files and catalog tables)
+    # create: fail if the output exists; overwrite: replace it; overwrite_partitions: replace only
+    # the partitions this run writes; append: add the rows to it.
+    mode: Literal["create", "overwrite", "overwrite_partitions", "append"] = "create"
     batch_size: int = 10_000  # rows per Arrow batch handed to the model
-    overwrite: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,10 +230,40 @@ class Config:
 
 def load(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     """Read a TOML file, apply `key=value` overrides, build and validate the config."""
-    raw = read_toml(path, "config file")
+    raw = read_config_file(path)
     for item in overrides:
         apply_override(raw, item)
     return from_dict(raw)
+
+
+def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file, on top of the file its `extends` key names (relative to it), if any.
+
+    Tables merge key by key and the file's values win, except that a `[sources.<name>]` table
+    replaces the base's source of that name whole (a path left over from a Parquet source would
+    mean nothing to a JDBC one)."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ConfigError(f"extends: {str(path)!r} extends itself (through {' -> '.join(map(str, _seen))})")
+    raw = read_toml(path, "config file")
+    base_name = raw.pop("extends", None)
+    if base_name is None:
+        return raw
+    if not isinstance(base_name, str):
+        raise ConfigError(f"extends: expected a file name, got {base_name!r}")
+    base = read_config_file(path.parent / base_name, (*_seen, path))
+    sources = {**base.get("sources", {}), **raw.get("sources", {})}
+    merged = _merge(base, raw)
+    if sources:
+        merged["sources"] = sources
+    return merged
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
@@ -376,6 +431,7 @@ def validate(config: Config) -> None:
             errs.append(f"{where}.table: required for format = 'table'")
         if src.format == "jdbc" and not ("url" in src.options and ("dbtable" in src.options or "query" in src.options)):
             errs.append(f"{where}.options: format = 'jdbc' needs url and dbtable (or query)")
+        errs += _credential_errors(where, src)
     prep = config.prepare
     if prep.main not in config.sources:
         errs.append(f"prepare.main: {prep.main!r} is not a source; sources: {names}")
@@ -453,6 +509,20 @@ def validate(config: Config) -> None:
     pr = config.predict
     if pr.input is not None and pr.input not in config.sources:
         errs.append(f"predict.input: {pr.input!r} is not a source; sources: {names}")
+    if pr.output_table and pr.output_source:
+        errs.append("predict.output_source: give output_table (a catalog table) or output_source (a database), not both")
+    if pr.output_source is not None:
+        out = config.sources.get(pr.output_source)
+        if out is None or out.format != "jdbc" or "dbtable" not in out.options:
+            errs.append(f"predict.output_source: {pr.output_source!r} is not a jdbc source with options.dbtable; "
+                        f"sources: {names}")
+        elif out.filter:
+            errs.append(f"predict.output_source: {pr.output_source!r} has a filter; the table written is counted whole")
+        elif pr.partition_by or pr.mode == "overwrite_partitions":
+            errs.append("predict.partition_by: a database table is written whole; partitions apply to files and "
+                        "catalog tables")
+    if pr.mode == "overwrite_partitions" and not pr.partition_by:
+        errs.append("predict.mode: 'overwrite_partitions' needs predict.partition_by")
     if pr.batch_size < 1:
         errs.append(f"predict.batch_size: must be >= 1, got {pr.batch_size}")
     if not pr.name.isidentifier():
@@ -468,6 +538,35 @@ def validate(config: Config) -> None:
         errs.append(f"synthetic.as_of: {syn.as_of!r} is not an ISO date (YYYY-MM-DD)")
     if errs:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
+
+
+_SECRET_OPTIONS = ("password", "passwd", "pwd", "secret", "token")
+
+
+def _credential_errors(where: str, src: SourceConfig) -> list[str]:
+    """A password written in the config would be printed by `tfos config` and kept in
+    manifests and logs; refuse it without repeating it."""
+    errs = []
+    for key in src.options:
+        if key.lower() in _SECRET_OPTIONS:
+            errs.append(f"{where}.options.{key}: a password is never written in the config; name an environment "
+                        "variable (password_env) or a file (password_file) that holds it")
+    url = src.options.get("url", "")
+    if src.format == "jdbc" and url:
+        query = url.split("?", 1)[1] if "?" in url else ""
+        params = {p.split("=", 1)[0].lower() for p in query.replace("&", ";").split(";") if "=" in p}
+        if params & set(_SECRET_OPTIONS) or "@" in url.split("//", 1)[-1].split("/", 1)[0]:
+            errs.append(f"{where}.options.url: holds a password; name an environment variable (password_env) "
+                        "or a file (password_file) that holds it instead")
+        if not url.startswith("jdbc:"):
+            errs.append(f"{where}.options.url: a JDBC URL starts with 'jdbc:', e.g. jdbc:postgresql://host:5432/db")
+    if src.format != "jdbc" and (src.password_env or src.password_file):
+        errs.append(f"{where}: password_env and password_file apply to format = 'jdbc' only")
+    if src.password_env and src.password_file:
+        errs.append(f"{where}: give password_env or password_file, not both")
+    if src.connect_timeout < 1:
+        errs.append(f"{where}.connect_timeout: must be >= 1, got {src.connect_timeout}")
+    return errs
 
 
 def parse_ports(spec: str) -> list[int]:

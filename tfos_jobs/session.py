@@ -13,6 +13,7 @@ from tfos_jobs.config import SparkConfig
 from tfos_jobs.errors import ConfigError
 
 TFRECORD_JAR = Path(__file__).parent / "jars" / "tfos-tfrecord.jar"
+JAR_LISTS = ("spark.jars", "spark.jars.packages")
 
 
 def runtime_env() -> dict[str, str]:
@@ -44,29 +45,74 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
         SparkContext._ensure_initialized()  # so that SparkConf() sees spark-submit's settings
     conf = SparkConf()
     builder = SparkSession.builder.appName(spark_cfg.app_name)
-    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    jars = _listed(conf.get("spark.jars", "")) + _listed(spark_cfg.conf.get("spark.jars", ""))
+    packages = _listed(conf.get("spark.jars.packages", "")) + _listed(spark_cfg.conf.get("spark.jars.packages", ""))
     if submitted:
         # The driver JVM is already running: a jar added now would reach the executors but
-        # not the driver, so it must come with --jars. The master is spark-submit's.
-        if not any(Path(j).name == TFRECORD_JAR.name for j in jars):
-            raise ConfigError(
-                f"spark-submit was run without the TFRecord data source jar: add --jars {tfrecord_jar()} "
-                "(scripts/tfos-submit does this for you)"
-            )
+        # not the driver, so it must come with --jars (or --packages). The master is spark-submit's.
+        missing = _missing_on_submit(jars, packages, spark_cfg)
+        if missing:
+            raise ConfigError(f"spark-submit was run without {'; '.join(missing)} "
+                              "(scripts/tfos-submit adds the TFRecord jar for you)")
     else:
         builder = builder.master(spark_cfg.master or "local[*]")
-        jars.append(str(tfrecord_jar()))
+        jars += [str(tfrecord_jar()), *(str(Path(j).resolve()) for j in spark_cfg.jars)]
+        packages += list(spark_cfg.packages)
+        for j in spark_cfg.jars:
+            if not Path(j).is_file():
+                raise ConfigError(f"spark.jars: {j!r} is not a file")
     settings = {
-        "spark.jars": ",".join(jars),
         "spark.sql.session.timeZone": "UTC",
         **{f"spark.executorEnv.{k}": v for k, v in env.items()},
+        **(_hive_settings(spark_cfg) if spark_cfg.hive else {}),
         **dict(spark_cfg.conf),
         **dict(extra_conf or {}),
+        "spark.jars": ",".join(dict.fromkeys(jars)),
     }
+    if packages:
+        settings["spark.jars.packages"] = ",".join(dict.fromkeys(packages))
+    if spark_cfg.hive:
+        builder = builder.enableHiveSupport()
+    if not submitted:
+        # Start the driver JVM with every setting first. spark-submit adds the jars that the
+        # packages resolve to into spark.jars there; setting the jar lists again on the session
+        # below would drop them again, and executors would miss the packages' classes.
+        launch = SparkConf(loadDefaults=False).setMaster(spark_cfg.master or "local[*]").setAppName(spark_cfg.app_name)
+        SparkContext._ensure_initialized(conf=launch.setAll(list(settings.items())))
     for key, value in settings.items():
-        if submitted and key != "spark.jars" and conf.contains(key):
+        if not submitted and key in JAR_LISTS:
+            continue  # given at launch (above)
+        if submitted and key not in JAR_LISTS and conf.contains(key):
             continue  # what was given to spark-submit (--conf, spark-defaults.conf) wins over the config
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _listed(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _missing_on_submit(jars: list[str], packages: list[str], spark_cfg: SparkConfig) -> list[str]:
+    names = {Path(j).name for j in jars}
+    missing = [] if TFRECORD_JAR.name in names else [f"the TFRecord data source jar: add --jars {tfrecord_jar()}"]
+    missing += [f"spark.jars {j!r}: add --jars {j}" for j in spark_cfg.jars if Path(j).name not in names]
+    missing += [f"spark.packages {p!r}: add --packages {p}" for p in spark_cfg.packages if p not in packages]
+    return missing
+
+
+def _hive_settings(spark_cfg: SparkConfig) -> dict[str, str]:
+    """An embedded Derby metastore and warehouse under `warehouse`, unless the user's metastore
+    is configured (hive-site.xml in the Spark or Hive conf dir, or a metastore URI)."""
+    conf_dirs = [os.environ.get("SPARK_CONF_DIR"), os.environ.get("HIVE_CONF_DIR")]
+    if "spark.hadoop.hive.metastore.uris" in spark_cfg.conf or any(
+            d and (Path(d) / "hive-site.xml").is_file() for d in conf_dirs):
+        return {}
+    root = Path(spark_cfg.warehouse).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return {
+        "spark.sql.warehouse.dir": str(root),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={root / 'metastore_db'};create=true",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root}",  # derby.log beside the metastore
+    }

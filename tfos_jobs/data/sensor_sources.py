@@ -93,7 +93,7 @@ def _read_csv(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSp
     parts = []
     for header, paths in by_header.items():
         ddl = ", ".join(f"`{c}` {types.get(c, 'STRING')}" for c in header)
-        part = SourceConfig("csv", ",".join(paths), None, ddl, src.options)
+        part = dataclasses.replace(src, format="csv", path=",".join(paths), table=None, schema=ddl)
         parts.append(sources.read(spark, name, part).select(*spec.stored_columns, SOURCE_FILE, CORRUPT))
     table = parts[0]
     for other in parts[1:]:

@@ -1,26 +1,37 @@
 """Read the configured input tables, with errors that name the source and its location."""
 from __future__ import annotations
 
-from pyspark.errors import AnalysisException
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from tfos_jobs.config import SourceConfig
-from tfos_jobs.data import adult
+from tfos_jobs.data import adult, jdbc
 from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
-from tfos_jobs.errors import InputError
+from tfos_jobs.errors import ConfigError, InputError
 
 TEXT_FORMATS = ("csv", "json")
 
 
 def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
-    """A lazy DataFrame for one source; a missing path or table is reported before any job runs."""
+    """A lazy DataFrame for one source, its `filter` applied; a missing path or table, an
+    unreachable database or refused credentials are reported before any job runs."""
+    df = _jdbc(spark, name, src) if src.format == "jdbc" else _read(spark, name, src)
+    if not src.filter:
+        return df
+    try:
+        return df.where(src.filter)
+    except (AnalysisException, ParseException) as e:
+        raise ConfigError(f"sources.{name}.filter: {src.filter!r}: {_first_line(e)}") from None
+
+
+def _read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
     try:
         if src.format == "table":
-            return spark.table(src.table)
-        if src.format == "jdbc":
-            return spark.read.format("jdbc").options(**src.options).load()
+            return _table(spark, name, src)
         paths = [p.strip() for p in src.path.split(",") if p.strip()]
         if src.format == "adult_csv":
             return adult.read(spark, paths)
@@ -34,6 +45,26 @@ def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
         return reader.load(paths)
     except AnalysisException as e:
         raise InputError(f"source {name!r} ({src.format} {src.location()}): {_first_line(e)}") from None
+
+
+def _table(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
+    try:
+        return spark.table(src.table)
+    except AnalysisException as e:
+        hint = "" if spark.conf.get("spark.sql.catalogImplementation") == "hive" else \
+            " (this session has no Hive metastore: set spark.hive = true to read its tables)"
+        raise InputError(f"source {name!r} (table {src.table}): {_first_line(e)}{hint}") from None
+
+
+def _jdbc(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
+    """The driver resolves the schema here (one query); executors read the rows later."""
+    jdbc.check_reachable(name, src)
+    opts = jdbc.options(name, src)
+    secret = opts.get("password")
+    try:
+        return spark.read.format("jdbc").options(**opts).load()
+    except (Py4JJavaError, CapturedException) as e:  # the JDBC driver's SQLException, through Py4J
+        raise InputError(jdbc.redact(f"source {name!r} (jdbc {src.location()}): {jdbc.driver_error(e)}", secret)) from None
 
 
 def _read_text_format(reader, paths: list[str], schema: str | None) -> DataFrame:
