@@ -11,16 +11,15 @@ import json
 import time
 from typing import Any, Callable
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import sources
-from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.driver import prediction_output as output
 from tfos_jobs.driver.prepare import assemble
-from tfos_jobs.errors import InputError, OutputExistsError, TfosError
+from tfos_jobs.errors import ConfigError, InputError
 from udfs import PredictionUdf, register
 
 
@@ -58,35 +57,31 @@ def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Score and write. `overwrite` (the --overwrite flag) turns predict.mode "create" into "overwrite"."""
     pr = config.predict
+    mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
     started = time.time()
     udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size)
     table = input_table(spark, config, udf.spec)
+    missing = [c for c in pr.partition_by if c not in table.columns]
+    if missing:
+        raise ConfigError(f"predict.partition_by: {', '.join(map(repr, missing))} not among the input's columns "
+                          f"({', '.join(table.columns)})")
     scored = with_predictions(table, udf)
     rows_in = table.count()
-    if pr.output_table:
-        mode = "overwrite" if overwrite or pr.overwrite else "errorifexists"
-        try:
-            scored.write.mode(mode).saveAsTable(pr.output_table)
-        except AnalysisException as e:
-            raise TfosError(f"cannot write table {pr.output_table!r}: {str(e).splitlines()[0]}") from None
-        rows_out = spark.table(pr.output_table).count()
-        target = pr.output_table
+    if pr.output_source:
+        out = output.Database(spark, pr.output_source, config.sources[pr.output_source])
+    elif pr.output_table:
+        out = output.CatalogTable(spark, pr.output_table, pr.partition_by)
     else:
-        fs = HadoopFS(spark, pr.output)
-        target = fs.qualify(pr.output)
-        if fs.exists(target) and not (overwrite or pr.overwrite):
-            raise OutputExistsError(f"output directory {target!r} exists; pass --overwrite to replace it")
-        scored.write.mode("overwrite").parquet(target)
-        rows_out = spark.read.parquet(target).count()
-    if rows_out != rows_in:
-        raise TfosError(f"{target}: wrote {rows_out} rows for {rows_in} input rows")
-    summary = {"output": target, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
+        out = output.Files(spark, pr.output, pr.partition_by)
+    rows_out = out.write(scored, mode, rows_in, written=table.select(*pr.partition_by).distinct())
+    summary = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
                "seconds": round(time.time() - started, 1)}
-    log(f"predicted {rows_out:,} rows into {target} in {summary['seconds']} s")
+    log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")
     served = {k: v for k, v in summary["counts"].items() if k != "rows"}
     if served:
         log("  filled nulls / unseen categories: " + ", ".join(f"{k} {v:,}" for k, v in served.items()))
-    if not pr.output_table:
-        fs.write_text(f"{target}/_prediction.json", json.dumps(summary, indent=2) + "\n")
+    if isinstance(out, output.Files):
+        out.fs.write_text(f"{out.target}/_prediction.json", json.dumps(summary, indent=2) + "\n")
     return summary

@@ -1,0 +1,142 @@
+"""Where `tfos predict` writes: Parquet files, a catalog (Hive) table or a database table.
+
+Every target supports the same modes (predict.mode) and checks afterwards that it holds what
+this run wrote, counted where it landed:
+  create                fail if the target exists
+  overwrite             replace the target
+  overwrite_partitions  replace only the partitions this run writes (files, catalog tables)
+  append                add the rows; the target's count grows by exactly the rows scored
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import SourceConfig
+from tfos_jobs.data import jdbc, sources
+from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.errors import OutputExistsError, TfosError
+
+WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
+
+
+class Files:
+    def __init__(self, spark: SparkSession, path: str, partition_by: tuple[str, ...]):
+        self.spark, self.partition_by = spark, partition_by
+        self.fs = HadoopFS(spark, path)
+        self.target = self.fs.qualify(path)
+
+    def _count(self, written: DataFrame | None = None) -> int:
+        if not self.fs.exists(self.target):
+            return 0
+        table = self.spark.read.parquet(self.target)
+        return _in_partitions(table, written, self.partition_by).count()
+
+    def write(self, df: DataFrame, mode: str, rows_in: int, written: DataFrame) -> int:
+        exists = self.fs.exists(self.target)
+        if exists and mode == "create":
+            raise OutputExistsError(f"output directory {self.target!r} exists; pass --overwrite to replace it "
+                                    "or set predict.mode (overwrite, overwrite_partitions, append)")
+        before = self._count() if mode == "append" else 0
+        writer = df.write.partitionBy(*self.partition_by) if self.partition_by else df.write
+        with _partition_overwrite(self.spark, mode):
+            writer.mode("append" if mode == "append" else "overwrite").parquet(self.target)
+        rows = self._count(written if mode == "overwrite_partitions" else None) - before
+        return _checked(self.target, rows, rows_in)
+
+
+class CatalogTable:
+    def __init__(self, spark: SparkSession, name: str, partition_by: tuple[str, ...]):
+        self.spark, self.target, self.partition_by = spark, name, partition_by
+
+    def write(self, df: DataFrame, mode: str, rows_in: int, written: DataFrame) -> int:
+        exists = self.spark.catalog.tableExists(self.target)
+        if exists and mode == "create":
+            raise OutputExistsError(f"table {self.target!r} exists; pass --overwrite to replace it "
+                                    "or set predict.mode (overwrite, overwrite_partitions, append)")
+        before = self.spark.table(self.target).count() if exists and mode == "append" else 0
+        try:
+            if exists and mode in ("append", "overwrite_partitions"):
+                self._check_layout(df)
+                table_columns = self.spark.table(self.target).columns  # insertInto matches by position
+                with _partition_overwrite(self.spark, mode):
+                    df.select(*table_columns).write.insertInto(self.target, overwrite=mode != "append")
+            else:
+                writer = df.write.partitionBy(*self.partition_by) if self.partition_by else df.write
+                writer.mode("overwrite" if exists else "errorifexists").saveAsTable(self.target)
+        except WRITE_ERRORS as e:
+            raise TfosError(f"cannot write table {self.target!r}: {jdbc.driver_error(e)}") from None
+        table = self.spark.table(self.target)
+        rows = _in_partitions(table, written if mode == "overwrite_partitions" else None, self.partition_by).count()
+        return _checked(self.target, rows - before, rows_in)
+
+    def _check_layout(self, df: DataFrame) -> None:
+        """Appending by position into a table of other columns would mix them up: refuse it."""
+        table = self.spark.table(self.target)
+        ours, theirs = sorted(df.columns), sorted(table.columns)
+        if ours != theirs:
+            raise TfosError(f"table {self.target!r} has columns {', '.join(theirs)}; this run writes "
+                            f"{', '.join(ours)}: write a new table or pass --overwrite")
+        parts = [c.name for c in self.spark.catalog.listColumns(self.target) if c.isPartition]
+        if parts != list(self.partition_by):
+            raise TfosError(f"table {self.target!r} is partitioned by ({', '.join(parts)}); predict.partition_by "
+                            f"is ({', '.join(self.partition_by)})")
+
+
+class Database:
+    def __init__(self, spark: SparkSession, name: str, src: SourceConfig):
+        self.spark, self.name, self.src = spark, name, src
+        self.target = src.location()
+
+    def write(self, df: DataFrame, mode: str, rows_in: int, written: DataFrame) -> int:
+        jdbc.check_reachable(self.name, self.src)
+        opts = jdbc.options(self.name, self.src)
+        before = self._count() if mode == "append" else 0
+        spark_mode = {"create": "errorifexists", "overwrite": "overwrite", "append": "append"}[mode]
+        try:
+            # truncate: an overwrite keeps the table's definition, grants and indexes
+            df.write.format("jdbc").options(**opts).option("truncate", "true").mode(spark_mode).save()
+        except WRITE_ERRORS as e:
+            message = jdbc.driver_error(e)
+            if mode == "create" and "already exists" in message:
+                raise OutputExistsError(f"table {self.target}: already exists; pass --overwrite to replace it "
+                                        "or set predict.mode = \"append\"") from None
+            raise TfosError(jdbc.redact(f"cannot write predictions to {self.target}: {message}",
+                                        opts.get("password"))) from None
+        return _checked(self.target, self._count() - before, rows_in)
+
+    def _count(self) -> int:
+        try:
+            return sources.read(self.spark, self.name, self.src).count()
+        except TfosError:
+            return 0  # the table does not exist yet
+
+
+def _in_partitions(table: DataFrame, written: DataFrame | None, partition_by: tuple[str, ...]) -> DataFrame:
+    if written is None or not partition_by:
+        return table
+    return table.join(F.broadcast(written), list(partition_by), "left_semi")
+
+
+@contextmanager
+def _partition_overwrite(spark: SparkSession, mode: str) -> Iterator[None]:
+    """Dynamic partition overwrite for this write only: partitions the run does not write stay."""
+    key = "spark.sql.sources.partitionOverwriteMode"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, "dynamic" if mode == "overwrite_partitions" else "static")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
+
+
+def _checked(target: str, rows: int, rows_in: int) -> int:
+    if rows != rows_in:
+        raise TfosError(f"{target}: wrote {rows} rows for {rows_in} input rows")
+    return rows
