@@ -50,7 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--space", required=True, type=resources.config_path,
                        help="the sweep file, e.g. conf/sweep.toml or the shipped sample `sweep`; "
                        "--set sweep.KEY=VALUE and --set params.KEY... override it")
+    srcs = sub.add_parser("sources", parents=[common],
+                          help="read every source: columns, rows, read tasks, files, pruned partitions and "
+                               "pushed-down filters, then the spec check; errors for each one that cannot be read")
+    srcs.add_argument("--only", action="append", metavar="NAME", help="check only this source (repeatable)")
+    srcs.add_argument("--no-count", dest="count", action="store_false", help="do not count rows (no Spark job)")
+    srcs.add_argument("--json", action="store_true", help="print the report as JSON")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
+    sub.add_parser("demo-warehouse", parents=[common],
+                   help="load the embedded tables into a local PostgreSQL and Hive tables, prepare from there, "
+                        "and compare the records with those prepared from the Parquet files")
     from tfos_jobs.bench import cli as bench_cli
 
     bench_cli.add_arguments(sub.add_parser("bench", parents=[common], help="measure every stage against its baseline"))
@@ -248,6 +257,22 @@ def _demo_fleet(cfg) -> int:
     return 0
 
 
+def cmd_sources(cfg, args) -> int:
+    from tfos_jobs.driver import source_report
+
+    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    report = source_report.run(_session(cfg), cfg, args.only, count=args.count, log=log)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0 if report["ok"] else 2
+
+
+def cmd_demo_warehouse(cfg, args) -> int:
+    from tfos_jobs.driver import warehouse_demo
+
+    return warehouse_demo.run(cfg, lambda: _session(cfg))
+
+
 def cmd_sweep(cfg, args) -> int:
     from tfos_jobs.driver import sweep
     from tfos_jobs.search import space
@@ -267,7 +292,8 @@ def cmd_bench(cfg, args) -> int:
 
 
 COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
-            "sql": cmd_sql, "demo": cmd_demo, "evaluate": cmd_evaluate}
+            "sql": cmd_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "sources": cmd_sources,
+            "demo-warehouse": cmd_demo_warehouse}
 
 if __name__ == "__main__":
     sys.exit(main())
