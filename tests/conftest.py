@@ -16,7 +16,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     from tfos_jobs import session
     from tfos_jobs.config import SparkConfig
 
@@ -25,6 +25,7 @@ def spark():
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.default.parallelism": "4",
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),  # tables tests save
     }))
     yield spark
     spark.stop()

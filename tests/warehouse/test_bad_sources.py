@@ -1,0 +1,78 @@
+"""A source that cannot be read is named with its host or table, within a bounded time, and no
+password is ever printed."""
+from __future__ import annotations
+
+import pytest
+
+from tfos_jobs.databases.process import free_port
+
+from tests.warehouse.conftest import PASSWORD_ENV, WAREHOUSE, pg_sets, report, tfos
+
+WRONG = "not-the-password-7f3a"
+
+
+def jdbc_source(name: str, url: str, table: str = "people", env: str = PASSWORD_ENV, timeout: int = 10) -> list[str]:
+    return [f"sources.{name}.format=jdbc", f"sources.{name}.password_env={env}", f"sources.{name}.options.url={url}",
+            f"sources.{name}.options.dbtable={table}", f"sources.{name}.options.user=tfos",
+            f"sources.{name}.connect_timeout={timeout}"]
+
+
+@pytest.fixture(scope="module")
+def bad(pg, warehouse):
+    closed = free_port()
+    sets = [*pg_sets(pg, warehouse),
+            *jdbc_source("refused", f"jdbc:postgresql://127.0.0.1:{closed}/census"),
+            *jdbc_source("silent", "jdbc:postgresql://192.0.2.1:5432/census", timeout=2),  # TEST-NET: no answer
+            *jdbc_source("wrong_password", pg.url, env="WRONG_PASSWORD"),
+            *jdbc_source("missing_table", pg.url, table="no_such_table"),
+            "sources.missing_hive.format=table", "sources.missing_hive.table=census.no_such_table"]
+    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", "--no-count", sets=sets, expect=2,
+                env={PASSWORD_ENV: pg.password, "WRONG_PASSWORD": WRONG})
+    return proc, report(proc), closed
+
+
+def test_a_refused_connection_names_source_and_host(bad):
+    _, got, closed = bad
+    assert got["refused"]["error"].startswith("source 'refused' (jdbc people at jdbc:postgresql://127.0.0.1:")
+    assert f"cannot connect to 127.0.0.1:{closed}" in got["refused"]["error"]
+
+
+def test_a_host_that_does_not_answer_fails_within_the_connect_timeout(bad):
+    _, got, _ = bad
+    assert "no answer from 192.0.2.1:5432 within 2 s (sources.silent.connect_timeout)" in got["silent"]["error"] \
+        or "cannot connect to 192.0.2.1:5432" in got["silent"]["error"]  # where the network refuses at once
+
+
+def test_a_wrong_password_is_refused_without_printing_it(bad, pg):
+    proc, got, _ = bad
+    assert "source 'wrong_password'" in got["wrong_password"]["error"]
+    assert 'password authentication failed for user "tfos"' in got["wrong_password"]["error"]
+    everything = proc.stdout + proc.stderr
+    assert WRONG not in everything and pg.password not in everything
+
+
+def test_a_missing_database_table_is_named(bad):
+    _, got, _ = bad
+    assert got["missing_table"]["error"].startswith("source 'missing_table' (jdbc no_such_table at jdbc:postgresql://")
+    assert 'relation "no_such_table" does not exist' in got["missing_table"]["error"]
+
+
+def test_a_missing_hive_table_is_named(bad):
+    proc, got, _ = bad
+    assert got["missing_hive"]["error"].startswith("source 'missing_hive' (table census.no_such_table):")
+    assert "TABLE_OR_VIEW_NOT_FOUND" in got["missing_hive"]["error"]
+    assert "missing_hive: ERROR" in proc.stderr and got["people"]["error"] is None
+
+
+def test_a_database_column_of_the_wrong_type_is_named(pg, warehouse, tmp_path):
+    proc = tfos("prepare", "--config", str(WAREHOUSE), sets=[
+        *pg_sets(pg, warehouse), "sources.people.options.dbtable=people_text_age",
+        f"prepare.output={tmp_path / 'out'}"], expect=2, env={PASSWORD_ENV: pg.password})
+    assert "column 'age'" in proc.stderr and "in source 'people'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_password_in_the_config_is_refused_before_spark_starts(tmp_path):
+    proc = tfos("config", "--config", str(WAREHOUSE), sets=["sources.people.options.password=hunter2"], expect=2)
+    assert "sources.people.options.password: a password is never written in the config" in proc.stderr
+    assert "hunter2" not in proc.stdout + proc.stderr

@@ -1,0 +1,49 @@
+"""How warehouse sources are read: JDBC in parallel ranges with filters pushed to the database,
+Hive tables with partitions pruned by the source's filter."""
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from tests.warehouse.conftest import PASSWORD_ENV, PEOPLE, WAREHOUSE, pg_sets, report, tfos
+
+DAY = "2025-12-01"
+
+
+def older(url: str) -> list[str]:
+    """A second source on the same table: only people over 60, filtered in PostgreSQL."""
+    return ["sources.older.format=jdbc", f"sources.older.password_env={PASSWORD_ENV}",
+            f"sources.older.options.url={url}", "sources.older.options.dbtable=people",
+            "sources.older.options.user=tfos", "sources.older.filter=age > 60"]
+
+
+def test_sources_report(pg, warehouse, spark):
+    sets = [*pg_sets(pg, warehouse), *older(pg.url), "spark.master=local-cluster[2,1,1024]",
+            f"sources.events.filter=dt = DATE'{DAY}'"]
+    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", sets=sets, env={PASSWORD_ENV: pg.password})
+    got = report(proc)
+    raw_people = spark.read.parquet(str(warehouse["raw"] / "people"))
+    raw_events = spark.read.parquet(str(warehouse["raw"] / "events"))
+
+    # numPartitions = 4 on person_id: four range queries, four tasks, every row
+    assert got["people"]["read_tasks"] == 4 and got["people"]["rows"] == PEOPLE
+    # the filter runs in PostgreSQL
+    assert "*GreaterThan(age,60)" in got["older"]["pushed_filters"]
+    assert got["older"]["rows"] == raw_people.where("age > 60").count() > 0
+    # one day's partition of the events table, and only its files
+    assert any("dt" in f and DAY in f for f in got["events"]["partition_filters"])
+    day_files = [p for p in (warehouse["hive"] / "census.db" / "events" / f"dt={DAY}").iterdir()
+                 if p.name.endswith(".parquet")]
+    assert got["events"]["files"] == len(day_files) >= 1
+    assert got["events"]["rows"] == raw_events.where(F.to_date("ts") == dt.date.fromisoformat(DAY)).count() > 0
+    assert "feature spec: every feature is provided" in proc.stderr
+    assert pg.password not in proc.stdout + proc.stderr
+
+
+def test_a_partitioned_jdbc_read_returns_every_row_once(pg, warehouse, spark, tmp_path):
+    out = tmp_path / "people"
+    tfos("sql", "--config", str(WAREHOUSE), "-e", "SELECT * FROM people", "--output", str(out),
+         sets=pg_sets(pg, warehouse), env={PASSWORD_ENV: pg.password})
+    assertDataFrameEqual(spark.read.parquet(str(out)), spark.read.parquet(str(warehouse["raw"] / "people")))
