@@ -17,7 +17,7 @@ MYSQL_TYPES = {"BIGINT": "BIGINT", "INT": "INT", "STRING": "TEXT", "DOUBLE": "DO
 def maria(warehouse):
     if not mariadb.available():
         if os.environ.get("CI"):
-            pytest.fail("mariadbd is not installed: make setup installs Debian's mariadb-server when run as root")
+            pytest.fail("mariadbd is not installed: make test installs Debian's mariadb-server when run as root")
         pytest.skip("mariadbd is not installed (Debian's mariadb-server)")
     frame = people_frame(warehouse["raw"])
     values = ",\n".join("(" + ", ".join("NULL" if v is None or v != v else repr(v) if isinstance(v, str) else str(v)

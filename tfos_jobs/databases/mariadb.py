@@ -2,10 +2,8 @@
 and one user with a password, on 127.0.0.1. Spark reads it with MySQL Connector/J."""
 from __future__ import annotations
 
-import secrets
 import shutil
 import subprocess
-from pathlib import Path
 
 from tfos_jobs.databases import process
 
@@ -16,7 +14,7 @@ SERVER = "mariadbd"
 def binary(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
     if not found:
-        raise RuntimeError(f"{name} is not installed (Debian's mariadb-server package; make setup installs it as root)")
+        raise RuntimeError(f"{name} is not installed (Debian's mariadb-server package; make test installs it when run as root)")
     return found
 
 
@@ -28,32 +26,9 @@ def available() -> bool:
         return False
 
 
-class MariaDB:
-    def __init__(self, database: str = "tfos", user: str = "tfos", password: str | None = None, port: int = 0):
-        self.database, self.user = database, user
-        self.password = password or secrets.token_urlsafe(16)
-        self.port = port or process.free_port()
-        self.root: Path | None = None
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"jdbc:mysql://{process.HOST}:{self.port}/{self.database}"
-
-    def __enter__(self) -> "MariaDB":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self.root = process.scratch_dir("tfos-maria-")
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+class MariaDB(process.LocalServer):
+    SCHEME, PREFIX = "mysql", "tfos-maria-"
+    proc: subprocess.Popen | None = None
 
     def _start(self) -> None:
         data, self.socket, self.log = self.root / "data", self.root / "sock", self.root / "server.log"
@@ -80,17 +55,12 @@ class MariaDB:
     def sql(self, statements: str) -> str:
         return self.admin(f"USE `{self.database}`;\n{statements}")
 
-    def stop(self) -> None:
-        if self.root is None:
-            return
-        try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.terminate()  # SIGTERM: a clean shutdown
-                try:
-                    self.proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-        finally:
-            process.remove(self.root)
-            self.root, self.proc = None, None
+    def _shutdown(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: a clean shutdown
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

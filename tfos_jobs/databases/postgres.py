@@ -3,7 +3,6 @@ directory, one database, one user whose password is checked (scram-sha-256) on 1
 from __future__ import annotations
 
 import importlib.util
-import secrets
 import shutil
 from pathlib import Path
 
@@ -19,31 +18,8 @@ def install_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall"
 
 
-class Postgres:
-    def __init__(self, database: str = "tfos", user: str = "tfos", password: str | None = None, port: int = 0):
-        self.database, self.user = database, user
-        self.password = password or secrets.token_urlsafe(16)
-        self.port = port or process.free_port()
-        self.root: Path | None = None
-
-    @property
-    def url(self) -> str:
-        return f"jdbc:postgresql://{process.HOST}:{self.port}/{self.database}"
-
-    def __enter__(self) -> "Postgres":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self.root = process.scratch_dir("tfos-pg-")
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+class Postgres(process.LocalServer):
+    SCHEME, PREFIX = "postgresql", "tfos-pg-"
 
     def _start(self) -> None:
         home = install_dir()
@@ -79,13 +55,7 @@ class Postgres:
                             "-h", process.HOST, "-p", str(self.port), "-U", self.user, "-d", database or self.database],
                            stdin=statements, env={"PGPASSWORD": self.password}, user=process.run_as())
 
-    def stop(self) -> None:
-        if self.root is None:
-            return
-        try:
-            if (self.root / "data" / "postmaster.pid").exists() and hasattr(self, "bin"):
-                process.run([str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop"],
-                            user=process.run_as())
-        finally:
-            process.remove(self.root)
-            self.root = None
+    def _shutdown(self) -> None:
+        if (self.root / "data" / "postmaster.pid").exists() and hasattr(self, "bin"):
+            process.run([str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop"],
+                        user=process.run_as())

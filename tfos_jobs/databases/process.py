@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
@@ -77,3 +78,51 @@ def tail(path: Path, lines: int = 20) -> str:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+class LocalServer:
+    """One database and one user with a password, on a free (or given) loopback port; the
+    server and its directory are gone when the `with` block ends, also when starting failed."""
+
+    SCHEME = ""  # jdbc:<scheme>://
+    PREFIX = "tfos-db-"  # of the scratch directory
+
+    def __init__(self, database: str = "tfos", user: str = "tfos", password: str | None = None, port: int = 0):
+        self.database, self.user = database, user
+        self.password = password or secrets.token_urlsafe(16)
+        self.port = port or free_port()
+        self.root: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"jdbc:{self.SCHEME}://{HOST}:{self.port}/{self.database}"
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.root = scratch_dir(self.PREFIX)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.root is None:
+            return
+        try:
+            self._shutdown()
+        finally:
+            remove(self.root)
+            self.root = None
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
