@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
@@ -61,10 +62,14 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
         for line in load(spark, config, syn.output):
             log(line)
         log(f"== prepare from the warehouse: {config.prepare.output}")
+        started = time.monotonic()
         log(summary(prepare.run(spark, config, overwrite=True)))
+        from_warehouse = time.monotonic() - started
         twin = parquet_twin(config, syn.output)
         log(f"== prepare from the Parquet files of the same tables: {twin.prepare.output}")
+        started = time.monotonic()
         prepare.run(spark, twin, overwrite=True, log=lambda _: None)
+        log(f"   {time.monotonic() - started:.1f} s (from the warehouse: {from_warehouse:.1f} s)")
         same, detail = compare(config.prepare.output, twin.prepare.output)
         log(("== records identical: " if same else "== records DIFFER: ") + detail)
         spark.stop()
