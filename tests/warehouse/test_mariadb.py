@@ -28,24 +28,18 @@ def maria(warehouse):
         yield server
 
 
-def maria_sets(server, warehouse, env="MARIADB_PASSWORD"):
-    return ["sources.people.format=jdbc", f"sources.people.options.url={server.url}",
-            f"sources.people.password_env={env}", f"sources.people.options.upperBound={PEOPLE}",
+def test_mariadb_partitioned_read_and_a_refused_password(maria, warehouse):
+    sets = ["sources.people.format=jdbc", f"sources.people.options.url={maria.url}",
+            "sources.people.password_env=MARIADB_PASSWORD", f"sources.people.options.upperBound={PEOPLE}",
+            "sources.wrong.format=jdbc", f"sources.wrong.options.url={maria.url}", "sources.wrong.options.dbtable=people",
+            "sources.wrong.options.user=tfos", "sources.wrong.password_env=WRONG_PASSWORD",
             f"spark.packages=[\"{mariadb.JDBC_PACKAGE}\"]", f"spark.warehouse={warehouse['hive']}", *quiet()]
-
-
-def test_mariadb_partitioned_read(maria, warehouse):
-    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", "--only", "people",
-                sets=maria_sets(maria, warehouse), env={"MARIADB_PASSWORD": maria.password})
-    people = report(proc)["people"]
+    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", "--only", "people", "--only", "wrong",
+                sets=sets, expect=2, env={"MARIADB_PASSWORD": maria.password, "WRONG_PASSWORD": "nope-0x51"})
+    got = report(proc)
+    people = got["people"]
     assert people["read_tasks"] == 4 and people["rows"] == PEOPLE
     assert people["columns"]["age"] == "integer" and people["columns"]["person_id"] == "long"
-
-
-def test_mariadb_wrong_password(maria, warehouse):
-    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", "--only", "people", "--no-count",
-                sets=maria_sets(maria, warehouse), expect=2, env={"MARIADB_PASSWORD": "nope-0x51"})
-    error = report(proc)["people"]["error"]
-    assert error.startswith(f"source 'people' (jdbc people at {maria.url})")
-    assert "Access denied for user 'tfos'" in error
-    assert "nope-0x51" not in proc.stdout + proc.stderr
+    assert got["wrong"]["error"].startswith(f"source 'wrong' (jdbc people at {maria.url})")
+    assert "Access denied for user 'tfos'" in got["wrong"]["error"]
+    assert "nope-0x51" not in proc.stdout + proc.stderr and maria.password not in proc.stdout + proc.stderr

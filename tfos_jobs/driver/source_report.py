@@ -61,21 +61,32 @@ def run(spark: SparkSession, config: Config, names: list[str] | None = None, cou
     if unknown:
         raise TfosError(f"no source named {', '.join(map(repr, unknown))}; sources: {', '.join(config.sources)}")
     reports = [describe(spark, n, config.sources[n], count) for n in names or config.sources]
-    spec_error = None
-    if not names and not config.features.is_sequence and not any(r.error for r in reports):
-        from tfos_jobs.driver.prepare import assemble
+    spec_error, spec_line = None, None
+    if not names and not config.features.is_sequence:
+        unreadable = [r.name for r in reports if r.error and r.name in joined_sources(config)]
+        if unreadable:
+            spec_line = f"not checked: {', '.join(unreadable)} cannot be read"
+        else:
+            from tfos_jobs.driver.prepare import assemble
 
-        try:
-            assemble(spark, config)
-        except TfosError as e:
-            spec_error = str(e)
+            try:
+                assemble(spark, config)
+                spec_line = "every feature is provided"
+            except TfosError as e:
+                spec_error = spec_line = str(e)
     for line in table(reports):
         log(line)
-    if not names and not config.features.is_sequence:
-        log("feature spec: " + (spec_error or ("not checked: a source above cannot be read"
-                                              if any(r.error for r in reports) else "every feature is provided")))
+    if spec_line:
+        log(f"feature spec: {spec_line}")
     return {"sources": [dataclasses.asdict(r) for r in reports], "spec_error": spec_error,
             "ok": spec_error is None and not any(r.error for r in reports)}
+
+
+def joined_sources(config: Config) -> set[str]:
+    """The sources prepare joins into rows: main, its unions, lookups and activity."""
+    prep = config.prepare
+    names = {prep.main, *prep.union, *(lk.source for lk in prep.lookups)}
+    return names | ({prep.activity.source} if prep.activity else set())
 
 
 def table(reports: list[SourceReport]) -> list[str]:

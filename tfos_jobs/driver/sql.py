@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tfos_jobs.config import Config
 from tfos_jobs.data import sources
 from tfos_jobs.driver.prepare import assemble
-from tfos_jobs.errors import InputError, TfosError
+from tfos_jobs.errors import ConfigError, InputError, TfosError
 from udfs import register
 
 FEATURES_VIEW = "features"
@@ -59,10 +59,19 @@ def open_views(spark: SparkSession, config: Config, spec) -> list[str]:
 
 def run(spark: SparkSession, config: Config, script: str, *, model: str | None = None, name: str | None = None,
         output: str | None = None, rows: int = 50, log: Callable[[str], None] = print) -> DataFrame:
-    udf = register(spark, name or config.predict.name, model or config.predict.model,
-                   batch_size=config.predict.batch_size)
-    views = open_views(spark, config, udf.spec)
-    log(f"-- {udf.name}({', '.join(udf.spec.model_inputs)}) or {udf.name}(struct(...)); views: {', '.join(views)}")
+    fn = name or config.predict.name
+    try:
+        udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size)
+    except ConfigError as e:
+        if model:  # asked for by --model
+            raise
+        # Without a trained model the sources can still be queried, as the config's spec joins them.
+        udf, why = None, str(e)
+    views = open_views(spark, config, udf.spec if udf else config.features)
+    if udf:
+        log(f"-- {udf.name}({', '.join(udf.spec.model_inputs)}) or {udf.name}(struct(...)); views: {', '.join(views)}")
+    else:
+        log(f"-- {fn}() is not registered ({why}); views: {', '.join(views)}")
     todo = statements(script)
     if not todo:
         raise TfosError("no SQL statement given")
