@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import os
 import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Callable
@@ -38,6 +39,10 @@ def database_source(config: Config) -> tuple[str, SourceConfig]:
     if not src.options["url"].startswith("jdbc:postgresql:") or where is None or where[0] not in LOOPBACK:
         raise ConfigError(f"sources.{name}.options.url: demo-warehouse starts its own PostgreSQL on this machine; "
                           f"the URL must be jdbc:postgresql://127.0.0.1:<port>/<database>")
+    with socket.socket() as probe:
+        if probe.connect_ex((where[0], where[1])) == 0:
+            raise ConfigError(f"sources.{name}.options.url: something already listens on {where[0]}:{where[1]}; "
+                              "demo-warehouse starts its own PostgreSQL there: pick a free port")
     if not src.password_env:
         raise ConfigError(f"sources.{name}.password_env: demo-warehouse hands the local server's password "
                           "to the job through this environment variable")
