@@ -53,7 +53,7 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
     from tfos_jobs.databases.postgres import Postgres
     from tfos_jobs.driver import prepare
 
-    name, src = database_source(config)
+    _, src = database_source(config)
     _, port = jdbc.endpoint(src.options["url"])
     database = urlparse(src.options["url"].removeprefix("jdbc:")).path.strip("/")
     password = os.environ.setdefault(src.password_env, secrets.token_urlsafe(16))
