@@ -85,8 +85,17 @@ def redact(text: str, secret: str | None) -> str:
 
 
 def driver_error(e: Exception) -> str:
-    """The database's own message from a JDBC failure: the innermost Java exception's first line."""
-    text = str(getattr(e, "java_exception", None) or e)
+    """The database's own message from a JDBC failure: the innermost Java cause's first line.
+    Spark wraps it (from 4.1 in FAILED_JDBC.CONNECTION, whose text says only that it could not
+    connect), so the cause chain is followed rather than the wrapper's text."""
+    throwable = getattr(e, "java_exception", None) or getattr(e, "_origin", None)
+    try:
+        while throwable is not None and throwable.getCause() is not None:
+            throwable = throwable.getCause()
+        message = throwable.getMessage() if throwable is not None else None
+    except Exception:  # a Py4J object that cannot be asked any more
+        message = None
+    text = str(message or e)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     causes = [ln.split("Caused by: ", 1)[1] for ln in lines if ln.startswith("Caused by: ")]
     first = causes[-1] if causes else next((ln for ln in lines if not ln.startswith("at ")), text)
