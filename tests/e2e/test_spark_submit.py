@@ -20,11 +20,12 @@ def run(cmd, expect: int = 0):
     return proc
 
 
-def test_generate_then_spark_submit_prepare_on_local_cluster(tmp_path):
+def test_spark_submit_prepare_on_local_cluster(spark, tmp_path):
+    from tfos_jobs.data import synthetic
+
     raw, out = tmp_path / "raw", tmp_path / "dataset"
     sets = [a for o in census_overrides(raw, out, people=2000, master="local[1]") for a in ("--set", o)]
-    gen = run([str(BIN / "tfos"), "generate", "--config", str(CENSUS), *sets])
-    assert "people 2,000 rows" in gen.stdout
+    assert synthetic.generate(spark, str(raw), 2000, 20.0, 42, "2026-01-01")["people"] == 2000
 
     submit = run([
         str(ROOT / "scripts" / "tfos-submit"), "--master", "local-cluster[2,1,1024]",

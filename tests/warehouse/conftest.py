@@ -90,3 +90,40 @@ def pg(warehouse):
 def pg_sets(server, warehouse) -> list[str]:
     return [f"sources.people.options.url={server.url}", f"sources.people.options.upperBound={PEOPLE}",
             f"spark.warehouse={warehouse['hive']}", *quiet()]
+
+
+DAY = "2025-12-01"
+
+
+def older(url: str) -> list[str]:
+    """A second source on the same table: only people over 60, filtered in PostgreSQL."""
+    return ["sources.older.format=jdbc", f"sources.older.password_env={PASSWORD_ENV}",
+            f"sources.older.options.url={url}", "sources.older.options.dbtable=people",
+            "sources.older.options.user=tfos", "sources.older.filter=age > 60"]
+
+
+WRONG = "not-the-password-7f3a"
+
+
+def jdbc_source(name: str, url: str, table: str = "people", env: str = PASSWORD_ENV, timeout: int = 10) -> list[str]:
+    return [f"sources.{name}.format=jdbc", f"sources.{name}.password_env={env}", f"sources.{name}.options.url={url}",
+            f"sources.{name}.options.dbtable={table}", f"sources.{name}.options.user=tfos",
+            f"sources.{name}.connect_timeout={timeout}"]
+
+
+@pytest.fixture(scope="session")
+def bad(pg, warehouse):
+    """One `tfos sources` run over good and bad sources, main being a table whose age is text."""
+    from tfos_jobs.databases.process import free_port
+
+    closed = free_port()
+    sets = [*pg_sets(pg, warehouse), *older(pg.url), f"sources.events.filter=dt = DATE'{DAY}'",
+            *jdbc_source("typed", pg.url, table="people_text_age"), "prepare.main=typed",
+            *jdbc_source("refused", f"jdbc:postgresql://127.0.0.1:{closed}/census"),
+            *jdbc_source("silent", "jdbc:postgresql://192.0.2.1:5432/census", timeout=2),  # TEST-NET: no answer
+            *jdbc_source("wrong_password", pg.url, env="WRONG_PASSWORD"),
+            *jdbc_source("missing_table", pg.url, table="no_such_table"),
+            "sources.missing_hive.format=table", "sources.missing_hive.table=census.no_such_table"]
+    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", sets=sets, expect=2,
+                env={PASSWORD_ENV: pg.password, "WRONG_PASSWORD": WRONG})
+    return proc, report(proc), closed

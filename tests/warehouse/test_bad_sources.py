@@ -1,36 +1,11 @@
-"""A source that cannot be read is named with its host or table, within a bounded time, and no
-password is ever printed."""
+"""One `tfos sources` run over good and bad sources: a source that cannot be read is named with
+its host or table, within a bounded time, no password is ever printed, and the good ones
+are still read (their tasks, pruned partitions and pushed-down filters are in test_reads)."""
 from __future__ import annotations
 
 import json
 
-import pytest
-
-from tfos_jobs.databases.process import free_port
-
-from tests.warehouse.conftest import PASSWORD_ENV, WAREHOUSE, pg_sets, report, tfos
-
-WRONG = "not-the-password-7f3a"
-
-
-def jdbc_source(name: str, url: str, table: str = "people", env: str = PASSWORD_ENV, timeout: int = 10) -> list[str]:
-    return [f"sources.{name}.format=jdbc", f"sources.{name}.password_env={env}", f"sources.{name}.options.url={url}",
-            f"sources.{name}.options.dbtable={table}", f"sources.{name}.options.user=tfos",
-            f"sources.{name}.connect_timeout={timeout}"]
-
-
-@pytest.fixture(scope="module")
-def bad(pg, warehouse):
-    closed = free_port()
-    sets = [*pg_sets(pg, warehouse), "sources.people.options.dbtable=people_text_age",
-            *jdbc_source("refused", f"jdbc:postgresql://127.0.0.1:{closed}/census"),
-            *jdbc_source("silent", "jdbc:postgresql://192.0.2.1:5432/census", timeout=2),  # TEST-NET: no answer
-            *jdbc_source("wrong_password", pg.url, env="WRONG_PASSWORD"),
-            *jdbc_source("missing_table", pg.url, table="no_such_table"),
-            "sources.missing_hive.format=table", "sources.missing_hive.table=census.no_such_table"]
-    proc = tfos("sources", "--config", str(WAREHOUSE), "--json", "--no-count", sets=sets, expect=2,
-                env={PASSWORD_ENV: pg.password, "WRONG_PASSWORD": WRONG})
-    return proc, report(proc), closed
+from tests.warehouse.conftest import WAREHOUSE, WRONG, tfos
 
 
 def test_a_refused_connection_names_source_and_host(bad):
@@ -70,9 +45,9 @@ def test_a_database_column_of_the_wrong_type_is_named(bad):
     """The spec check prepare runs (the joined sources against the feature spec), while the
     sources prepare does not join are reported on their own."""
     proc, got, _ = bad
-    assert got["people"]["error"] is None and got["people"]["columns"]["age"] == "string"
+    assert got["typed"]["error"] is None and got["typed"]["columns"]["age"] == "string"
     error = json.loads(proc.stdout)["spec_error"]
-    assert "column 'age' (numeric feature) has type string" in error and "in source 'people'" in error
+    assert "column 'age' (numeric feature) has type string" in error and "in source 'typed'" in error
 
 
 def test_a_password_in_the_config_is_refused_before_spark_starts(tmp_path):

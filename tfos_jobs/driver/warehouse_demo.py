@@ -11,7 +11,9 @@ import dataclasses
 import hashlib
 import os
 import secrets
+import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -58,6 +60,9 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
     database = urlparse(src.options["url"].removeprefix("jdbc:")).path.strip("/")
     password = os.environ.setdefault(src.password_env, secrets.token_urlsafe(16))
     syn = config.synthetic
+    # A SIGTERM (a CI timeout, `kill`) unwinds the `with` below like Ctrl-C does, so the
+    # server is stopped and its directory removed instead of outliving the demo.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     log(f"== PostgreSQL: starting a local server on port {port} (database {database!r})")
     with Postgres(database=database, user=src.options.get("user", "tfos"), password=password, port=port):
         spark = build_session()
