@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config, SourceConfig
@@ -91,26 +91,25 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
 def load(spark: SparkSession, config: Config, raw: str) -> list[str]:
     """Each warehouse source gets the embedded table of its name: a jdbc source its database
     table (replaced), a table source a Hive table (replaced; the activity table partitioned)."""
+    from tfos_jobs.driver.prediction_output import Database
+
     done = []
     activity = config.prepare.activity
     for name, src in config.sources.items():
         table = spark.read.parquet(f"{raw}/{name}")
         if src.format == "jdbc":
-            opts = jdbc.options(name, src)
-            write_opts = {k: v for k, v in opts.items() if k in ("url", "dbtable", "user", "password", "driver")}
-            table.write.format("jdbc").options(**write_opts).option("batchsize", "10000").mode("overwrite").save()
+            Database(spark, name, src).write(table, "overwrite", table.count(), written=table)
             done.append(f"== loaded {name} into PostgreSQL table {src.options['dbtable']}")
         elif src.format == "table":
             _create_database(spark, src.table)
-            writer: DataFrame = table
-            if activity is not None and name == activity.source:
-                writer = table.withColumn(DATE_PARTITION, F.to_date(activity.timestamp)).repartition(DATE_PARTITION)
-                writer.write.partitionBy(DATE_PARTITION).mode("overwrite").saveAsTable(src.table)
-                parts = spark.sql(f"SHOW PARTITIONS {src.table}").count()
-                done.append(f"== loaded {name} into Hive table {src.table}, {parts} partitions by {DATE_PARTITION}")
-            else:
-                writer.write.mode("overwrite").saveAsTable(src.table)
+            if activity is None or name != activity.source:
+                table.write.mode("overwrite").saveAsTable(src.table)
                 done.append(f"== loaded {name} into Hive table {src.table}")
+                continue
+            dated = table.withColumn(DATE_PARTITION, F.to_date(activity.timestamp)).repartition(DATE_PARTITION)
+            dated.write.partitionBy(DATE_PARTITION).mode("overwrite").saveAsTable(src.table)
+            parts = spark.sql(f"SHOW PARTITIONS {src.table}").count()
+            done.append(f"== loaded {name} into Hive table {src.table}, {parts} partitions by {DATE_PARTITION}")
     return done
 
 
