@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -117,13 +118,22 @@ def bad(pg, warehouse):
     from tfos_jobs.databases.process import free_port
 
     closed = free_port()
+    silent = socket.socket()  # a port whose accept queue is full: the kernel drops new SYNs, nothing answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(0)
+    fill = [socket.socket() for _ in range(3)]
+    for f in fill:
+        f.setblocking(False)
+        f.connect_ex(silent.getsockname())
     sets = [*pg_sets(pg, warehouse), *older(pg.url), f"sources.events.filter=dt = DATE'{DAY}'",
             *jdbc_source("typed", pg.url, table="people_text_age"), "prepare.main=typed",
             *jdbc_source("refused", f"jdbc:postgresql://127.0.0.1:{closed}/census"),
-            *jdbc_source("silent", "jdbc:postgresql://192.0.2.1:5432/census", timeout=2),  # TEST-NET: no answer
+            *jdbc_source("silent", f"jdbc:postgresql://127.0.0.1:{silent.getsockname()[1]}/census", timeout=2),
             *jdbc_source("wrong_password", pg.url, env="WRONG_PASSWORD"),
             *jdbc_source("missing_table", pg.url, table="no_such_table"),
             "sources.missing_hive.format=table", "sources.missing_hive.table=census.no_such_table"]
     proc = tfos("sources", "--config", str(WAREHOUSE), "--json", sets=sets, expect=2,
                 env={PASSWORD_ENV: pg.password, "WRONG_PASSWORD": WRONG})
+    for f in [*fill, silent]:
+        f.close()
     return proc, report(proc), closed
