@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -140,7 +139,11 @@ def all_windows(rows: DataFrame, spec: FeatureSpec) -> DataFrame:
               *[F.col(s).cast("double").alias(s) for s in params.sensors]]
     if SOURCE_FILE in rows.columns:
         wanted.append(SOURCE_FILE)
-    return rows.select(*wanted).groupBy(params.key).applyInPandas(partial(cut, params=params), output_schema(spec))
+
+    def cut_group(group: pd.DataFrame) -> pd.DataFrame:  # a plain function: Spark reads its type hints
+        return cut(group, params=params)
+
+    return rows.select(*wanted).groupBy(params.key).applyInPandas(cut_group, output_schema(spec))
 
 
 def usable(windows: DataFrame) -> DataFrame:
