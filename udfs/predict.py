@@ -1,9 +1,10 @@
 """Executor side of the prediction UDF: a SavedModel loaded once per Python worker, called on
 Arrow batches through its concrete `serving_default` function (not `model.predict`).
 
-Inputs are the raw feature columns, in spec order or as one struct. Serving applies the same
-rules as preparation: a null takes the spec's default, a category outside the vocabulary goes
-to the model's out-of-vocabulary buckets; both are counted.
+The UDF is Arrow-native: columns arrive as `pyarrow` arrays and the results leave as arrays,
+with no pandas in between. Inputs are the raw feature columns, in spec order or as one struct.
+Serving applies the same rules as preparation: a null takes the spec's default, a category
+outside the vocabulary goes to the model's out-of-vocabulary buckets; both are counted.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, SequenceFeature
@@ -36,7 +38,11 @@ def use_task_gpus() -> None:
 
 
 class Scorer:
-    """One loaded model: raw numpy columns in, prediction arrays and counts out."""
+    """One loaded model: Arrow columns in, Arrow prediction arrays and counts out.
+
+    Each batch is one call into TensorFlow: a graph that expands the categorical columns from
+    their distinct values, fills and counts numeric nulls, runs the serving signature and finds
+    the distinct labels. Eager operations one by one cost more Python than the model itself."""
 
     def __init__(self, export_dir: str):
         use_task_gpus()
@@ -45,117 +51,177 @@ class Scorer:
 
         from tfos_jobs.model.export import read_spec
 
-        self._tf = tf
         self._loaded = tf.saved_model.load(export_dir)  # keeps the function's variables alive
         self.fn = self._loaded.signatures[contract.SERVING_SIGNATURE]
         self.spec: FeatureSpec = read_spec(export_dir)
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
-        self.vocab = {f.name: _vocab_index(contract.vocab_asset(export_dir, f.name)) for f in self.spec.categorical}
+        self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
+                      for f in self.spec.categorical}
+        self._graph = self._batch_graph(tf)
 
-    def columns(self, batch: Any) -> dict[str, pd.Series]:
-        """Name the batch's columns: a struct arrives as a DataFrame, positional args as a tuple."""
-        if isinstance(batch, pd.DataFrame):
-            missing = [n for n in self.inputs if n not in batch.columns]
+    def _batch_graph(self, tf: Any) -> Any:
+        features = [self.spec.get(n) for n in self.inputs]
+        feeds: dict[str, Any] = {}
+        for f in features:
+            if isinstance(f, CategoricalFeature):
+                feeds[f"{f.name}{_VALUES}"] = tf.TensorSpec([None], tf.string)
+                feeds[f"{f.name}{_CODES}"] = tf.TensorSpec([None], tf.int32)
+            elif isinstance(f, SequenceFeature):
+                feeds[f.name] = tf.TensorSpec([None, self.spec.time.window], tf.float32)
+            else:
+                feeds[f.name] = tf.TensorSpec([None], tf.float64)
+        fn, task = self.fn, self.task
+
+        @tf.function(input_signature=[feeds])
+        def run(feed: dict[str, Any]) -> dict[str, Any]:
+            inputs, nulls = {}, {}
+            for f in features:
+                if isinstance(f, CategoricalFeature):
+                    inputs[f.name] = tf.gather(feed[f"{f.name}{_VALUES}"], feed[f"{f.name}{_CODES}"])
+                elif isinstance(f, SequenceFeature):
+                    inputs[f.name] = feed[f.name]
+                else:
+                    x = feed[f.name]
+                    missing = tf.math.is_nan(x)
+                    nulls[f.name] = tf.reduce_sum(tf.cast(missing, tf.int64))
+                    inputs[f.name] = tf.cast(tf.where(missing, tf.constant(float(f.default), tf.float64), x), tf.float32)
+            out = dict(fn(**inputs))
+            if task not in (contract.AUTOENCODER, "regression"):
+                out[contract.LABEL], out[_CODES] = tf.unique(out[contract.LABEL], out_idx=tf.int32)
+            return {"out": out, "nulls": nulls}
+
+        return run
+
+    def columns(self, batch: Any) -> dict[str, pa.Array]:
+        """Name the batch's columns: a struct arrives as one StructArray, positional args as a tuple."""
+        if isinstance(batch, pa.ChunkedArray):
+            batch = batch.combine_chunks()
+        if isinstance(batch, pa.StructArray):
+            names = [field.name for field in batch.type]
+            missing = [n for n in self.inputs if n not in names]
             if missing:
                 raise ValueError(f"the struct passed to the prediction UDF lacks feature(s) {missing}; "
                                  f"it needs: {', '.join(self.inputs)}")
-            return {n: batch[n] for n in self.inputs}
-        if len(batch) != len(self.inputs):
+            fields = dict(zip(names, batch.flatten()))  # flatten: a null struct makes its fields null
+            return {n: fields[n] for n in self.inputs}
+        args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+        if len(args) != len(self.inputs):
             raise ValueError(f"the prediction UDF takes {len(self.inputs)} arguments in this order: "
-                             f"{', '.join(self.inputs)} (or one struct of them); got {len(batch)}")
-        return dict(zip(self.inputs, batch))
+                             f"{', '.join(self.inputs)} (or one struct of them); got {len(args)}")
+        return dict(zip(self.inputs, args))
 
-    def prepare(self, cols: dict[str, pd.Series], counts: dict[str, int]) -> dict[str, Any]:
-        """Columns -> tensors, nulls filled and counted. Vectorised throughout: this runs on
-        every batch, and in the Python worker it competes with the model for the CPU."""
-        tensors = {}
-        for name, series in cols.items():
+    def feeds(self, cols: dict[str, pa.Array], counts: dict[str, int]) -> dict[str, np.ndarray]:
+        """Columns -> the graph's inputs, straight from Arrow buffers. A categorical column goes
+        as its distinct values and a code per row: its nulls, truncation and vocabulary checks
+        then touch only the distinct values."""
+        feed: dict[str, np.ndarray] = {}
+        for name, column in cols.items():
             f = self.spec.get(name)
             if isinstance(f, SequenceFeature):
-                tensors[name] = self._tf.constant(_windows(name, series, self.spec.time.window))
-                continue
-            if isinstance(f, CategoricalFeature):
-                values, nulls = _strings(series, f.default)
+                feed[name] = _windows(name, column, self.spec.time.window)
+            elif isinstance(f, CategoricalFeature):
+                _count(counts, f"null:{name}", column.null_count)
+                values, codes = _distinct_strings(name, column, f.default)
                 if f.max_length is not None:
-                    long = np.array([len(v) > f.max_length for v in values], dtype=bool)
-                    _count(counts, f"truncated:{name}", int(long.sum()))
-                    values = np.where(long, [v[: f.max_length] for v in values], values)
-                _count(counts, f"unseen:{name}", int((self.vocab[name].get_indexer(values) < 0).sum()))
-                tensors[name] = self._tf.constant(values, dtype=self._tf.string)
+                    long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
+                    _count(counts, f"truncated:{name}", int(long[codes].sum()))
+                    values = pc.utf8_slice_codeunits(values, 0, f.max_length)
+                unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
+                _count(counts, f"unseen:{name}", int(unseen[codes].sum()))
+                feed[f"{name}{_VALUES}"] = np.asarray(values.to_pylist(), dtype=object)
+                feed[f"{name}{_CODES}"] = codes
             else:
-                numbers = _numeric(name, series)
-                nulls = np.isnan(numbers)
-                if nulls.any():
-                    numbers = np.where(nulls, float(f.default), numbers)
-                tensors[name] = self._tf.constant(numbers.astype(np.float32))
-            _count(counts, f"null:{name}", int(nulls.sum()))
-        return tensors
+                feed[name] = _numeric(name, column)
+        return feed
 
-    def __call__(self, batch: Any, counts: dict[str, int]) -> pd.DataFrame | pd.Series:
+    def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
-        out = self.fn(**self.prepare(cols, counts))
+        result = self._graph(self.feeds(cols, counts))
+        for name, n in result["nulls"].items():
+            _count(counts, f"null:{name}", int(n))
         _count(counts, "rows", len(next(iter(cols.values()))))
+        out = result["out"]
         if self.task == contract.AUTOENCODER:
-            return pd.DataFrame({
-                contract.LATENT: list(out[contract.LATENT].numpy()),
-                contract.RECONSTRUCTION_ERROR: out[contract.RECONSTRUCTION_ERROR].numpy().astype("float64"),
-                contract.IS_ANOMALY: out[contract.IS_ANOMALY].numpy(),
-            })
+            return pa.StructArray.from_arrays([
+                _vectors(out[contract.LATENT].numpy()),
+                pa.array(out[contract.RECONSTRUCTION_ERROR].numpy().astype(np.float64)),
+                pa.array(out[contract.IS_ANOMALY].numpy()),
+            ], names=list(contract.UDF_FIELDS[self.task]))
         if not contract.udf_returns_struct(self.task):
-            return pd.Series(out[contract.VALUE].numpy().astype("float64"))
-        return pd.DataFrame({
-            contract.PROBABILITY: out[contract.PROBABILITY].numpy().astype("float64"),
-            contract.LABEL: _decode(out[contract.LABEL].numpy()),
-        })
+            return pa.array(out[contract.VALUE].numpy().astype(np.float64))
+        labels = pa.array([b.decode() for b in out[contract.LABEL].numpy()], pa.string())
+        return pa.StructArray.from_arrays([
+            pa.array(out[contract.PROBABILITY].numpy().astype(np.float64)),
+            labels.take(pa.array(out[_CODES].numpy())),
+        ], names=list(contract.UDF_FIELDS[self.task]))
 
 
-def _strings(series: pd.Series, default: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values as an object array of str with nulls replaced by `default`, null mask). Arrow
-    hands string columns over as str objects already: only other types pay for a conversion."""
-    values = series.to_numpy(dtype=object)
-    nulls = pd.isna(values)
-    if nulls.any():
-        values = np.where(nulls, default, values)
-    if pd.api.types.infer_dtype(values, skipna=False) != "string":
-        values = values.astype(str).astype(object)
-    return values, nulls
+# Suffixes of a categorical column's two graph inputs: its distinct values and a code per row.
+_VALUES, _CODES = "/values", "/codes"
 
 
-def _decode(labels: np.ndarray) -> np.ndarray:
-    """Label bytes -> str, decoding each distinct label once."""
-    codes, uniques = pd.factorize(labels)
-    return np.asarray([u.decode() for u in uniques], dtype=object)[codes]
+def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Array, np.ndarray]:
+    """(the column's distinct values as strings, each row's index into them), nulls replaced
+    by `default`. Categories repeat, so everything after this works on a few distinct values."""
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column = column.cast(kind.value_type)
+    elif not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        if pa.types.is_integer(kind):
+            column = column.cast(pa.string())
+        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            raise TypeError(f"column {name!r} (categorical feature) got binary values; pass a string")
+        else:  # as Python spells them (3.0 -> "3.0"), the way a category from any other type reads
+            column = pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())
+    if column.null_count:
+        column = pc.fill_null(column, default)
+    encoded = column.dictionary_encode()
+    values = encoded.dictionary
+    if not pa.types.is_string(values.type):
+        values = values.cast(pa.string())
+    return values, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
 
 
-def _windows(name: str, series: pd.Series, steps: int) -> np.ndarray:
-    """A column of arrays (one window of one sensor per row) as a [rows, steps] float32 matrix.
+def _numeric(name: str, column: pa.Array) -> np.ndarray:
+    """float64 numbers, NaN where the column is null or NaN."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
+        example = next(v for v in column.to_pylist() if v is not None)
+        raise TypeError(f"column {name!r} (numeric feature) got text values such as {example!r}; pass a number")
+    try:
+        numbers = column.cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise TypeError(f"column {name!r} (numeric feature) has type {kind}; pass a number") from None
+    return numbers.to_numpy(zero_copy_only=False)
+
+
+def _windows(name: str, column: pa.Array, steps: int) -> np.ndarray:
+    """A column of lists (one window of one sensor per row) as a [rows, steps] float32 matrix.
     Windows come filled from the `windows` view; a null, a short window or a NaN is an error."""
-    values = series.to_numpy(dtype=object)
-    if not len(values):
-        return np.zeros((0, steps), np.float32)
-    try:  # one copy for the whole batch; rows are looked at one by one only to name a bad one
-        matrix = np.stack(values).astype(np.float32)
-    except (ValueError, TypeError):
-        matrix = None
-    if matrix is None or matrix.shape[1:] != (steps,):
-        i, v = next((i, v) for i, v in enumerate(values) if v is None or len(v) != steps)
-        got = "a null" if v is None else f"{len(v)} values"
+    rows = len(column)
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)):
+        raise TypeError(f"column {name!r} (sequence feature) has type {column.type}; pass an array of numbers")
+    lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(lengths != steps)
+    if len(bad):
+        i = int(bad[0])
+        got = "a null" if lengths[i] < 0 else f"{lengths[i]} values"
         raise ValueError(f"column {name!r} (sequence feature): the model takes windows of {steps} values, "
                          f"row {i} of a batch has {got}")
-    if np.isnan(matrix).any():
+    values = column.flatten().cast(pa.float32()).to_numpy(zero_copy_only=False)  # nulls become NaN
+    if np.isnan(values).any():
         raise ValueError(f"column {name!r} (sequence feature): a window holds null values; fill them first "
                          "(the `windows` view of tfos sql has them filled as in training)")
-    return matrix
+    return values.reshape(rows, steps)
 
 
-def _numeric(name: str, series: pd.Series) -> np.ndarray:
-    if series.dtype.kind in "biuf":  # bool, int, float: nothing to check
-        return series.to_numpy(dtype="float64", na_value=np.nan)
-    if series.dtype == object and series.map(lambda v: isinstance(v, (str, bytes))).any():
-        example = series[series.map(lambda v: isinstance(v, (str, bytes)))].iloc[0]
-        raise TypeError(f"column {name!r} (numeric feature) got text values such as {example!r}; pass a number")
-    return pd.to_numeric(series, errors="raise").to_numpy(dtype="float64", na_value=np.nan)
+def _vectors(matrix: np.ndarray) -> pa.Array:
+    """A [rows, d] float32 matrix as a list<float> array, sharing its buffer."""
+    rows, width = matrix.shape
+    offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(matrix).ravel()))
 
 
 def _count(counts: dict[str, int], key: str, n: int) -> None:
@@ -163,15 +229,9 @@ def _count(counts: dict[str, int], key: str, n: int) -> None:
         counts[key] = counts.get(key, 0) + n
 
 
-def _vocab_index(path: str) -> pd.Index:
-    """A hashed index of the vocabulary: a batch is checked against it with one lookup per
-    value (np.isin sorted both sides on every batch)."""
-    return pd.Index(list(dict.fromkeys(_read_lines(path))), dtype=object)
-
-
 def _read_lines(path: str) -> list[str]:
     with open(path, encoding="utf-8") as fh:
-        return fh.read().splitlines()
+        return list(dict.fromkeys(fh.read().splitlines()))
 
 
 def scorer(export_dir: str, version: str) -> Scorer:
@@ -189,10 +249,10 @@ def scorer(export_dir: str, version: str) -> Scorer:
     return model
 
 
-def make_udf_function(export_dir: str, version: str, counter) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The pandas iterator function behind the UDF; captures plain values and an accumulator."""
+def make_udf_function(export_dir: str, version: str, counter) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
+    """The Arrow iterator function behind the UDF; captures plain values and an accumulator."""
 
-    def predict(batches: Iterator[Any]) -> Iterator[Any]:
+    def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
         model = scorer(export_dir, version)
         for batch in batches:
             counts: dict[str, int] = {}

@@ -18,7 +18,7 @@ from typing import Any
 from pyspark import AccumulatorParam
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.functions import PandasUDFType, pandas_udf
+from pyspark.sql.functions import ArrowUDFType, arrow_udf
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
@@ -114,8 +114,8 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     counter = spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
-        udf = pandas_udf(make_udf_function(export_dir, version, counter), contract.udf_return_type(contract.task_of(spec)),
-                         PandasUDFType.SCALAR_ITER)
+        udf = arrow_udf(make_udf_function(export_dir, version, counter), contract.udf_return_type(contract.task_of(spec)),
+                        ArrowUDFType.SCALAR_ITER)
     spark.udf.register(name, udf)
     return PredictionUdf(name, export_dir, spec, udf, counter)
 
