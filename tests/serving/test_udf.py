@@ -137,6 +137,26 @@ def test_predict_job_keeps_every_row(spark, setup):
         predict_job.run(spark, cfg, log=lambda _: None)
 
 
+def test_predict_computes_its_input_once(spark, setup, tmp_path):
+    """Rows are counted by the write itself: a filter that counts every row it sees runs
+    over the input exactly once (a separate count would run it, and the joins, twice)."""
+    cfg, model, features = setup
+    seen = spark.sparkContext.accumulator(0)
+
+    @F.udf("boolean")
+    def counted(_):
+        seen.add(1)
+        return True
+
+    features.where(counted("person_id")).createOrReplaceTempView("scoring_once")
+    cfg2 = config.load(CENSUS, census_overrides(tmp_path, tmp_path / "o") + [
+        "sources.scoring.format=table", "sources.scoring.table=scoring_once", "predict.input=scoring",
+        f"predict.model={model}", f"predict.output={tmp_path / 'pred'}"])
+    summary = predict_job.run(spark, cfg2, log=lambda _: None)
+    assert summary["rows"] == PEOPLE
+    assert seen.value == PEOPLE
+
+
 def test_predict_refuses_an_input_without_a_feature(spark, setup, tmp_path):
     cfg, model, features = setup
     features.drop("hours_per_week").write.parquet(str(tmp_path / "partial"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from tfos_jobs.driver.prediction_output import CatalogTable, Files
+from tfos_jobs.driver.prediction_output import CatalogTable, Files, Tally
 from tfos_jobs.errors import OutputExistsError, TfosError
 
 SCHEMA = "person_id BIGINT, region STRING, predicted_probability DOUBLE"
@@ -17,7 +17,7 @@ def rows(spark, ids, region):
 
 
 def write(out, df, mode):
-    return out.write(df, mode, df.count(), written=df.select(*out.partition_by).distinct())
+    return out.write(Tally(df, out.partition_by), mode)
 
 
 @pytest.fixture(params=["files", "table"])

@@ -67,15 +67,14 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     if missing:
         raise ConfigError(f"predict.partition_by: {', '.join(map(repr, missing))} not among the input's columns "
                           f"({', '.join(table.columns)})")
-    scored = with_predictions(table, udf)
-    rows_in = table.count()
+    scored = output.Tally(with_predictions(table, udf), pr.partition_by)
     if pr.output_source:
         out = output.Database(spark, pr.output_source, config.sources[pr.output_source])
     elif pr.output_table:
         out = output.CatalogTable(spark, pr.output_table, pr.partition_by)
     else:
         out = output.Files(spark, pr.output, pr.partition_by)
-    rows_out = out.write(scored, mode, rows_in, written=table.select(*pr.partition_by).distinct())
+    rows_out = out.write(scored, mode)
     summary = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
                "seconds": round(time.time() - started, 1)}
     log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")

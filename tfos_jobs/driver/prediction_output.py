@@ -1,7 +1,8 @@
 """Where `tfos predict` writes: Parquet files, a catalog (Hive) table or a database table.
 
-Every target supports the same modes (predict.mode) and checks afterwards that it holds what
-this run wrote, counted where it landed:
+Every target supports the same modes (predict.mode). The rows going in are counted by the
+write's own job (a `Tally`, so the input is computed once); afterwards the target is checked to
+hold what this run wrote, counted where it landed:
   create                fail if the target exists
   overwrite             replace the target
   overwrite_partitions  replace only the partitions this run writes (files, catalog tables)
@@ -15,7 +16,7 @@ from typing import Iterator
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 from pyspark.errors.exceptions.captured import CapturedException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import SourceConfig
@@ -24,6 +25,28 @@ from tfos_jobs.data.fs import HadoopFS
 from tfos_jobs.errors import OutputExistsError, TfosError
 
 WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
+
+
+class Tally:
+    """A DataFrame to write, observed while it is written: its rows and the partition values
+    it holds, counted in the write's own tasks (each task once, as for any action)."""
+
+    def __init__(self, df: DataFrame, partition_by: tuple[str, ...] = ()):
+        self._seen = Observation()
+        metrics = [F.count(F.lit(1)).alias("rows")]
+        if partition_by:
+            metrics.append(F.collect_set(F.struct(*partition_by)).alias("partitions"))
+        self.partition_by = partition_by
+        self.df = df.observe(self._seen, *metrics)
+
+    @property
+    def rows(self) -> int:
+        """Rows written; read it only after the write succeeded (it waits for the write)."""
+        return int(self._seen.get["rows"])
+
+    def partitions(self, spark: SparkSession) -> DataFrame:
+        """The partition values written, as a DataFrame of the partition columns."""
+        return spark.createDataFrame(self._seen.get["partitions"], self.df.select(*self.partition_by).schema)
 
 
 class Files:
@@ -38,24 +61,25 @@ class Files:
         table = self.spark.read.parquet(self.target)
         return _in_partitions(table, written, self.partition_by).count()
 
-    def write(self, df: DataFrame, mode: str, rows_in: int, written: DataFrame) -> int:
+    def write(self, out: Tally, mode: str) -> int:
         exists = self.fs.exists(self.target)
         if exists and mode == "create":
             raise OutputExistsError(f"output directory {self.target!r} exists; pass --overwrite to replace it "
                                     "or set predict.mode (overwrite, overwrite_partitions, append)")
         before = self._count() if mode == "append" else 0
-        writer = df.write.partitionBy(*self.partition_by) if self.partition_by else df.write
+        writer = out.df.write.partitionBy(*self.partition_by) if self.partition_by else out.df.write
         with _partition_overwrite(self.spark, mode):
             writer.mode("append" if mode == "append" else "overwrite").parquet(self.target)
-        rows = self._count(written if mode == "overwrite_partitions" else None) - before
-        return _checked(self.target, rows, rows_in)
+        rows = self._count(out.partitions(self.spark) if mode == "overwrite_partitions" else None) - before
+        return _checked(self.target, rows, out.rows)
 
 
 class CatalogTable:
     def __init__(self, spark: SparkSession, name: str, partition_by: tuple[str, ...]):
         self.spark, self.target, self.partition_by = spark, name, partition_by
 
-    def write(self, df: DataFrame, mode: str, rows_in: int, written: DataFrame) -> int:
+    def write(self, out: Tally, mode: str) -> int:
+        df = out.df
         exists = self.spark.catalog.tableExists(self.target)
         if exists and mode == "create":
             raise OutputExistsError(f"table {self.target!r} exists; pass --overwrite to replace it "
@@ -73,8 +97,9 @@ class CatalogTable:
         except WRITE_ERRORS as e:
             raise TfosError(f"cannot write table {self.target!r}: {jdbc.driver_error(e)}") from None
         table = self.spark.table(self.target)
-        rows = _in_partitions(table, written if mode == "overwrite_partitions" else None, self.partition_by).count()
-        return _checked(self.target, rows - before, rows_in)
+        written = out.partitions(self.spark) if mode == "overwrite_partitions" else None
+        rows = _in_partitions(table, written, self.partition_by).count()
+        return _checked(self.target, rows - before, out.rows)
 
     def _check_layout(self, df: DataFrame) -> None:
         """Appending by position into a table of other columns would mix them up: refuse it."""
@@ -94,14 +119,14 @@ class Database:
         self.spark, self.name, self.src = spark, name, src
         self.target = src.location()
 
-    def write(self, df: DataFrame, mode: str, rows_in: int, written: DataFrame) -> int:
+    def write(self, out: Tally, mode: str) -> int:
         jdbc.check_reachable(self.name, self.src)
         opts = jdbc.options(self.name, self.src)
         before = self._count() if mode == "append" else 0
         spark_mode = {"create": "errorifexists", "overwrite": "overwrite", "append": "append"}[mode]
         try:
             # truncate: an overwrite keeps the table's definition, grants and indexes
-            df.write.format("jdbc").options(**opts).option("truncate", "true").mode(spark_mode).save()
+            out.df.write.format("jdbc").options(**opts).option("truncate", "true").mode(spark_mode).save()
         except WRITE_ERRORS as e:
             message = jdbc.driver_error(e)
             if mode == "create" and "already exists" in message:
@@ -109,7 +134,7 @@ class Database:
                                         "or set predict.mode = \"append\"") from None
             raise TfosError(jdbc.redact(f"cannot write predictions to {self.target}: {message}",
                                         opts.get("password"))) from None
-        return _checked(self.target, self._count() - before, rows_in)
+        return _checked(self.target, self._count() - before, out.rows)
 
     def _count(self) -> int:
         try:

@@ -91,14 +91,14 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
 def load(spark: SparkSession, config: Config, raw: str) -> list[str]:
     """Each warehouse source gets the embedded table of its name: a jdbc source its database
     table (replaced), a table source a Hive table (replaced; the activity table partitioned)."""
-    from tfos_jobs.driver.prediction_output import Database
+    from tfos_jobs.driver.prediction_output import Database, Tally
 
     done = []
     activity = config.prepare.activity
     for name, src in config.sources.items():
         table = spark.read.parquet(f"{raw}/{name}")
         if src.format == "jdbc":
-            Database(spark, name, src).write(table, "overwrite", table.count(), written=table)
+            Database(spark, name, src).write(Tally(table), "overwrite")
             done.append(f"== loaded {name} into PostgreSQL table {src.options['dbtable']}")
         elif src.format == "table":
             _create_database(spark, src.table)
