@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import CENSUS, ROOT
 
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P10")
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10")
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 pytestmark = pytest.mark.slow  # two minutes: every stage of the bench, at tiny sizes
 
@@ -37,7 +37,7 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
         assert re.search(NUMBER, cells[4]), line  # ratio or absolute value
         assert cells[6] in ("yes", "**no**"), line
     for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse",
-                    "in memory", "## Scaling"):
+                    "in memory", "## Scaling", "**tfos predict**"):
         assert section in text
     # the scaling table: one process, one and two workers, a parameter server; each with its step's parts
     for row in ("local strategy, one process", "multi_worker_mirrored, 1 worker", "multi_worker_mirrored, 2 workers",

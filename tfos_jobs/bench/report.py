@@ -171,10 +171,15 @@ def _details(run: Run) -> list[str]:
     if "P4" in d and "udf floor" in run.details:
         floor, p4 = run.details["udf floor"], d["P4"]
         lines.append(
-            f"- **P4** floor: a pandas UDF with the same input and output but no model runs at "
+            f"- **P4** floor: an Arrow UDF with the same input and output but no model runs at "
             f"{_figure(floor)}, {fmt(ratio(floor.median, p4.baseline.median))}× the in-process rate; with a model "
             "costing nothing the UDF could not beat that ratio. The real UDF reaches "
             f"{fmt(ratio(p4.measured.median, floor.median))}× the floor.")
+    if "predict rows" in run.details:
+        scored, plain = run.details["predict rows"], run.details["write rows"]
+        lines.append(f"- **tfos predict** (joins, scoring, Parquet write, output check) runs at {_figure(scored)}; "
+                     f"writing the same joined rows without a model runs at {_figure(plain)}: "
+                     f"{fmt(ratio(scored.median, plain.median))}× ({run.sizes.get('predict rows', '')}).")
     lines.append("")
     lines += _p4_cpu(run)
     lines += _batch_sizes(run)
@@ -198,7 +203,7 @@ def _batch_sizes(run: Run) -> list[str]:
 
 def _p4_cpu(run: Run) -> list[str]:
     """Where P4's time goes: CPU seconds per 100k rows, by process group."""
-    variants = ("in-process", "UDF", "no-op UDF")
+    variants = ("in-process", "UDF", "no-op UDF", "predict_batch_udf")
     groups = ("jvm", "python workers", "driver")
     if not all(f"P4 {v} cpu {g}" in run.details for v in variants for g in groups):
         return []

@@ -1,10 +1,13 @@
-"""P4's two sides and its floor.
+"""P4's and P9's sides, and the floor.
 
 * in-process: the SavedModel's concrete `serving_default` called in this one process on the
   same rows, batch after batch of the same size the UDF gets, tensors built from ready numpy
   columns (nulls filled beforehand, untimed): the best a Python process can do.
 * the UDF: the registered SQL function over the same rows, cached in Spark.
-* the floor: a pandas UDF with the same input and output types that returns constants. It
+* Spark's own: `pyspark.ml.functions.predict_batch_udf` with the `make_predict_fn` Spark's
+  documentation shows (load the model once, call its serving signature on each batch of numpy
+  columns), filling nulls as the spec says so that it scores the same rows to the same values.
+* the floor: an Arrow UDF with the same input and output types that returns constants. It
   pays everything Spark and Arrow cost and nothing of the model, so it bounds the UDF.
 """
 from __future__ import annotations
@@ -12,8 +15,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterator
 
+import inspect
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec
@@ -44,21 +50,57 @@ def in_process_rows_per_sec(fn: Any, inputs: dict[str, np.ndarray], batch_size: 
     return rows / (time.perf_counter() - started)
 
 
-def make_noop(task: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The floor's function: same output shape as the prediction UDF, no model."""
+def make_noop(task: str) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
+    """The floor's function: same output type as the prediction UDF, no model."""
 
-    def noop(batches: Iterator[Any]) -> Iterator[Any]:
+    def noop(batches: Iterator[Any]) -> Iterator[pa.Array]:
         for batch in batches:
-            n = len(batch) if isinstance(batch, pd.DataFrame) else len(batch[0])
+            n = len(batch) if isinstance(batch, pa.Array) else len(batch[0])
             if not contract.udf_returns_struct(task):
-                yield pd.Series(np.zeros(n))
+                yield pa.array(np.zeros(n))
             else:
-                yield pd.DataFrame({contract.PROBABILITY: np.zeros(n), contract.LABEL: np.full(n, "", dtype=object)})
+                yield pa.StructArray.from_arrays([pa.array(np.zeros(n)), pa.array([""] * n, pa.string())],
+                                                 names=list(contract.UDF_FIELDS[task]))
 
     return noop
 
 
-def score_sql(function: str, task: str, table: str) -> str:
+def spark_predict_batch_udf(export_dir: str, spec: FeatureSpec, batch_size: int) -> Any:
+    """`predict_batch_udf` over the model's inputs (as columns, in spec order) for a binary or
+    multiclass census model, returning the same struct as the package's UDF."""
+    from pyspark.ml.functions import predict_batch_udf
+
+    names = spec.model_inputs
+    defaults = {n: spec.get(n).default for n in names}
+    categorical = {f.name for f in spec.categorical}
+    task = contract.task_of(spec)
+
+    def make_predict_fn() -> Callable[..., dict[str, np.ndarray]]:
+        import tensorflow as tf
+
+        fn = tf.saved_model.load(export_dir).signatures[contract.SERVING_SIGNATURE]
+
+        def predict(*columns: np.ndarray) -> dict[str, np.ndarray]:
+            inputs = {}
+            for name, column in zip(names, columns):
+                if name in categorical:
+                    inputs[name] = tf.constant(np.where(pd.isna(column), defaults[name], column).astype(str))
+                else:
+                    inputs[name] = tf.constant(np.nan_to_num(column.astype(np.float64), nan=float(defaults[name])),
+                                               dtype=tf.float32)
+            out = fn(**inputs)
+            return {contract.PROBABILITY: out[contract.PROBABILITY].numpy().astype(np.float64),
+                    contract.LABEL: np.char.decode(out[contract.LABEL].numpy().astype(bytes), "utf-8")}
+
+        # one parameter per input column, as a hand-written `def predict(age, workclass, ...)` has
+        predict.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+        return predict
+
+    return predict_batch_udf(make_predict_fn, return_type=contract.udf_return_type(task), batch_size=batch_size)
+
+
+def score_sql(function: str, task: str, table: str, args: str = "struct(*)") -> str:
     """One query that makes Spark score every row: the sum of the predictions."""
-    value = f"{function}(struct(*))" + (f".{contract.PROBABILITY}" if contract.udf_returns_struct(task) else "")
+    value = f"{function}({args})" + (f".{contract.PROBABILITY}" if contract.udf_returns_struct(task) else "")
     return f"SELECT count(*) AS n, sum({value}) AS total FROM {table}"

@@ -150,7 +150,8 @@ class Bench:
             self.session(self.tfos_master)
             self.stage("P3 P6 P7 P8 training and scaling", self.training)
             self.session(self.spark_master)
-            self.stage("P4 P5 serving", self.serving)
+            self.stage("P4 P5 P9 serving", self.serving)
+            self.stage("tfos predict vs a Parquet write", self.predict_vs_write)
         finally:
             self.stop()
         self.run.results.sort(key=lambda r: r.id)
@@ -366,7 +367,7 @@ class Bench:
 
     def serving(self) -> None:
         import udfs
-        from pyspark.sql.functions import PandasUDFType, pandas_udf
+        from pyspark.sql.functions import ArrowUDFType, arrow_udf
 
         from tfos_jobs.driver import prepare, sql
         from tfos_jobs.model.export import load_signature
@@ -382,8 +383,9 @@ class Bench:
         inputs.createOrReplaceTempView("bench_inputs")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            spark.udf.register("bench_noop", pandas_udf(serving.make_noop(task), udf_return_type(task),
-                                                          PandasUDFType.SCALAR_ITER))
+            spark.udf.register("bench_noop", arrow_udf(serving.make_noop(task), udf_return_type(task),
+                                                         ArrowUDFType.SCALAR_ITER))
+        spark.udf.register("bench_spark_udf", serving.spark_predict_batch_udf(udf.export_dir, spec, pr.batch_size))
         arrays = serving.numpy_inputs(inputs.toPandas(), spec)
         signature = load_signature(udf.export_dir)
         self.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "
@@ -399,9 +401,9 @@ class Bench:
                 sample.update({f"cpu {k}": 1e5 * v / rows for k, v in used.items()})
             return sample
 
-        def query(function: str) -> Callable[[], Sample]:
+        def query(function: str, args: str = "struct(*)") -> Callable[[], Sample]:
             def once() -> None:
-                n = spark.sql(serving.score_sql(function, task, "bench_inputs")).first()["n"]
+                n = spark.sql(serving.score_sql(function, task, "bench_inputs", args)).first()["n"]
                 if n != rows:
                     raise RuntimeError(f"{function} scored {n} of {rows} rows")
             return lambda: measured(once)
@@ -410,6 +412,7 @@ class Bench:
             "in-process": lambda: measured(lambda: serving.in_process_rows_per_sec(signature, arrays, pr.batch_size)),
             "UDF": query(pr.name),
             "no-op UDF": query("bench_noop"),
+            "predict_batch_udf": query("bench_spark_udf", ", ".join(spec.model_inputs)),
         })
         for variant, figures in out.items():
             for key, values in figures.items():
@@ -419,7 +422,12 @@ class Bench:
             "P4", "SQL UDF rows/s on local[2] vs the concrete function called in one process (same rows, batch size)",
             Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
             Figure("concrete function, in-process", "rows/s", out["in-process"]["rows_per_sec"]), 0.5, ">="))
-        self.run.details["udf floor"] = Figure("no-op pandas UDF, same input and output", "rows/s",
+        self.run.results.append(Result(
+            "P9", "SQL UDF rows/s vs Spark's predict_batch_udf with the documented make_predict_fn (same SavedModel, "
+                  "rows, Arrow batch size)",
+            Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
+            Figure("predict_batch_udf", "rows/s", out["predict_batch_udf"]["rows_per_sec"]), 1.5, ">="))
+        self.run.details["udf floor"] = Figure("no-op Arrow UDF, same input and output", "rows/s",
                                                out["no-op UDF"]["rows_per_sec"])
 
         self.batch_sweep(measured, query(pr.name), signature, arrays)
@@ -439,6 +447,37 @@ class Bench:
             "P5b", "SQL inference time (views over the raw tables + the UDF on every row) at 16x rows vs 1x rows",
             Figure("SQL at 16x", "s", out["16x"]["seconds"]), Figure("SQL at 1x", "s", out["1x"]["seconds"]),
             16.0, "<="))
+
+    def predict_vs_write(self) -> None:
+        """`tfos predict` (joins, scoring, write, check) against writing the same joined rows to
+        Parquet without a model: what scoring adds to a job that has to run anyway."""
+        from tfos_jobs.driver import predict, prepare
+        from tfos_jobs.model.export import read_spec
+        from udfs.register import resolve_export_dir
+
+        spark, cfg = self.spark, self.big
+        spec = read_spec(resolve_export_dir(cfg.predict.model))
+        with_spec = dataclasses.replace(cfg, features=spec)
+        rows = prepare.assemble(spark, with_spec, for_prediction=True)[0].count()
+        self.run.sizes["predict rows"] = f"{rows:,} rows (16x people joined with regions and events), Parquet out"
+
+        def predicted() -> Sample:
+            started = time.perf_counter()
+            summary = predict.run(spark, cfg, overwrite=True, log=lambda _: None)
+            if summary["rows"] != rows:
+                raise RuntimeError(f"tfos predict wrote {summary['rows']} of {rows} rows")
+            return {"rows_per_sec": rows / (time.perf_counter() - started)}
+
+        def written() -> Sample:
+            started = time.perf_counter()
+            table, _ = prepare.assemble(spark, with_spec, for_prediction=True)
+            table.write.mode("overwrite").parquet(f"{self.work}/joined-16x")
+            return {"rows_per_sec": rows / (time.perf_counter() - started)}
+
+        out = self.repeat("predict vs write", {"tfos predict": predicted, "Parquet write": written})
+        self.run.details["predict rows"] = Figure("tfos predict", "rows/s", out["tfos predict"]["rows_per_sec"])
+        self.run.details["write rows"] = Figure("Parquet write of the same joined rows, no model", "rows/s",
+                                                out["Parquet write"]["rows_per_sec"])
 
     def batch_sweep(self, measured: Callable[[Callable[[], object]], Sample], udf_query: Callable[[], Sample],
                     signature: Any, arrays: dict[str, Any]) -> None:
