@@ -17,7 +17,6 @@ from typing import Any
 
 from pyspark import AccumulatorParam
 from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.functions import ArrowUDFType, arrow_udf
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError
@@ -46,8 +45,9 @@ class PredictionUdf:
     counter: Any
 
     def __call__(self, *cols: Column | str) -> Column:
-        """The UDF on DataFrame columns: the features in spec order, or none for all of them."""
-        return self.udf(F.struct(*(cols or self.spec.model_inputs)))
+        """The UDF on DataFrame columns: the features in spec order, or none for all of them.
+        Passed as arguments, not as one struct: Spark then builds no struct per row."""
+        return self.udf(*(cols or self.spec.model_inputs))
 
     def counts(self) -> dict[str, int]:
         """Totals so far over every query that used this UDF (updated when a query finishes)."""
