@@ -1,8 +1,9 @@
 """Where `tfos predict` writes: Parquet files, a catalog (Hive) table or a database table.
 
 Every target supports the same modes (predict.mode). The rows going in are counted by the
-write's own job (a `Tally`, so the input is computed once); afterwards the target is checked to
-hold what this run wrote, counted where it landed:
+write's own job (a `Tally`, so the input is computed once; a database write, which runs a plan
+of its own, counts them first); afterwards the target is checked to hold what this run wrote,
+counted where it landed:
   create                fail if the target exists
   overwrite             replace the target
   overwrite_partitions  replace only the partitions this run writes (files, catalog tables)
@@ -37,12 +38,21 @@ class Tally:
         if partition_by:
             metrics.append(F.collect_set(F.struct(*partition_by)).alias("partitions"))
         self.partition_by = partition_by
+        self.source = df
         self.df = df.observe(self._seen, *metrics)
+        self._counted: int | None = None
 
     @property
     def rows(self) -> int:
         """Rows written; read it only after the write succeeded (it waits for the write)."""
-        return int(self._seen.get["rows"])
+        return self._counted if self._counted is not None else int(self._seen.get["rows"])
+
+    def count_first(self) -> DataFrame:
+        """For writers that run their own plan, outside the observed one (JDBC: Spark's
+        observation then reports 0 rows): count the input in a job of its own, and return
+        the DataFrame to write."""
+        self._counted = self.source.count()
+        return self.source
 
     def partitions(self, spark: SparkSession) -> DataFrame:
         """The partition values written, as a DataFrame of the partition columns."""
@@ -123,10 +133,11 @@ class Database:
         jdbc.check_reachable(self.name, self.src)
         opts = jdbc.options(self.name, self.src)
         before = self._count() if mode == "append" else 0
+        df = out.count_first()
         spark_mode = {"create": "errorifexists", "overwrite": "overwrite", "append": "append"}[mode]
         try:
             # truncate: an overwrite keeps the table's definition, grants and indexes
-            out.df.write.format("jdbc").options(**opts).option("truncate", "true").mode(spark_mode).save()
+            df.write.format("jdbc").options(**opts).option("truncate", "true").mode(spark_mode).save()
         except WRITE_ERRORS as e:
             message = jdbc.driver_error(e)
             if mode == "create" and "already exists" in message:
