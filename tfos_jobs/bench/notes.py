@@ -5,7 +5,40 @@ other jobs: load averages of 3-8 while these were taken); update them when a cha
 figure."""
 
 TUNING = """
-**1. UDF input preparation (`udfs/predict.py`, adopted).** Each categorical column was copied
+**0. Arrow-native UDF, one TensorFlow call per batch (`udfs/predict.py`, adopted, with the move
+to Spark 4.3).** The UDF was a pandas UDF: Spark converted every Arrow batch to pandas and the
+results back, and the Scorer built each tensor with its own eager TensorFlow call. Now it is an
+`arrow_udf`: columns arrive as Arrow arrays; a categorical column goes to TensorFlow as its
+distinct values and one code per row (Arrow's `dictionary_encode`), so the null, truncation and
+vocabulary checks touch only the distinct values; and one `tf.function` per batch expands the
+categories, fills and counts the numeric nulls, runs `serving_default` and finds the distinct
+labels. Census model, one process, per 10,000 rows: an Arrow Scorer with one eager call per
+column took 25.7 ms, the single graph 16.9 ms, against 13.5 ms for the concrete function fed
+ready numpy columns (the P4 baseline). In `tfos bench` (local[2], 400,000 rows, 10,000 per batch):
+
+| | pandas UDF, pyspark 4.0.5 | Arrow UDF, pyspark 4.3.0 |
+|---|---|---|
+| SQL UDF rows/s | 176,910 | 225,786 |
+| P4 | 0.26 | 0.39 |
+| Python-worker CPU s per 100k rows (UDF / no-op floor) | 0.69 / 0.37 | 0.43 / 0.21 |
+| Spark JVM CPU s per 100k rows (UDF) | 0.43 | 0.43 |
+| no-op floor rows/s | 258,634 | 313,387 |
+
+**0b. Arguments instead of one struct (adopted for the DataFrame form and `tfos predict`).**
+Spark builds a struct per row for `predict(struct(*))`; passing the columns as arguments
+skips it. Same session, 400,000 rows, three runs each: no-op floor 298,000–338,000 (struct)
+vs 329,000–380,000 rows/s (arguments), Spark JVM 0.43–0.47 vs 0.37–0.41 CPU s per 100k rows;
+the UDF itself 226,000–244,000 vs 238,000–242,000 rows/s. SQL users keep both forms.
+
+**0c. Tried, not adopted.** One TensorFlow thread per UDF worker (`spark.task.cpus`): Python
+workers 0.38–0.41 vs 0.41–0.42 CPU s per 100k rows, rows/s within noise.
+`spark.sql.execution.arrow.maxBytesPerBatch = 2147483647`, which makes Spark skip its size
+check after every row it adds to an Arrow batch (a Java Flight Recorder profile of the UDF
+query put ~6% of the JVM's samples in `ArrowWriter.sizeInBytes`): no-op floor 278,000–322,000
+→ 344,000–375,000 rows/s, the UDF 218,000–247,000 → 229,000–257,000. Not a default, because it
+removes Spark's memory bound on batches of wide rows; the README names it for narrow rows.
+
+**1. UDF input preparation (`udfs/predict.py`, adopted; the pandas UDF before item 0).** Each categorical column was copied
 twice (`astype(object)`, `astype(str)`), checked against its vocabulary with `np.isin` (which
 sorts both sides on every batch) and converted to a fixed-width numpy string array for
 TensorFlow; labels were decoded row by row. Now nulls are replaced in one `np.where`, the `str`
@@ -25,14 +58,14 @@ no-op floor (1.3–1.6 CPU s) went from ~1.9 to ~1.0 CPU s. The wall-clock P4 ra
 within noise (0.19–0.23 before, 0.21–0.24 after): Spark's data path, not the model, dominates
 (see below).
 
-**2. Arrow batch size (measured in every run, table above; 10,000 kept).** Spark converts
+**2. Arrow batch size (measured in every run, table above; 10,000 kept; pandas UDF).** Spark converts
 each batch column by column, with a fixed cost per batch and column. Measured in one process
 per 100,000 rows: Spark's Arrow → pandas conversion of the input struct 141 / 49 / 31 ms and
 the `Scorer` 317 / 192 / 151 ms at 2,000 / 10,000 / 50,000 rows per batch. Larger batches
 help the in-process baseline as much, so the ratio hardly moves; `predict.batch_size = 10000`
 stays (a query with a LIMIT scores at most one extra batch per task).
 
-**3. Tried, not adopted (no measurable effect).** One TensorFlow intra- and inter-op thread
+**3. Tried, not adopted (no measurable effect; pandas UDF).** One TensorFlow intra- and inter-op thread
 per UDF worker, so that two workers do not oversubscribe two cores: Python-worker CPU
 2.29–2.61 vs 2.29–2.62 CPU s per 400,000 rows, wall time within noise.
 `spark.sql.execution.pandas.udf.buffer.size` 64 KiB → 4 MiB and an uncompressed in-memory
@@ -162,21 +195,22 @@ rate; past ~2,048 examples per update, scale Adam's rate with about √k.
 """
 
 BOUNDS = """
-**P4 (SQL UDF vs in-process model).** The bound is Spark's pandas-UDF data path, not the
-model: a pandas UDF with the same struct input and output that returns constants (the
-"floor", measured in every run) reaches only a quarter to about a third of the in-process rate,
-so even a model that cost nothing could not reach 0.5. The CPU table above says where the time goes:
-for every 100,000 rows of 21 columns Spark spends 0.35–0.5 CPU s in the JVM (cached
-columns → rows → Arrow, and the results back) and 0.35–0.45 CPU s in the Python workers (Arrow →
-pandas → Arrow) before any model runs, while the whole in-process model call takes
-0.15–0.2 CPU s. The cost grows with the number of columns, not with their type: no-op UDFs over the
-11 numeric inputs alone ran at 270,000–340,000 rows/s, over the 10 categorical inputs alone
-240,000–320,000, over all 21 at ~160,000 (same run). Neither the Arrow batch size, nor the
-socket buffer, nor the cache format moves the floor. Getting to 0.5 would need that path to
-cost several times less. An Arrow-native UDF (`arrow_udf`, new in Spark 4.1; not in pyspark
-4.0.5, this stack) would drop the pandas conversions, most of the Python workers' share, but
-not the JVM's rows → Arrow → rows (~0.4 CPU s per 100,000 rows), so by these figures even it
-would likely stay below 0.5 on two cores. The UDF itself reaches 65–90% of its floor.
+**P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** Both are bounded by
+what every Python UDF pays on two cores, not by this UDF's own work. Per 100,000 rows of 21
+columns (CPU table above): the Spark JVM spends ~0.4 CPU s (cached columns → rows → Arrow, and
+the results back), the Python workers' Arrow loop ~0.2 (the no-op floor) and the model itself
+~0.2 (the in-process call): ~0.8 CPU s, ~0.4 s of wall time on two cores, before any
+preparation. The UDF's own work on top (the Arrow checks, the graph's expansion of the
+categories) is now ~0.03. P4 = 0.5 would need about 0.6 CPU s in all: the JVM and the floor
+alone take that, and the floor itself reaches only about half the in-process rate. Arrow batch
+size, socket buffers and the cache format did not move the JVM's share (items 2 and 3).
+
+`predict_batch_udf` pays the same JVM share (slightly less, 0.3–0.35: its columns come as
+arguments, not as a struct) and a Python share of ~0.7 CPU s: Spark converts each batch to
+pandas and back, and every column becomes a numpy array and then a tensor. The package's UDF
+saves ~0.25 CPU s of that per 100,000 rows, and more where a model is cheap or the columns many
+(the ratio is the shared part plus each side's own); with ~0.8 CPU s shared and not
+reducible from Python, P9 settles at 1.15–1.25 here, short of 1.5.
 
 **P3 (TFoS 1 worker vs local).** Was bounded by MultiWorkerMirroredStrategy on a single
 worker (the all-reduce of every gradient each step: 0.70–0.81), not by TensorFlowOnSpark; with
