@@ -18,11 +18,11 @@ ready numpy columns (the P4 baseline). In `tfos bench` (local[2], 400,000 rows, 
 
 | | pandas UDF, pyspark 4.0.5 | Arrow UDF, pyspark 4.3.0 |
 |---|---|---|
-| SQL UDF rows/s | 176,910 | 225,786 |
-| P4 | 0.26 | 0.39 |
-| Python-worker CPU s per 100k rows (UDF / no-op floor) | 0.69 / 0.37 | 0.43 / 0.21 |
-| Spark JVM CPU s per 100k rows (UDF) | 0.43 | 0.43 |
-| no-op floor rows/s | 258,634 | 313,387 |
+| SQL UDF rows/s | 176,910 | 259,261 |
+| P4 | 0.26 | 0.36 (0.39 in the run before) |
+| Python-worker CPU s per 100k rows (UDF / no-op floor) | 0.69 / 0.37 | 0.40 / 0.20 |
+| Spark JVM CPU s per 100k rows (UDF) | 0.43 | 0.35 |
+| no-op floor rows/s | 258,634 | 347,140 |
 
 **0b. Arguments instead of one struct (adopted for the DataFrame form and `tfos predict`).**
 Spark builds a struct per row for `predict(struct(*))`; passing the columns as arguments
@@ -210,7 +210,8 @@ arguments, not as a struct) and a Python share of ~0.7 CPU s: Spark converts eac
 pandas and back, and every column becomes a numpy array and then a tensor. The package's UDF
 saves ~0.25 CPU s of that per 100,000 rows, and more where a model is cheap or the columns many
 (the ratio is the shared part plus each side's own); with ~0.8 CPU s shared and not
-reducible from Python, P9 settles at 1.15–1.25 here, short of 1.5.
+reducible from Python, P9 settles at 1.15–1.25 here (1.17 and 1.21 in two full runs), short
+of 1.5.
 
 **P3 (TFoS 1 worker vs local).** Was bounded by MultiWorkerMirroredStrategy on a single
 worker (the all-reduce of every gradient each step: 0.70–0.81), not by TensorFlowOnSpark; with
