@@ -71,7 +71,7 @@ class Scorer:
                 feeds[f.name] = tf.TensorSpec([None, self.spec.time.window], tf.float32)
             else:
                 feeds[f.name] = tf.TensorSpec([None], tf.float64)
-        fn, task = self.fn, self.task
+        fn = self.fn
 
         @tf.function(input_signature=[feeds])
         def run(feed: dict[str, Any]) -> dict[str, Any]:
@@ -87,8 +87,8 @@ class Scorer:
                     nulls[f.name] = tf.reduce_sum(tf.cast(missing, tf.int64))
                     inputs[f.name] = tf.cast(tf.where(missing, tf.constant(float(f.default), tf.float64), x), tf.float32)
             out = dict(fn(**inputs))
-            if task not in (contract.AUTOENCODER, "regression"):
-                out[contract.LABEL], out[_CODES] = tf.unique(out[contract.LABEL], out_idx=tf.int32)
+            if contract.LABEL in out:  # classification: each distinct label is decoded once
+                out[contract.LABEL], out[_LABEL_CODES] = tf.unique(out[contract.LABEL], out_idx=tf.int32)
             return {"out": out, "nulls": nulls}
 
         return run
@@ -153,12 +153,13 @@ class Scorer:
         labels = pa.array([b.decode() for b in out[contract.LABEL].numpy()], pa.string())
         return pa.StructArray.from_arrays([
             pa.array(out[contract.PROBABILITY].numpy().astype(np.float64)),
-            labels.take(pa.array(out[_CODES].numpy())),
+            labels.take(pa.array(out[_LABEL_CODES].numpy())),
         ], names=list(contract.UDF_FIELDS[self.task]))
 
 
 # Suffixes of a categorical column's two graph inputs: its distinct values and a code per row.
 _VALUES, _CODES = "/values", "/codes"
+_LABEL_CODES = f"{contract.LABEL}{_CODES}"  # the graph's output: each row's index into the distinct labels
 
 
 def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Array, np.ndarray]:
