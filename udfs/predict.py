@@ -56,12 +56,13 @@ class Scorer:
         self.spec: FeatureSpec = read_spec(export_dir)
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
+        self.features = [self.spec.get(n) for n in self.inputs]  # looked up once per worker, not per batch
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.categorical}
         self._graph = self._batch_graph(tf)
 
     def _batch_graph(self, tf: Any) -> Any:
-        features = [self.spec.get(n) for n in self.inputs]
+        features = self.features
         feeds: dict[str, Any] = {}
         for f in features:
             if isinstance(f, CategoricalFeature):
@@ -116,8 +117,8 @@ class Scorer:
         as its distinct values and a code per row: its nulls, truncation and vocabulary checks
         then touch only the distinct values."""
         feed: dict[str, np.ndarray] = {}
-        for name, column in cols.items():
-            f = self.spec.get(name)
+        for f, column in zip(self.features, cols.values()):
+            name = f.name
             if isinstance(f, SequenceFeature):
                 feed[name] = _windows(name, column, self.spec.time.window)
             elif isinstance(f, CategoricalFeature):
