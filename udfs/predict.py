@@ -8,6 +8,7 @@ outside the vocabulary goes to the model's out-of-vocabulary buckets; both are c
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -57,40 +58,37 @@ class Scorer:
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
         self.features = [self.spec.get(n) for n in self.inputs]  # looked up once per worker, not per batch
+        self.kinds = ([f for f in self.features if isinstance(f, CategoricalFeature)],
+                      [f for f in self.features if not isinstance(f, (CategoricalFeature, SequenceFeature))],
+                      [f for f in self.features if isinstance(f, SequenceFeature)])
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.categorical}
         self._graph = self._batch_graph(tf)
 
     def _batch_graph(self, tf: Any) -> Any:
-        features = self.features
-        feeds: dict[str, Any] = {}
-        for f in features:
-            if isinstance(f, CategoricalFeature):
-                feeds[f"{f.name}{_VALUES}"] = tf.TensorSpec([None], tf.string)
-                feeds[f"{f.name}{_CODES}"] = tf.TensorSpec([None], tf.int32)
-            elif isinstance(f, SequenceFeature):
-                feeds[f.name] = tf.TensorSpec([None, self.spec.time.window], tf.float32)
-            else:
-                feeds[f.name] = tf.TensorSpec([None], tf.float64)
+        """The batch's whole TensorFlow work as one function of four tensors, one per kind of
+        column: binding a function's arguments costs Python per argument, on every batch."""
+        cats, nums, seqs = self.kinds
         fn = self.fn
+        defaults = tf.constant([[float(f.default)] for f in nums] or np.zeros((0, 1)), tf.float64)
+        width = self.spec.time.window if seqs else 0
 
-        @tf.function(input_signature=[feeds])
-        def run(feed: dict[str, Any]) -> dict[str, Any]:
-            inputs, nulls = {}, {}
-            for f in features:
-                if isinstance(f, CategoricalFeature):
-                    inputs[f.name] = tf.gather(feed[f"{f.name}{_VALUES}"], feed[f"{f.name}{_CODES}"])
-                elif isinstance(f, SequenceFeature):
-                    inputs[f.name] = feed[f.name]
-                else:
-                    x = feed[f.name]
-                    missing = tf.math.is_nan(x)
-                    nulls[f.name] = tf.reduce_sum(tf.cast(missing, tf.int64))
-                    inputs[f.name] = tf.cast(tf.where(missing, tf.constant(float(f.default), tf.float64), x), tf.float32)
+        @tf.function(input_signature=[
+            tf.TensorSpec([None], tf.string),  # every categorical column's distinct values, one column after another
+            tf.TensorSpec([len(cats), None], tf.int32),  # per categorical column and row: an index into them
+            tf.TensorSpec([len(nums), None], tf.float64),  # per numeric column and row: its value, NaN if null
+            tf.TensorSpec([len(seqs), None, width], tf.float32),  # per sequence column and row: a window
+        ], autograph=False)
+        def run(strings: Any, codes: Any, numbers: Any, windows: Any) -> tuple[dict[str, Any], Any]:
+            inputs = dict(zip((f.name for f in cats), tf.unstack(tf.gather(strings, codes), len(cats))))
+            missing = tf.math.is_nan(numbers)
+            filled = tf.cast(tf.where(missing, defaults, numbers), tf.float32)
+            inputs.update(zip((f.name for f in nums), tf.unstack(filled, len(nums))))
+            inputs.update(zip((f.name for f in seqs), tf.unstack(windows, len(seqs))))
             out = dict(fn(**inputs))
             if contract.LABEL in out:  # classification: each distinct label is decoded once
                 out[contract.LABEL], out[_LABEL_CODES] = tf.unique(out[contract.LABEL], out_idx=tf.int32)
-            return {"out": out, "nulls": nulls}
+            return out, tf.reduce_sum(tf.cast(missing, tf.int64), axis=1)
 
         return run
 
@@ -112,37 +110,42 @@ class Scorer:
                              f"{', '.join(self.inputs)} (or one struct of them); got {len(args)}")
         return dict(zip(self.inputs, args))
 
-    def feeds(self, cols: dict[str, pa.Array], counts: dict[str, int]) -> dict[str, np.ndarray]:
-        """Columns -> the graph's inputs, straight from Arrow buffers. A categorical column goes
-        as its distinct values and a code per row: its nulls, truncation and vocabulary checks
-        then touch only the distinct values."""
-        feed: dict[str, np.ndarray] = {}
+    def feeds(self, cols: dict[str, pa.Array], counts: dict[str, int]) -> tuple[np.ndarray, ...]:
+        """Columns -> the graph's four inputs, straight from Arrow buffers. A categorical column
+        goes as its distinct values and a code per row: its nulls, truncation and vocabulary
+        checks then touch only the distinct values."""
+        rows = len(next(iter(cols.values())))
+        strings: list[str] = []
+        codes, numbers, windows = [], [], []
         for f, column in zip(self.features, cols.values()):
             name = f.name
             if isinstance(f, SequenceFeature):
-                feed[name] = _windows(name, column, self.spec.time.window)
+                windows.append(_windows(name, column, self.spec.time.window))
             elif isinstance(f, CategoricalFeature):
+                values, column_codes = _distinct_strings(name, column, f.default)
                 _count(counts, f"null:{name}", column.null_count)
-                values, codes = _distinct_strings(name, column, f.default)
                 if f.max_length is not None:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
-                    _count(counts, f"truncated:{name}", int(long[codes].sum()))
+                    _count(counts, f"truncated:{name}", int(long[column_codes].sum()))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
                 unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
-                _count(counts, f"unseen:{name}", int(unseen[codes].sum()))
-                feed[f"{name}{_VALUES}"] = np.asarray(values.to_pylist(), dtype=object)
-                feed[f"{name}{_CODES}"] = codes
+                _count(counts, f"unseen:{name}", int(unseen[column_codes].sum()))
+                codes.append(column_codes + np.int32(len(strings)))
+                strings.extend(values.to_pylist())
             else:
-                feed[name] = _numeric(name, column)
-        return feed
+                numbers.append(_numeric(name, column))
+        width = self.spec.time.window if windows else 0
+        return (np.array(strings, dtype=object),
+                np.stack(codes) if codes else np.zeros((0, rows), np.int32),
+                np.stack(numbers) if numbers else np.zeros((0, rows), np.float64),
+                np.stack(windows) if windows else np.zeros((0, rows, width), np.float32))
 
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
-        result = self._graph(self.feeds(cols, counts))
-        for name, n in result["nulls"].items():
-            _count(counts, f"null:{name}", int(n))
+        out, nulls = self._graph(*self.feeds(cols, counts))
+        for f, n in zip(self.kinds[1], nulls.numpy().tolist()):
+            _count(counts, f"null:{f.name}", n)
         _count(counts, "rows", len(next(iter(cols.values()))))
-        out = result["out"]
         if self.task == contract.AUTOENCODER:
             return pa.StructArray.from_arrays([
                 _vectors(out[contract.LATENT].numpy()),
@@ -158,9 +161,7 @@ class Scorer:
         ], names=list(contract.UDF_FIELDS[self.task]))
 
 
-# Suffixes of a categorical column's two graph inputs: its distinct values and a code per row.
-_VALUES, _CODES = "/values", "/codes"
-_LABEL_CODES = f"{contract.LABEL}{_CODES}"  # the graph's output: each row's index into the distinct labels
+_LABEL_CODES = f"{contract.LABEL}/codes"  # the graph's output: each row's index into the distinct labels
 
 
 def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Array, np.ndarray]:
@@ -176,13 +177,14 @@ def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Arr
             raise TypeError(f"column {name!r} (categorical feature) got binary values; pass a string")
         else:  # as Python spells them (3.0 -> "3.0"), the way a category from any other type reads
             column = pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())
-    if column.null_count:
-        column = pc.fill_null(column, default)
-    encoded = column.dictionary_encode()
-    values = encoded.dictionary
+    encoded = column.dictionary_encode()  # a null row gets a null index
+    values, indices = encoded.dictionary, encoded.indices
     if not pa.types.is_string(values.type):
         values = values.cast(pa.string())
-    return values, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    if indices.null_count:  # the default joins the distinct values, not every null row: no copy of the strings
+        values = pa.concat_arrays([values, pa.array([default], pa.string())])
+        indices = pc.fill_null(indices, len(values) - 1)
+    return values, indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
 
 
 def _numeric(name: str, column: pa.Array) -> np.ndarray:
@@ -248,7 +250,18 @@ def scorer(export_dir: str, version: str) -> Scorer:
         _models[key] = model
         while len(_models) > CAPACITY:
             _models.popitem(last=False)
+    settle_heap()
     return model
+
+
+def settle_heap() -> None:
+    """Take the loaded models out of Python's cyclic garbage collector. TensorFlow leaves a
+    few hundred thousand long-lived objects, which every full collection would walk again
+    while batches allocate: in a Spark Python worker that walk took over a quarter of its CPU.
+    Unfrozen first, so that an evicted model can be collected."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def make_udf_function(export_dir: str, version: str, counter) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:

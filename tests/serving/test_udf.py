@@ -57,6 +57,33 @@ def test_sql_positional_arguments_and_struct_agree(spark, setup):
     assert by_args.count() == 300
 
 
+EVICTIONS = """
+import gc, sys
+from udfs import predict
+from udfs.register import resolve_export_dir
+export_dir = resolve_export_dir(sys.argv[1])
+for version in range(predict.CAPACITY + 1):  # the first model is evicted
+    predict.scorer(export_dir, str(version))
+settled = gc.get_freeze_count()
+for version in range(predict.CAPACITY + 1, predict.CAPACITY + 4):  # three more evictions
+    predict.scorer(export_dir, str(version))
+print(settled, gc.get_freeze_count())
+"""
+
+
+def test_a_worker_keeps_its_models_out_of_the_collector_and_frees_evicted_ones(setup):
+    """The cached models are frozen out of Python's garbage collector (a full collection would
+    walk TensorFlow's objects again and again); a model evicted from the cache must still be
+    freed, so the frozen set stays as large as the models the cache holds."""
+    cfg, model, features = setup
+    proc = subprocess.run([sys.executable, "-c", EVICTIONS, str(model)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    settled, after = map(int, proc.stdout.split()[-2:])
+    assert settled > 100_000  # TensorFlow and the models, out of every collection
+    assert abs(after - settled) < 5_000  # an evicted model left frozen adds ~13,000 objects
+
+
 def test_unseen_categories_go_to_oov_and_are_counted(spark, setup):
     cfg, model, features = setup
     p = udfs.register(spark, "predict_unseen", str(model))
