@@ -175,6 +175,11 @@ def _details(run: Run) -> list[str]:
             f"{_figure(floor)}, {fmt(ratio(floor.median, p4.baseline.median))}× the in-process rate; with a model "
             "costing nothing the UDF could not beat that ratio. The real UDF reaches "
             f"{fmt(ratio(p4.measured.median, floor.median))}× the floor.")
+    if "P4" in d and "udf struct" in run.details:
+        struct = run.details["udf struct"]
+        lines.append(f"- **P4** with one struct, `predict(struct(*))`, instead of the columns as arguments: "
+                     f"{_figure(struct)}, {fmt(ratio(struct.median, d['P4'].measured.median))}× the argument form "
+                     "(Spark builds a struct per row, the worker takes it apart).")
     if "predict rows" in run.details:
         scored, plain = run.details["predict rows"], run.details["write rows"]
         lines.append(f"- **tfos predict** (joins, scoring, Parquet write, output check) runs at {_figure(scored)}; "
@@ -193,17 +198,19 @@ def _batch_sizes(run: Run) -> list[str]:
         return []
     lines = ["P4 at other Arrow batch sizes (`spark.sql.execution.arrow.maxRecordsPerBatch`, and the same batch "
              "size for the in-process calls):", "",
-             "| rows per Arrow batch | SQL UDF rows/s | in-process rows/s | ratio |", "|---|---|---|---|"]
+             "| rows per Arrow batch | SQL UDF rows/s | in-process rows/s | ratio | UDF: Python-worker CPU s per 100k rows |",
+             "|---|---|---|---|---|"]
     for size in sizes:
         udf, local = run.details[f"batch UDF {size}"], run.details[f"batch in-process {size}"]
+        cpu_used = run.details.get(f"batch cpu UDF {size}")
         lines.append(f"| {size:,} | {fmt(udf.median)} ({udf.spread()}) | {fmt(local.median)} ({local.spread()}) | "
-                     f"{fmt(ratio(udf.median, local.median))} |")
+                     f"{fmt(ratio(udf.median, local.median))} | {fmt(cpu_used.median) if cpu_used else '—'} |")
     return lines + [""]
 
 
 def _p4_cpu(run: Run) -> list[str]:
     """Where P4's time goes: CPU seconds per 100k rows, by process group."""
-    variants = ("in-process", "UDF", "no-op UDF", "predict_batch_udf")
+    variants = ("in-process", "UDF", "UDF, struct(*)", "no-op UDF", "predict_batch_udf")
     groups = ("jvm", "python workers", "driver")
     if not all(f"P4 {v} cpu {g}" in run.details for v in variants for g in groups):
         return []

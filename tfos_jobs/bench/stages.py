@@ -367,6 +367,7 @@ class Bench:
 
     def serving(self) -> None:
         import udfs
+        from udfs.predict import settle_heap
         from pyspark.sql.functions import ArrowUDFType, arrow_udf
 
         from tfos_jobs.driver import prepare, sql
@@ -388,6 +389,7 @@ class Bench:
         spark.udf.register("bench_spark_udf", serving.spark_predict_batch_udf(udf.export_dir, spec, pr.batch_size))
         arrays = serving.numpy_inputs(inputs.toPandas(), spec)
         signature = load_signature(udf.export_dir)
+        settle_heap()  # the in-process side gets the heap the UDF's workers have (udfs.predict.settle_heap)
         self.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "
                                      f"Arrow batches of {pr.batch_size:,} rows")
 
@@ -408,18 +410,21 @@ class Bench:
                     raise RuntimeError(f"{function} scored {n} of {rows} rows")
             return lambda: measured(once)
 
+        columns = ", ".join(spec.model_inputs)  # as `tfos predict` and the DataFrame form call it
         out = self.repeat("SQL UDF", {
             "in-process": lambda: measured(lambda: serving.in_process_rows_per_sec(signature, arrays, pr.batch_size)),
-            "UDF": query(pr.name),
-            "no-op UDF": query("bench_noop"),
-            "predict_batch_udf": query("bench_spark_udf", ", ".join(spec.model_inputs)),
+            "UDF": query(pr.name, columns),
+            "UDF, struct(*)": query(pr.name),
+            "no-op UDF": query("bench_noop", columns),
+            "predict_batch_udf": query("bench_spark_udf", columns),
         })
         for variant, figures in out.items():
             for key, values in figures.items():
                 if key.startswith("cpu "):
                     self.run.details[f"P4 {variant} {key}"] = Figure(f"{variant}: {key[4:]}", "CPU s per 100k rows", values)
         self.run.results.append(Result(
-            "P4", "SQL UDF rows/s on local[2] vs the concrete function called in one process (same rows, batch size)",
+            "P4", "SQL UDF rows/s on local[2] (the columns as arguments) vs the concrete function called in one "
+                  "process (same rows, batch size)",
             Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
             Figure("concrete function, in-process", "rows/s", out["in-process"]["rows_per_sec"]), 0.5, ">="))
         self.run.results.append(Result(
@@ -429,8 +434,9 @@ class Bench:
             Figure("predict_batch_udf", "rows/s", out["predict_batch_udf"]["rows_per_sec"]), 1.5, ">="))
         self.run.details["udf floor"] = Figure("no-op Arrow UDF, same input and output", "rows/s",
                                                out["no-op UDF"]["rows_per_sec"])
+        self.run.details["udf struct"] = Figure("the UDF on struct(*)", "rows/s", out["UDF, struct(*)"]["rows_per_sec"])
 
-        self.batch_sweep(measured, query(pr.name), signature, arrays)
+        self.batch_sweep(measured, query(pr.name, columns), signature, arrays)
         inputs.unpersist()
 
         def sql_variant(cfg: Config) -> Callable[[], Sample]:
@@ -496,6 +502,8 @@ class Bench:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(configured))
         for name, figures in out.items():
             self.run.details[f"batch {name}"] = Figure(name, "rows/s", figures["rows_per_sec"])
+            if "cpu python workers" in figures:
+                self.run.details[f"batch cpu {name}"] = Figure(name, "CPU s per 100k rows", figures["cpu python workers"])
 
 
 def _variant_title(name: str, strategy: str, workers: int, batch: int) -> str:
