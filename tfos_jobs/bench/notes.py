@@ -38,6 +38,35 @@ query put ~6% of the JVM's samples in `ArrowWriter.sizeInBytes`): no-op floor 27
 → 344,000–375,000 rows/s, the UDF 218,000–247,000 → 229,000–257,000. Not a default, because it
 removes Spark's memory bound on batches of wide rows; the README names it for narrow rows.
 
+**0d. The worker's heap, four graph inputs, the columns as arguments (`udfs/predict.py`,
+adopted).** A `perf` profile of the whole machine during the UDF query (local[2], 400,000
+rows, the columns as arguments) put 21% of all samples in the Python workers' interpreter, and
+two thirds of those in its cyclic garbage collector: TensorFlow leaves a few hundred thousand
+long-lived objects, and every full collection walked them again while batches allocated. A
+worker now freezes its heap after loading a model (`gc.freeze`, unfrozen and collected first
+so that an evicted model is freed; a test checks both): the collector's share fell to ~2% of
+the samples, the workers' main threads from 0.80–0.84 to 0.53 cores, and the query went from
+265,000–285,000 to 345,000–365,000 rows/s (same session, two runs each). The batch graph
+also takes four tensors (categorical codes, their distinct values, numbers, windows) instead
+of two per feature, because binding a `tf.function`'s arguments costs Python per argument on
+every batch: one process, one thread, per 10,000 rows, 18.0 → 16.6 ms CPU (in Spark 255,000–261,000 →
+263,000–270,000 rows/s before the heap change). A categorical column's nulls take the default
+among its distinct values, not by copying every string. P4 and P9 now call the UDF with the
+columns as arguments, as `tfos predict` and the DataFrame form do; the struct form is measured
+beside it. In `tfos bench`:
+
+| | before (item 0, struct) | after: arguments | after: struct(*) |
+|---|---|---|---|
+| SQL UDF rows/s | 259,261 | 357,981 | 286,426 |
+| P4 | 0.36 | 0.47 (0.52 at 10,000 rows in the batch-size table of the same run) | 0.38 |
+| P9 | 1.21 | 1.47 (per repeat 1.39–1.53) | — |
+| Python-worker CPU s per 100k rows | 0.40 | 0.24 | 0.25 |
+| Spark JVM CPU s per 100k rows | 0.35 | 0.29 | 0.42 |
+
+`predict_batch_udf` rose too (213,880 → 243,813 rows/s, Python 0.63 → 0.47 CPU s per 100k
+rows): it runs in the same reused Python workers, whose heap the package's UDF froze, so P9
+is if anything understated.
+
 **1. UDF input preparation (`udfs/predict.py`, adopted; the pandas UDF before item 0).** Each categorical column was copied
 twice (`astype(object)`, `astype(str)`), checked against its vocabulary with `np.isin` (which
 sorts both sides on every batch) and converted to a fixed-width numpy string array for
@@ -195,23 +224,23 @@ rate; past ~2,048 examples per update, scale Adam's rate with about √k.
 """
 
 BOUNDS = """
-**P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** Both are bounded by
-what every Python UDF pays on two cores, not by this UDF's own work. Per 100,000 rows of 21
-columns (CPU table above): the Spark JVM spends ~0.4 CPU s (cached columns → rows → Arrow, and
-the results back), the Python workers' Arrow loop ~0.2 (the no-op floor) and the model itself
-~0.2 (the in-process call): ~0.8 CPU s, ~0.4 s of wall time on two cores, before any
-preparation. The UDF's own work on top (the Arrow checks, the graph's expansion of the
-categories) is now ~0.03. P4 = 0.5 would need about 0.6 CPU s in all: the JVM and the floor
-alone take that, and the floor itself reaches only about half the in-process rate. Arrow batch
-size, socket buffers and the cache format did not move the JVM's share (items 2 and 3).
+**P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** Both now sit at the
+edge of their goals (0.47 and 1.47 in the last run; P4 0.52 in the batch-size table of the
+same run), bounded by what every Python UDF pays on two cores rather than by this UDF's own
+work. Per 100,000 rows of 21 columns (CPU table above): the Spark JVM spends ~0.3 CPU s
+(cached columns → rows → Arrow, and the results back), the Python workers ~0.24, of which the
+model itself is ~0.18 (the in-process call) and Spark's Arrow loop ~0.02 (the no-op floor):
+~0.53 CPU s against the in-process 0.19. The JVM's share is now more than half of the UDF's
+cost and cannot be cut from Python; Arrow batch size, socket buffers and the cache format did
+not move it (items 2 and 3). `spark.sql.execution.arrow.maxBytesPerBatch = 2147483647` would
+(item 0c, +5%), at the price of Spark's memory bound on a batch, so it is documented, not a
+default.
 
-`predict_batch_udf` pays the same JVM share (slightly less, 0.3–0.35: its columns come as
-arguments, not as a struct) and a Python share of ~0.7 CPU s: Spark converts each batch to
-pandas and back, and every column becomes a numpy array and then a tensor. The package's UDF
-saves ~0.25 CPU s of that per 100,000 rows, and more where a model is cheap or the columns many
-(the ratio is the shared part plus each side's own); with ~0.8 CPU s shared and not
-reducible from Python, P9 settles at 1.15–1.25 here (1.17 and 1.21 in two full runs), short
-of 1.5.
+`predict_batch_udf` pays the same JVM share and ~0.47 CPU s in its Python workers: Spark
+converts each batch to pandas and back, and every column becomes a numpy array and then a
+tensor. With ~0.3 CPU s shared, P9 ≈ (0.3 + its 0.47) ÷ (0.3 + our 0.24) ≈ 1.4–1.5 on this
+model; the ratio is larger where the model is cheap or the columns many (the shared part and
+the model weigh less against each side's own work).
 
 **P3 (TFoS 1 worker vs local).** Was bounded by MultiWorkerMirroredStrategy on a single
 worker (the all-reduce of every gradient each step: 0.70–0.81), not by TensorFlowOnSpark; with
