@@ -58,9 +58,9 @@ class Scorer:
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
         self.features = [self.spec.get(n) for n in self.inputs]  # looked up once per worker, not per batch
-        self.kinds = ([f for f in self.features if isinstance(f, CategoricalFeature)],
-                      [f for f in self.features if not isinstance(f, (CategoricalFeature, SequenceFeature))],
-                      [f for f in self.features if isinstance(f, SequenceFeature)])
+        self.categorical = [f for f in self.features if isinstance(f, CategoricalFeature)]
+        self.sequences = [f for f in self.features if isinstance(f, SequenceFeature)]
+        self.numeric = [f for f in self.features if not isinstance(f, (CategoricalFeature, SequenceFeature))]
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.categorical}
         self._graph = self._batch_graph(tf)
@@ -68,7 +68,7 @@ class Scorer:
     def _batch_graph(self, tf: Any) -> Any:
         """The batch's whole TensorFlow work as one function of four tensors, one per kind of
         column: binding a function's arguments costs Python per argument, on every batch."""
-        cats, nums, seqs = self.kinds
+        cats, nums, seqs = self.categorical, self.numeric, self.sequences
         fn = self.fn
         defaults = tf.constant([[float(f.default)] for f in nums] or np.zeros((0, 1)), tf.float64)
         width = self.spec.time.window if seqs else 0
@@ -143,7 +143,7 @@ class Scorer:
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
         out, nulls = self._graph(*self.feeds(cols, counts))
-        for f, n in zip(self.kinds[1], nulls.numpy().tolist()):
+        for f, n in zip(self.numeric, nulls.numpy().tolist()):
             _count(counts, f"null:{f.name}", n)
         _count(counts, "rows", len(next(iter(cols.values()))))
         if self.task == contract.AUTOENCODER:
