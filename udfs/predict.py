@@ -61,6 +61,7 @@ class Scorer:
         self.categorical = [f for f in self.features if isinstance(f, CategoricalFeature)]
         self.sequences = [f for f in self.features if isinstance(f, SequenceFeature)]
         self.numeric = [f for f in self.features if not isinstance(f, (CategoricalFeature, SequenceFeature))]
+        self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.categorical}
         self._graph = self._batch_graph(tf)
@@ -71,13 +72,12 @@ class Scorer:
         cats, nums, seqs = self.categorical, self.numeric, self.sequences
         fn = self.fn
         defaults = tf.constant([[float(f.default)] for f in nums] or np.zeros((0, 1)), tf.float64)
-        width = self.spec.time.window if seqs else 0
 
         @tf.function(input_signature=[
             tf.TensorSpec([None], tf.string),  # every categorical column's distinct values, one column after another
             tf.TensorSpec([len(cats), None], tf.int32),  # per categorical column and row: an index into them
             tf.TensorSpec([len(nums), None], tf.float64),  # per numeric column and row: its value, NaN if null
-            tf.TensorSpec([len(seqs), None, width], tf.float32),  # per sequence column and row: a window
+            tf.TensorSpec([len(seqs), None, self.window], tf.float32),  # per sequence column and row: a window
         ], autograph=False)
         def run(strings: Any, codes: Any, numbers: Any, windows: Any) -> tuple[dict[str, Any], Any]:
             inputs = dict(zip((f.name for f in cats), tf.unstack(tf.gather(strings, codes), len(cats))))
@@ -120,7 +120,7 @@ class Scorer:
         for f, column in zip(self.features, cols.values()):
             name = f.name
             if isinstance(f, SequenceFeature):
-                windows.append(_windows(name, column, self.spec.time.window))
+                windows.append(_windows(name, column, self.window))
             elif isinstance(f, CategoricalFeature):
                 values, column_codes = _distinct_strings(name, column, f.default)
                 _count(counts, f"null:{name}", column.null_count)
@@ -134,11 +134,10 @@ class Scorer:
                 strings.extend(values.to_pylist())
             else:
                 numbers.append(_numeric(name, column))
-        width = self.spec.time.window if windows else 0
         return (np.array(strings, dtype=object),
                 np.stack(codes) if codes else np.zeros((0, rows), np.int32),
                 np.stack(numbers) if numbers else np.zeros((0, rows), np.float64),
-                np.stack(windows) if windows else np.zeros((0, rows, width), np.float32))
+                np.stack(windows) if windows else np.zeros((0, rows, self.window), np.float32))
 
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)

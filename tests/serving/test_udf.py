@@ -75,7 +75,7 @@ def test_a_worker_keeps_its_models_out_of_the_collector_and_frees_evicted_ones(s
     """The cached models are frozen out of Python's garbage collector (a full collection would
     walk TensorFlow's objects again and again); a model evicted from the cache must still be
     freed, so the frozen set stays as large as the models the cache holds."""
-    cfg, model, features = setup
+    _, model, _ = setup
     proc = subprocess.run([sys.executable, "-c", EVICTIONS, str(model)], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
