@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping, Sequence, Union
 
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FEATURE_KINDS, FeatureSpec
+from tfos_jobs.model.exchange import EXCHANGES
 
 SEQUENCE_MODEL = "sequence_autoencoder"
 FILE_FORMATS = ("parquet", "csv", "json", "orc", "adult_csv")
@@ -186,6 +187,9 @@ class TrainConfig:
     max_attempts: int = 3  # TF cluster launches; a relaunch resumes from the last finished epoch
     steps_per_execution: int = 20  # training steps per call into TensorFlow (per scheduled function under PS)
     dense_gradient_limit: int = 262_144  # embedding tables of up to this many values send dense gradients
+    # multi_worker_mirrored: how the gradients are summed across workers (model/exchange.py);
+    # auto = one all-gather with two workers or small gradients, else the ring all-reduce
+    gradient_exchange: Literal[EXCHANGES] = "auto"
     threads: int = 0  # TensorFlow compute threads per TF node; 0 = the Spark task's CPUs (spark.task.cpus)
     profile_steps: int = 0  # > 0: after training, time this many steps' parts (metrics.json step_profile)
     control_bind: str = ""  # reservation server address; "" = spark.driver.bindAddress, else spark.driver.host

@@ -66,6 +66,7 @@ def test_wrong_value_type_names_key():
     ("train.in_memory_mb=-5", "train.in_memory_mb: must be >= 0, got -5"),
     ("train.threads=-1", "train.threads: must be >= 0, got -1"),
     ("train.profile_steps=-2", "train.profile_steps: must be >= 0, got -2"),
+    ("train.gradient_exchange=ring", "train.gradient_exchange: 'ring' is not one of: auto, all_gather, all_reduce"),
     ("sources.people.format=csv", None),
 ])
 def test_cross_field_validation(override, message):
@@ -79,10 +80,11 @@ def test_cross_field_validation(override, message):
 
 def test_training_speed_settings_default_and_override():
     tr = config.load(CENSUS).train
-    assert (tr.steps_per_execution, tr.dense_gradient_limit, tr.in_memory_mb, tr.threads, tr.profile_steps) == (
-        20, 262_144, 1024, 0, 0)
-    tr = config.load(CENSUS, ["train.steps_per_execution=50", "train.threads=4", "train.in_memory_mb=0"]).train
-    assert (tr.steps_per_execution, tr.threads, tr.in_memory_mb) == (50, 4, 0)
+    assert (tr.steps_per_execution, tr.dense_gradient_limit, tr.in_memory_mb, tr.threads, tr.profile_steps,
+            tr.gradient_exchange) == (20, 262_144, 1024, 0, 0, "auto")
+    tr = config.load(CENSUS, ["train.steps_per_execution=50", "train.threads=4", "train.in_memory_mb=0",
+                              "train.gradient_exchange=all_reduce"]).train
+    assert (tr.steps_per_execution, tr.threads, tr.in_memory_mb, tr.gradient_exchange) == (50, 4, 0, "all_reduce")
 
 
 def test_malformed_override_and_missing_file(tmp_path):

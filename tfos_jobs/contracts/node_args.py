@@ -35,6 +35,7 @@ class NodeArgs:
     model: ModelConfig
     steps_per_execution: int
     dense_gradient_limit: int
+    gradient_exchange: str
     threads: int
     profile_steps: int
     max_node_seconds: float = MAX_NODE_SECONDS
@@ -48,7 +49,7 @@ class NodeArgs:
             optimizer=tr.optimizer, learning_rate=tr.learning_rate, early_stopping_patience=tr.early_stopping_patience,
             shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,
             model=tr.model, steps_per_execution=tr.steps_per_execution,
-            dense_gradient_limit=tr.dense_gradient_limit, threads=tr.threads, profile_steps=tr.profile_steps,
+            dense_gradient_limit=tr.dense_gradient_limit, gradient_exchange=tr.gradient_exchange, threads=tr.threads, profile_steps=tr.profile_steps,
         )
 
     def to_dict(self) -> dict[str, Any]:

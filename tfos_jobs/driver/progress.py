@@ -47,8 +47,9 @@ def step_breakdown(epochs: list[dict[str, Any]], profile: dict[str, Any] | None,
 
 
 def format_breakdown(b: dict[str, Any]) -> str:
+    how = f" ({b['gradient_exchange']})" if b.get("gradient_exchange") else ""
     return (f"per step (one batch on one worker): {b['step_ms']:.2f} ms = compute {b['compute_ms']:.2f} "
-            f"+ exchange {b['exchange_ms']:.2f} + other {b['other_ms']:.2f}; input alone {b['input_ms']:.2f} ms "
+            f"+ exchange{how} {b['exchange_ms']:.2f} + other {b['other_ms']:.2f}; input alone {b['input_ms']:.2f} ms "
             f"(overlaps the step)")
 
 

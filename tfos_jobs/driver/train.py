@@ -119,6 +119,7 @@ def _finish(model_dir: ModelDir, run: RunDir, tr: TrainConfig, attempts: int, se
         "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
         "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
+        "gradient_exchange": result.get("gradient_exchange", "all_reduce"),
         "seconds": round(seconds, 1), "startup": startup(run), "final": result["final"],
         "lost_nodes": run.lost_nodes(),
         "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},

@@ -8,7 +8,8 @@ step is one batch on one worker:
             this process, with no other node involved: a fresh copy of the model, fed from
             memory
   exchange  the step's communication alone, with tensors of the gradients' shapes:
-            MultiWorkerMirrored's all-reduce (every worker at once), or, under
+            MultiWorkerMirrored's sum across workers as training does it (the all-reduce, or
+            the all-gather of `model.exchange`; every worker at once), or, under
             ParameterServerStrategy, reading every variable from the parameter servers and
             sending each an update (every worker at once)
 The driver adds `step` (measured in training) and `other` = step - compute - exchange:
@@ -24,7 +25,8 @@ from typing import Any, Callable
 
 
 def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_input: Callable[[], Any],
-            steps: int, steps_per_execution: int, parameter_server: bool, workers: int) -> dict[str, float]:
+            steps: int, steps_per_execution: int, parameter_server: bool, workers: int,
+            gradient_exchange: str = "all_reduce") -> dict[str, Any]:
     """`build_copy()`: the same model, compiled, outside any distribution strategy;
     `make_input()`: this node's training batches."""
     batches = make_input()
@@ -34,12 +36,14 @@ def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_
     if parameter_server:
         exchange_ms = _parameter_traffic_ms(strategy, trainer.trainable_variables, steps, steps_per_execution, workers)
     elif workers > 1:
-        exchange_ms = _all_reduce_ms(strategy, shapes, steps, steps_per_execution)
+        exchange_ms = _gradient_sum_ms(strategy, trainer.trainable_variables, steps, steps_per_execution,
+                                       gradient_exchange)
     else:
         exchange_ms = 0.0
     gradient_bytes = sum(s.num_elements() * d.size for s, d in shapes)
     return {"input_ms": round(input_ms, 3), "compute_ms": round(compute_ms, 3), "exchange_ms": round(exchange_ms, 3),
-            "gradient_bytes": int(gradient_bytes), "variables": len(shapes), "profiled_steps": steps}
+            "gradient_bytes": int(gradient_bytes), "variables": len(shapes), "profiled_steps": steps,
+            "gradient_exchange": gradient_exchange if workers > 1 and not parameter_server else ""}
 
 
 def _input_ms(batches: Any, steps: int) -> float:
@@ -65,14 +69,20 @@ def _compute_ms(model: Any, batches: Any, steps: int, steps_per_execution: int) 
     return 1000 * seconds[-1] / steps
 
 
-def _all_reduce_ms(strategy: Any, shapes: list, steps: int, steps_per_execution: int) -> float:
-    """One packed all-reduce of zeros shaped like the gradients per step, `steps_per_execution`
-    steps per call, as training runs them."""
+def _gradient_sum_ms(strategy: Any, variables: list, steps: int, steps_per_execution: int,
+                     gradient_exchange: str) -> float:
+    """One sum across workers of zeros shaped like the gradients per step, the way training
+    sums them, `steps_per_execution` steps per call, as training runs them."""
     import tensorflow as tf
 
+    from tfos_jobs.model.exchange import summed
+
     def step(total):
-        reduced = tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, [tf.zeros(s, d) + tf.cast(total, d) for s, d in shapes])
+        gradients = [tf.zeros(v.shape, v.dtype) + tf.cast(total, v.dtype) for v in variables]
+        if gradient_exchange == "all_gather":
+            reduced = summed(gradients, variables)
+        else:
+            reduced = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         return tf.cast(tf.reduce_sum(reduced[0]), tf.float32) * 0.0
 
     @tf.function

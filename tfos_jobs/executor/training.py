@@ -67,6 +67,18 @@ def make_strategy(name: str, num_workers: int = 1):
     return tf.distribute.get_strategy()
 
 
+def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> str:
+    """How this run sums gradients across workers (`model.exchange`); "all_reduce" where
+    nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
+    optimizer's own aggregation in place."""
+    if args.strategy != "multi_worker_mirrored" or num_workers < 2:
+        return "all_reduce"
+    from tfos_jobs.model import exchange
+
+    gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
+    return exchange.choose(args.gradient_exchange, num_workers, gradient_bytes)
+
+
 def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int,
                    extra_callbacks: tuple = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it.
@@ -88,7 +100,8 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     model_cfg = args.model
     with strategy.scope():
         model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
-        trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0)
+        gradient_exchange = gradient_exchange_for(args, num_workers, model.trainable_variables)
+        trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0, gradient_exchange)
         compile_model(trainer, spec, args.optimizer, args.learning_rate,
                       steps_per_execution=args.steps_per_execution)
 
@@ -155,7 +168,8 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         profile = step_profile.measure(
             strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.profile_steps,
             make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
-            steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers)
+            steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers,
+            gradient_exchange=gradient_exchange)
     anomaly = None
     if spec.is_sequence:  # the threshold is a constant of the exported graph; only the chief's export is kept
         from tfos_jobs.model.sequence import error_quantile
@@ -167,6 +181,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                        threshold=anomaly["threshold"] if anomaly else None)
     if is_chief:
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
+                  "gradient_exchange": gradient_exchange,
                   "step_profile": profile, "anomaly": anomaly,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
         run.write_result(result)

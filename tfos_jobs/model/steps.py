@@ -9,7 +9,10 @@ Keras' own steps are correct but chatty under a multi-worker strategy:
   * embedding gradients are `IndexedSlices`, which MultiWorkerMirrored all-gathers one by
     one (several collectives each) and a parameter server receives as three tensors each.
     For tables of up to `dense_gradient_limit` values (rows x width) the gradient is made
-    dense first, so all of them travel in one packed all-reduce.
+    dense first, so all of them travel in one packed all-reduce;
+  * that all-reduce is a ring of 2 (n - 1) remote transfers one after the other. With
+    `gradient_exchange = "all_gather"` the packed gradients travel in one all-gather of n - 1
+    transfers and each worker adds them up itself (`model.exchange`).
 Measured on the census model (docs/benchmarks.md): 113 ms -> 6 ms per two-worker step.
 
 Imports TensorFlow at module load: import it where TensorFlow is already wanted.
@@ -21,11 +24,14 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfos_jobs.model import exchange
+
 
 class StepModel(tf.keras.Model):
     """A functional model with the steps above; build it with `wrap(model, ...)`."""
 
     dense_gradient_limit: int = 0
+    gradient_exchange: str = "all_reduce"  # or "all_gather": `exchange.summed` instead of the optimizer's sum
 
     def train_step(self, data: Any) -> dict[str, tf.Tensor]:
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
@@ -34,7 +40,12 @@ class StepModel(tf.keras.Model):
             loss = self.compute_loss(x, y, y_pred, sample_weight)
         variables = self.trainable_variables
         gradients = densify(tape.gradient(loss, variables), variables, self.dense_gradient_limit)
-        self.optimizer.apply_gradients(zip(gradients, variables))
+        if self.gradient_exchange == "all_gather":
+            gradients = exchange.summed(gradients, variables)
+            # Keras' optimizers (new and legacy) take this to mean: already summed over workers.
+            self.optimizer.apply_gradients(zip(gradients, variables), experimental_aggregate_gradients=False)
+        else:
+            self.optimizer.apply_gradients(zip(gradients, variables))
         return self.compute_metrics(x, y, y_pred, sample_weight)
 
     def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> dict[str, tf.Tensor]:
@@ -42,17 +53,17 @@ class StepModel(tf.keras.Model):
         return {metric.name: local_result(metric) for metric in self.metrics}
 
 
-def wrap(model: tf.keras.Model, dense_gradient_limit: int) -> tf.keras.Model:
+def wrap(model: tf.keras.Model, dense_gradient_limit: int, gradient_exchange: str = "all_reduce") -> tf.keras.Model:
     """`model` with the steps above, sharing its layers and variables; build and compile the
     result under the strategy's scope. A subclassed (non-functional) user model is returned
     as it is: it trains the same, with Keras' own steps."""
     if isinstance(model, StepModel):
-        model.dense_gradient_limit = dense_gradient_limit
+        model.dense_gradient_limit, model.gradient_exchange = dense_gradient_limit, gradient_exchange
         return model
     if not model.inputs:  # subclassed: no graph of layers to re-wrap
         return model
     wrapped = StepModel(inputs=model.input, outputs=model.output, name=model.name)
-    wrapped.dense_gradient_limit = dense_gradient_limit
+    wrapped.dense_gradient_limit, wrapped.gradient_exchange = dense_gradient_limit, gradient_exchange
     # Per-step outputs are this worker's own; none needs reducing across workers.
     wrapped.distribute_reduction_method = "first"
     return wrapped

@@ -1,0 +1,151 @@
+"""The gradient exchange across workers (model/exchange.py). TensorFlow only, no Spark.
+
+Two real TensorFlow worker processes form a MultiWorkerMirrored cluster on loopback ports: the
+all-gather path must give each worker the same sums as the ring all-reduce, bit for bit, in one
+collective, and training a model through it must end with the same weights."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tfos_jobs.model import exchange
+
+WORKER = textwrap.dedent("""
+    import json, os, sys
+    ports, index = json.loads(sys.argv[1]), int(sys.argv[2])
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                                          "task": {"type": "worker", "index": index}})
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import numpy as np, tensorflow as tf
+    from tfos_jobs.model import exchange, steps
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    strategy.extended.experimental_enable_get_next_as_optional = False
+    out = {}
+
+    # 1. summed() against the ring all-reduce, on gradients that differ per worker
+    with strategy.scope():
+        variables = [tf.Variable(tf.zeros([3, 2])), tf.Variable(tf.zeros([5])),
+                     tf.Variable(tf.zeros([40, 2])), tf.Variable(tf.zeros([4], tf.float64))]
+    rng = np.random.default_rng(index)
+    values = [rng.normal(size=[3, 2]).astype(np.float32), rng.normal(size=[5]).astype(np.float32),
+              rng.normal(size=[2, 2]).astype(np.float32), rng.normal(size=[4])]
+
+    def gradients():
+        sparse = tf.IndexedSlices(tf.constant(values[2]), tf.constant([index, 7]), tf.constant([40, 2]))
+        return [tf.constant(values[0]), tf.constant(values[1]), sparse, tf.constant(values[3]), None]
+
+    def dense(gs):
+        return [tf.convert_to_tensor(g) if g is not None else tf.zeros([0]) for g in gs]
+
+    @tf.function
+    def gathered():
+        return strategy.run(lambda: dense(exchange.summed(gradients(), variables + [variables[0]])))
+
+    @tf.function
+    def reduced():
+        def step():
+            ctx, gs = tf.distribute.get_replica_context(), gradients()
+            return dense([ctx.all_reduce(tf.distribute.ReduceOp.SUM, g) for g in gs[:4]])
+        return strategy.run(step)
+
+    out["gathered"] = [t.numpy().tolist() for t in gathered()]
+    out["reduced"] = [t.numpy().tolist() for t in reduced()]
+
+    @tf.function
+    def dense_only():
+        return strategy.run(lambda: exchange.summed(gradients()[:2], variables[:2]))
+
+    graph = dense_only.get_concrete_function().graph.as_graph_def()
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    out["ops"] = {op: ops.count(op) for op in ("CollectiveGatherV2", "CollectiveReduceV2")}
+
+    # 2. the same training run through each exchange
+    x = np.random.default_rng(42).integers(0, 20, 2048).astype(np.int64)
+    y = (x % 3 == 0).astype(np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shard(len(ports), index).batch(64).repeat()
+    for mode in ("all_gather", "all_reduce"):
+        tf.keras.utils.set_random_seed(3)
+        with strategy.scope():
+            inp = tf.keras.Input(shape=(), dtype="int64")
+            hidden = tf.keras.layers.Dense(8, activation="relu")(tf.keras.layers.Embedding(20, 4)(inp))
+            model = steps.wrap(tf.keras.Model(inp, tf.keras.layers.Dense(1, activation="sigmoid")(hidden)), 1000, mode)
+            model.compile(optimizer="adam", loss="binary_crossentropy", steps_per_execution=5)
+        model.fit(data, epochs=2, steps_per_epoch=10, verbose=0)
+        out[mode] = [w.tolist() for w in model.get_weights()]
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def two_workers() -> list[dict]:
+    ports = free_ports(2)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(ports), str(i)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, stderr[-3000:]
+            outputs.append(json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[7:]))
+    finally:
+        for proc in procs:
+            proc.kill()
+    return outputs
+
+
+def test_auto_gathers_with_two_workers_or_small_gradients():
+    small, big = exchange.GATHER_BYTES, exchange.GATHER_BYTES + 1
+    assert exchange.choose("auto", 2, 10 * big) == "all_gather"  # the same bytes as the ring, half the transfers
+    assert exchange.choose("auto", 3, small) == "all_gather"
+    assert exchange.choose("auto", 3, big) == "all_reduce"
+    assert exchange.choose("all_reduce", 2, 1) == "all_reduce"
+    assert exchange.choose("all_gather", 8, 10 * big) == "all_gather"
+    with pytest.raises(ValueError, match="'ring' is not one of auto, all_gather, all_reduce"):
+        exchange.choose("ring", 2, 1)
+
+
+def test_summed_equals_the_ring_all_reduce_on_every_worker(two_workers):
+    import numpy as np
+
+    for out in two_workers:
+        gathered, reduced = out["gathered"], out["reduced"]
+        for i in range(4):  # dense float32 (gathered), sparse and float64 (through the all-reduce)
+            assert gathered[i] == reduced[i], f"gradient {i}"
+        assert gathered[4] == []  # a None gradient stays None
+    assert two_workers[0]["gathered"] == two_workers[1]["gathered"]  # both workers hold the same sums
+    rng = [np.random.default_rng(i) for i in range(2)]
+    expected = sum(r.normal(size=[3, 2]).astype(np.float32) for r in rng)
+    np.testing.assert_array_equal(np.asarray(two_workers[0]["gathered"][0], np.float32), expected)
+
+
+def test_dense_gradients_travel_in_one_gather_and_no_reduce(two_workers):
+    assert two_workers[0]["ops"] == {"CollectiveGatherV2": 1, "CollectiveReduceV2": 0}
+
+
+def test_training_through_the_gather_ends_with_the_ring_s_weights(two_workers):
+    import numpy as np
+
+    first, second = two_workers
+    for a, b in zip(first["all_gather"], first["all_reduce"]):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    for a, b in zip(first["all_gather"], second["all_gather"]):  # the mirrored variables stay equal
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.allclose(np.asarray(first["all_gather"][0]), 0.0)  # it trained
