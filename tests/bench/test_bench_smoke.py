@@ -39,9 +39,10 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
     for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse",
                     "in memory", "## Scaling", "**tfos predict**"):
         assert section in text
-    # the scaling table: one process, one and two workers, a parameter server; each with its step's parts
+    # the scaling table: one process, one and two workers (with each gradient exchange, and at half the
+    # batch), a parameter server; each with its step's parts
     for row in ("local strategy, one process", "multi_worker_mirrored, 1 worker", "multi_worker_mirrored, 2 workers",
-                "parameter_server, 2 workers"):
+                "per worker, ring all-reduce", "(batch 32)", "(16 per worker)", "parameter_server, 2 workers"):
         scaling = text.split("## Scaling", 1)[1].split("\n## ", 1)[0]
         line = next((ln for ln in scaling.splitlines() if ln.startswith("| ") and row in ln), None)
         assert line is not None, f"no scaling row for {row}"

@@ -90,22 +90,20 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
     return "\n".join(lines)
 
 
-SCALING_ROWS = ("local", "mwms-1", "mwms-2", "mwms-3", "ps-2", "local-ps", "ps-2-ps")
-
-
 def _scaling_section(run: Run, image: str) -> list[str]:
     """Examples/s and where a step's time goes, per TF cluster shape, against one process."""
-    d = run.details
-    rows = [n for n in SCALING_ROWS if f"train {n}" in d]
+    d, baselines = run.details, run.facts.get("training baselines", {})
+    rows = [n for n in baselines if f"train {n}" in d]
     if "local" not in rows or len(rows) < 2:
         return []
     lines = [
         "## Scaling: one process, 1–3 workers, parameter server",
         "",
-        "Every row trains the same model on the same data with the same number of examples per update. "
+        "Every row trains the same model on the same data; *÷ local* divides by the local strategy with as many "
+        "examples per update. "
         "A step below is one batch on one worker: *compute* is that step alone in a non-distributed copy of "
-        "the model, *exchange* the step's communication alone (the gradients' all-reduce, or the parameter "
-        "servers' reads and updates), *other* the rest of the measured step (dispatch, waiting for the "
+        "the model, *exchange* the step's communication alone (the gradients' sum across workers, or the "
+        "parameter servers' reads and updates), *other* the rest of the measured step (dispatch, waiting for the "
         "slowest worker, the cores shared with the other nodes); *input* is one batch from the node's input "
         "pipeline alone, which overlaps the step (`executor/step_profile.py`). Milliseconds, medians; "
         "*start* is reservation to the first finished step.",
@@ -115,7 +113,7 @@ def _scaling_section(run: Run, image: str) -> list[str]:
     ]
     for n in rows:
         f = d[f"train {n}"]
-        local = d["train local-ps"] if n.endswith("-ps") and "train local-ps" in d else d["train local"]
+        local = d[f"train {baselines[n]}"]
         parts = [d.get(f"step {n} {p}") for p in ("step_ms", "compute_ms", "exchange_ms", "other_ms", "input_ms")]
         cells = [fmt(x.median) if x and x.samples else "—" for x in parts]
         start = d.get(f"startup {n} to_first_step_seconds")
@@ -315,8 +313,8 @@ def plot_scaling(run: Run, path: str) -> str:
     """Left: examples/s per cluster shape against one process. Right: a step's parts."""
     plt = _plt()
     d = run.details
-    rows = [n for n in SCALING_ROWS if f"train {n}" in d]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+    rows = [n for n in run.facts.get("training baselines", {}) if f"train {n}" in d]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.4))
     if rows:
         figs = [d[f"train {n}"] for n in rows]
         xs = list(range(len(rows)))
@@ -324,7 +322,7 @@ def plot_scaling(run: Run, path: str) -> str:
         left.bar(xs, [f.median for f in figs], yerr=errors, capsize=5,
                  color=["tab:gray" if n.startswith("local") else "tab:orange" if n.startswith("ps") else "tab:blue" for n in rows])
         left.set_xticks(xs)
-        left.set_xticklabels(rows, fontsize=8)
+        left.set_xticklabels(rows, fontsize=7, rotation=30, ha="right")
         left.set_ylabel("examples/s")
         _thousands(left.yaxis)
         left.set_title("training examples/s, same examples per update", fontsize=10)
@@ -335,7 +333,7 @@ def plot_scaling(run: Run, path: str) -> str:
             right.bar(xs, values, bottom=bottom, color=colour, label=part.removesuffix("_ms"))
             bottom = [b + v for b, v in zip(bottom, values)]
         right.set_xticks(xs)
-        right.set_xticklabels(rows, fontsize=8)
+        right.set_xticklabels(rows, fontsize=7, rotation=30, ha="right")
         right.set_ylabel("ms per step (one batch on one worker)")
         right.set_title("where a step's time goes", fontsize=10)
         right.legend(fontsize=8)

@@ -15,7 +15,9 @@ class Sizes:
     warmup: bool  # one unrecorded run of each variant first (model loading, worker start, JIT)
     train_epochs: int  # training figures use the epochs after the first (the first traces)
     train_steps: int  # steps per epoch
-    train_batch: int  # examples per update (global batch): every strategy and worker count trains on it
+    # examples per update (global batch): every strategy and worker count trains on it; 0 = the
+    # config's own (batch_size x workers under multi_worker_mirrored: the demo's 2 x 1,024)
+    train_batch: int
     ps_batch: int  # examples per parameter-server step for P8 (README: larger batches under parameter_server)
     scaling_workers: tuple[int, ...]  # multi_worker_mirrored clusters measured
     profile_steps: int  # steps each TF node times its step's parts over (executor.step_profile)
@@ -30,7 +32,7 @@ class Sizes:
 
 
 FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_repeats=3, warmup=True,
-             train_epochs=3, train_steps=200, train_batch=1024, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
+             train_epochs=3, train_steps=200, train_batch=0, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
              input_batches=800, write_rounds=4, fleet_assets=25, fleet_steps=4_000)
 SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, warmup=False,
               train_epochs=2, train_steps=4, train_batch=64, ps_batch=64, scaling_workers=(1, 2), profile_steps=4,
