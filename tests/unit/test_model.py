@@ -251,6 +251,50 @@ def test_unseen_category_and_missing_features_still_predict(exported):
     np.testing.assert_allclose(got, defaults, atol=1e-6)
 
 
+def codes_of(rows: dict[str, np.ndarray], spec: FeatureSpec) -> dict[str, tf.Tensor]:
+    """The batch as `serving_codes` takes it: the distinct values of every categorical column
+    (one list, shuffled), a code per row into it, the numeric columns stacked."""
+    strings, codes = [], []
+    for f in spec.categorical:
+        values, index = np.unique(rows[f.name].astype(str), return_inverse=True)
+        codes.append(index + len(strings))
+        strings.extend(values.tolist())
+    order = np.random.default_rng(5).permutation(len(strings))  # any order of the distinct values
+    position = np.argsort(order)
+    return {"strings": tf.constant(np.array(strings, object)[order]),
+            "codes": tf.constant(position[np.stack(codes)].astype(np.int32)),
+            "numbers": tf.constant(np.stack([rows[f.name] for f in spec.numeric]).astype(np.float32))}
+
+
+def test_serving_codes_equals_serving_default_bit_for_bit(exported, rows, monkeypatch):
+    from tfos_jobs.model import wide_deep
+
+    batch = {**features(rows)}
+    batch["color"] = batch["color"].copy()
+    batch["color"][::7] = "purple"  # unseen: an OOV bucket, crossed with the buckets of x too
+    serve = load_signature(str(exported[0]))
+    expected = serve(**{k: tf.constant(v) for k, v in batch.items() if k in BINARY.model_inputs})
+    got = load_signature(str(exported[0]), "serving_codes")(**codes_of(batch, BINARY))
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        np.testing.assert_array_equal(got[name].numpy(), expected[name].numpy())
+    # crosses of more combinations than fit in an int64 are hashed row by row: the same ids
+    layers = wide_deep.of(build_model(BINARY, VOCAB, STATS, SMALL))
+    ids = [tf.constant([4, 2, 4, 0], tf.int64), tf.constant([1, 3, 1, 1], tf.int64)]
+    cross = BINARY.get("color_x_xb")
+    by_row = layers._cross_rows(cross, ids).numpy()
+    assert layers._cross_distinct(cross, ids).numpy().tolist() == by_row.tolist()
+    monkeypatch.setattr(wide_deep, "_COMBINATIONS", 4)
+    assert layers._cross_distinct(cross, ids).numpy().tolist() == by_row.tolist()
+
+
+def test_a_user_model_has_no_codes_signature(tmp_path):
+    model = tiny_user_model(BINARY, VOCAB, STATS, SMALL)
+    export_saved_model(model, write_meta(tmp_path / "dataset", BINARY), str(tmp_path / "export"))
+    signatures = tf.saved_model.load(str(tmp_path / "export")).signatures
+    assert sorted(signatures) == ["predict_examples", "serving_default"]
+
+
 def test_signatures_and_assets_follow_the_spec(exported):
     path, _ = exported
     serve = load_signature(str(path))

@@ -19,6 +19,12 @@ SERVING_SIGNATURE = "serving_default"  # one 1-D input per raw column, named aft
 EXAMPLES_SIGNATURE = "predict_examples"  # serialized tf.Example
 SIGNATURES = (SERVING_SIGNATURE, EXAMPLES_SIGNATURE)
 EXAMPLES_INPUT = "examples"  # the input of EXAMPLES_SIGNATURE
+# Wide & deep models also take a batch the way the prediction UDF holds it, with the outputs of
+# SERVING_SIGNATURE: CODES_STRINGS, the distinct values of the categorical inputs; CODES_CODES
+# [len(spec.categorical), rows] int32, each row's index into them; CODES_NUMBERS
+# [len(spec.numeric), rows] float32, nulls filled. Both in spec order. Other models lack it.
+CODES_SIGNATURE = "serving_codes"
+CODES_STRINGS, CODES_CODES, CODES_NUMBERS = "strings", "codes", "numbers"
 
 # Output fields.
 PROBABILITY = "probability"  # binary: P(positive); multiclass: the top class's probability
@@ -53,6 +59,14 @@ ASSETS = "assets"
 def task_of(spec: "FeatureSpec") -> str:
     """The key of the tables above for a model trained on `spec`."""
     return AUTOENCODER if spec.is_sequence else spec.label.task
+
+
+def class_names(spec: "FeatureSpec") -> list[str]:
+    """A classifier's LABEL output for each CLASS_ID: the label's names, negative first."""
+    label = spec.label
+    if label.task == "binary":
+        return [label.negative[0], label.positive[0]] if label.positive else ["0", "1"]
+    return list(label.classes)
 
 
 def udf_returns_struct(task: str) -> bool:

@@ -5,8 +5,9 @@ columnar UDF passes them) and does the vocabulary lookups, normalisation, bucket
 crossing itself, from in-memory vocabularies and statistics. An exported model therefore needs
 no file but its own SavedModel, and training and serving cannot disagree on preprocessing.
 
-Only tf-keras (`TF_USE_LEGACY_KERAS=1`) layers are used, no Lambda and no custom layer, so the
-model builds under `strategy.scope()` for MultiWorkerMirrored and ParameterServer strategies.
+Only tf-keras (`TF_USE_LEGACY_KERAS=1`) layers and the package's own (`model.layers`) are used,
+no Lambda, so the model builds under `strategy.scope()` for MultiWorkerMirrored and
+ParameterServer strategies.
 """
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.config import SEQUENCE_MODEL, ModelConfig
-from tfos_jobs.contracts.serving import MODEL_OUTPUT
-from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec, NumericFeature
+from tfos_jobs.features.spec import FeatureSpec
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -43,81 +43,10 @@ def num_outputs(spec: FeatureSpec) -> int:
 
 def build_model(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
                 model_cfg: ModelConfig) -> "tf.keras.Model":
-    """Wide & deep, as the census DNNLinearCombinedClassifier.
+    """Wide & deep over the raw columns (`model.wide_deep`)."""
+    from tfos_jobs.model.wide_deep import WideDeep
 
-    Wide: a linear model (one weight per id and output unit) over the categorical, bucketized
-    and crossed features. Deep: embeddings of the categoricals and the normalised numerics
-    through `model_cfg.hidden_units()` ReLU layers. The two logits are added.
-
-    The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights
-    in one, the deep embeddings in one per embedding width. A distributed step's cost grows
-    with the number of variables it moves, not with their size, at this model's scale.
-    """
-    import tensorflow as tf
-
-    from tfos_jobs.model.layers import SharedEmbedding
-
-    layers = tf.keras.layers
-    units = num_outputs(spec)
-    inputs = {name: tf.keras.Input(shape=(), dtype=input_dtype(spec, name), name=name)
-              for name in spec.model_inputs}
-
-    ids: dict[str, Any] = {}  # per categorical, bucketized and crossed feature: int64 ids, shape [batch]
-    sizes: dict[str, int] = {}  # ... and how many ids there are
-    by_width: dict[int, list[str]] = {}  # embedding width -> categorical features, in spec order
-    numeric: list[Any] = []
-    for f in spec.features:
-        if isinstance(f, NumericFeature):
-            x = inputs[f.name]
-            if f.normalize:
-                mean, variance = _moments(stats, f.name)
-                x = layers.Normalization(axis=None, mean=mean, variance=variance, name=f"norm_{f.name}")(x)
-            numeric.append(layers.Reshape((1,), name=f"col_{f.name}")(x))
-        elif isinstance(f, CategoricalFeature):
-            values = vocab.get(f.name)
-            if not values:
-                raise ValueError(f"features.{f.name}: the vocabulary is empty or missing; a categorical "
-                                 "feature needs at least one value (check top_k and min_count)")
-            ids[f.name] = layers.StringLookup(vocabulary=list(values), num_oov_indices=f.num_oov_buckets,
-                                              mask_token=None, name=f"lookup_{f.name}")(inputs[f.name])
-            sizes[f.name] = f.num_oov_buckets + len(values)
-            by_width.setdefault(f.embedding_dim, []).append(f.name)
-        elif isinstance(f, BucketizedFeature):
-            ids[f.name] = layers.Discretization(bin_boundaries=list(f.boundaries),
-                                                name=f"bucketize_{f.name}")(inputs[f.source])
-            sizes[f.name] = len(f.boundaries) + 1
-    for f in spec.of_kind("crossed"):  # after the loop: a cross may be listed before its components
-        ids[f.name] = layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")(
-            tuple(ids[c] for c in f.columns))
-        sizes[f.name] = f.hash_buckets
-
-    deep = numeric + [
-        SharedEmbedding([sizes[n] for n in names], width, name=f"embed_{width}")([ids[n] for n in names])
-        for width, names in by_width.items()]
-    x = deep[0] if len(deep) == 1 else layers.Concatenate(name="deep_inputs")(deep)
-    for i, n in enumerate(model_cfg.hidden_units()):
-        x = layers.Dense(n, activation="relu", name=f"hidden_{i}")(x)
-        if model_cfg.dropout > 0:
-            x = layers.Dropout(model_cfg.dropout, name=f"dropout_{i}")(x)
-    logits = layers.Dense(units, name="deep_logits")(x)
-    if ids:  # wide: the sum of one weight (per output unit) per active id; the bias is deep_logits'
-        wide = SharedEmbedding(list(sizes.values()), units, combiner="sum", embeddings_initializer="zeros",
-                               name="wide")(list(ids.values()))
-        logits = layers.Add(name="logits")([logits, wide])
-
-    activation = {"binary": "sigmoid", "multiclass": "softmax", "regression": "linear"}[spec.label.task]
-    output = layers.Activation(activation, name=MODEL_OUTPUT[spec.label.task])(logits)
-    return tf.keras.Model(inputs=inputs, outputs=output, name="wide_deep")
-
-
-def _moments(stats: dict[str, Any], name: str) -> tuple[float, float]:
-    """Mean and variance for normalisation; a constant column (std 0 or unknown) is only centred."""
-    if name not in stats:
-        raise ValueError(f"features.{name}: no statistics for this numeric feature in the dataset's stats.json")
-    mean = float(stats[name]["mean"])
-    std = stats[name].get("std")
-    std = float(std) if std else 0.0
-    return mean, (std * std if std > 0 else 1.0)
+    return WideDeep(spec, vocab, stats, model_cfg, num_outputs(spec)).model()
 
 
 def compile_model(model: "tf.keras.Model", spec: FeatureSpec, optimizer: str, learning_rate: float,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float | None = None) -> dict[str, Any]:
     """`serving_default` (one 1-D input per raw column) and `predict_examples` (serialized
     tf.Example, parsed in-graph with the spec's defaults for absent features); outputs as
-    `contracts.serving.SIGNATURE_OUTPUTS`."""
+    `contracts.serving.SIGNATURE_OUTPUTS`. A wide & deep model adds `serving_codes`."""
     import tensorflow as tf
 
     if spec.is_sequence:
@@ -47,8 +47,21 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(tf.io.parse_example(examples, parse_spec), training=False))
 
-    return {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
-            contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
+    signatures = {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
+                  contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
+    from tfos_jobs.model import wide_deep
+
+    layers = wide_deep.of(model)
+    if layers is not None:
+        @tf.function(input_signature=[
+            tf.TensorSpec([None], tf.string, name=contract.CODES_STRINGS),
+            tf.TensorSpec([len(spec.categorical), None], tf.int32, name=contract.CODES_CODES),
+            tf.TensorSpec([len(spec.numeric), None], tf.float32, name=contract.CODES_NUMBERS)])
+        def serving_codes(strings: tf.Tensor, codes: tf.Tensor, numbers: tf.Tensor) -> dict[str, tf.Tensor]:
+            return head(layers.from_codes(strings, codes, numbers))
+
+        signatures[contract.CODES_SIGNATURE] = serving_codes.get_concrete_function()
+    return signatures
 
 
 def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float | None) -> dict[str, Any]:
@@ -91,7 +104,7 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
 
     label = spec.label
     if label.task == "binary":
-        names = [label.negative[0], label.positive[0]] if label.positive else ["0", "1"]
+        names = contract.class_names(spec)
 
         def binary(y: tf.Tensor) -> dict[str, tf.Tensor]:
             p = tf.reshape(tf.cast(y, tf.float32), [-1])
@@ -101,7 +114,7 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
 
         return binary
     if label.task == "multiclass":
-        classes = list(label.classes)
+        classes = contract.class_names(spec)
 
         def multiclass(y: tf.Tensor) -> dict[str, tf.Tensor]:
             probs = tf.cast(y, tf.float32)

@@ -1,0 +1,174 @@
+"""Wide & deep, as the census DNNLinearCombinedClassifier, from the feature spec.
+
+One set of layers, called two ways:
+  * `model()`: the Keras model over the raw columns (a dict of 1-D tensors, as `data.reader`
+    yields them), which trains and whose `serving_default` takes raw columns;
+  * `from_codes()`: the same layers over a batch whose categorical columns arrive as their
+    distinct values plus one code per row, as the prediction UDF holds them. Each vocabulary
+    lookup then runs on the distinct values only, and each cross on the distinct combinations
+    of its components' ids; the ids of every row are gathered from those. The outputs are the
+    model's own, bit for bit: only the number of rows each op touches changes.
+
+Imports TensorFlow at module load: import it where TensorFlow is already wanted.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from tfos_jobs.config import ModelConfig
+from tfos_jobs.contracts.serving import MODEL_OUTPUT
+from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec
+from tfos_jobs.model.layers import SharedEmbedding
+
+ATTRIBUTE = "tfos_wide_deep"  # the WideDeep behind a Keras model `model()` built
+_COMBINATIONS = 2**62  # a cross of fewer id combinations than this is computed on the distinct ones
+
+
+class WideDeep:
+    """The layers of the model and the two ways through them.
+
+    Wide: a linear model (one weight per id and output unit) over the categorical, bucketized
+    and crossed features. Deep: embeddings of the categoricals and the normalised numerics
+    through `model_cfg.hidden_units()` ReLU layers. The two logits are added.
+
+    The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights
+    in one, the deep embeddings in one per embedding width. A distributed step's cost grows
+    with the number of variables it moves, not with their size, at this model's scale.
+    """
+
+    def __init__(self, spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
+                 model_cfg: ModelConfig, units: int):
+        layers = tf.keras.layers
+        self.spec = spec
+        self.categorical = list(spec.categorical)  # the order of from_codes' inputs (contracts.serving)
+        self.numeric = list(spec.numeric)
+        self.bucketized = [f for f in spec.features if isinstance(f, BucketizedFeature)]
+        self.crossed = list(spec.of_kind("crossed"))
+        self.lookup, self.normalize, self.reshape, self.bucketize, self.cross = {}, {}, {}, {}, {}
+        self.sizes: dict[str, int] = {}  # per categorical, bucketized and crossed feature: how many ids
+        for f in self.numeric:
+            if f.normalize:
+                mean, variance = _moments(stats, f.name)
+                self.normalize[f.name] = layers.Normalization(axis=None, mean=mean, variance=variance,
+                                                              name=f"norm_{f.name}")
+            self.reshape[f.name] = layers.Reshape((1,), name=f"col_{f.name}")
+        for f in spec.features:  # categorical and bucketized in spec order: the order of the wide table
+            if isinstance(f, CategoricalFeature):
+                values = vocab.get(f.name)
+                if not values:
+                    raise ValueError(f"features.{f.name}: the vocabulary is empty or missing; a categorical "
+                                     "feature needs at least one value (check top_k and min_count)")
+                self.lookup[f.name] = layers.StringLookup(vocabulary=list(values), num_oov_indices=f.num_oov_buckets,
+                                                          mask_token=None, name=f"lookup_{f.name}")
+                self.sizes[f.name] = f.num_oov_buckets + len(values)
+            elif isinstance(f, BucketizedFeature):
+                self.bucketize[f.name] = layers.Discretization(bin_boundaries=list(f.boundaries),
+                                                               name=f"bucketize_{f.name}")
+                self.sizes[f.name] = len(f.boundaries) + 1
+        for f in self.crossed:
+            self.cross[f.name] = layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")
+            self.sizes[f.name] = f.hash_buckets
+        self.by_width: dict[int, list[str]] = {}  # embedding width -> categorical features, in spec order
+        for f in self.categorical:
+            self.by_width.setdefault(f.embedding_dim, []).append(f.name)
+        self.embed = {width: SharedEmbedding([self.sizes[n] for n in names], width, name=f"embed_{width}")
+                      for width, names in self.by_width.items()}
+        self.concat = layers.Concatenate(name="deep_inputs")
+        self.hidden = [layers.Dense(n, activation="relu", name=f"hidden_{i}")
+                       for i, n in enumerate(model_cfg.hidden_units())]
+        self.dropout = [layers.Dropout(model_cfg.dropout, name=f"dropout_{i}") if model_cfg.dropout > 0 else None
+                        for i in range(len(self.hidden))]
+        self.deep_logits = layers.Dense(units, name="deep_logits")
+        self.wide = (SharedEmbedding(list(self.sizes.values()), units, combiner="sum", embeddings_initializer="zeros",
+                                     name="wide") if self.sizes else None)
+        self.add = layers.Add(name="logits")
+        activation = {"binary": "sigmoid", "multiclass": "softmax", "regression": "linear"}[spec.label.task]
+        self.activation = layers.Activation(activation, name=MODEL_OUTPUT[spec.label.task])
+
+    # -- the two ways in -------------------------------------------------------------------
+
+    def model(self) -> tf.keras.Model:
+        """The Keras model over the raw columns; it keeps this object as `ATTRIBUTE`."""
+        from tfos_jobs.model.builder import input_dtype
+
+        inputs = {name: tf.keras.Input(shape=(), dtype=input_dtype(self.spec, name), name=name)
+                  for name in self.spec.model_inputs}
+        ids = {f.name: self.lookup[f.name](inputs[f.name]) for f in self.categorical}
+        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows), name="wide_deep")
+        setattr(model, ATTRIBUTE, self)  # a plain object: Keras neither tracks nor saves it
+        return model
+
+    def from_codes(self, strings: tf.Tensor, codes: tf.Tensor, numbers: tf.Tensor) -> tf.Tensor:
+        """The model's output for a batch given as: `strings`, the distinct values of every
+        categorical input (any order, any mix of columns); `codes` [categorical inputs, rows],
+        each row's index into `strings`; `numbers` [numeric inputs, rows] float32, nulls filled.
+        Inputs of each kind in spec order (`contracts.serving.CODES_SIGNATURE`)."""
+        ids = {}
+        for f, column_codes in zip(self.categorical, tf.unstack(codes, len(self.categorical))):
+            ids[f.name] = tf.gather(self.lookup[f.name](strings), column_codes)
+        columns = dict(zip((f.name for f in self.numeric), tf.unstack(numbers, len(self.numeric))))
+        return self._head(ids, columns, self._cross_distinct, training=False)
+
+    # -- shared ----------------------------------------------------------------------------
+
+    def _head(self, ids: dict[str, Any], columns: dict[str, Any], cross, training: bool | None = None) -> Any:
+        """Everything after the categorical lookups. `columns` holds the numeric inputs."""
+        for f in self.bucketized:
+            ids[f.name] = self.bucketize[f.name](columns[f.source])
+        for f in self.crossed:  # after the others: a cross may be listed before its components
+            ids[f.name] = cross(f, [ids[c] for c in f.columns])
+        numeric = []
+        for f in self.numeric:
+            x = columns[f.name]
+            numeric.append(self.reshape[f.name](self.normalize[f.name](x) if f.name in self.normalize else x))
+        deep = numeric + [self.embed[width]([ids[n] for n in names]) for width, names in self.by_width.items()]
+        x = deep[0] if len(deep) == 1 else self.concat(deep)
+        for dense, dropout in zip(self.hidden, self.dropout):
+            x = dense(x)
+            if dropout is not None:
+                x = dropout(x, training=training)
+        logits = self.deep_logits(x)
+        if self.wide is not None:  # the sum of one weight (per output unit) per active id; the bias is deep_logits'
+            logits = self.add([logits, self.wide([ids[n] for n in self.sizes])])
+        return self.activation(logits)
+
+    def _cross_rows(self, f: Any, parts: list[Any]) -> Any:
+        return self.cross[f.name](tuple(parts))
+
+    def _cross_distinct(self, f: Any, parts: list[Any]) -> Any:
+        """The cross of each distinct combination of component ids, gathered for every row:
+        the same ids as `_cross_rows`, hashed once per combination instead of once per row."""
+        sizes = [self.sizes[c] for c in f.columns]
+        combinations = 1
+        for size in sizes:
+            combinations *= size
+        if combinations >= _COMBINATIONS:
+            return self._cross_rows(f, parts)
+        combined = tf.cast(parts[0], tf.int64)
+        for part, size in zip(parts[1:], sizes[1:]):
+            combined = combined * size + tf.cast(part, tf.int64)
+        distinct, index = tf.unique(combined, out_idx=tf.int32)
+        components = []
+        for size in reversed(sizes[1:]):
+            components.append(distinct % size)
+            distinct //= size
+        components.append(distinct)
+        components = [tf.cast(c, p.dtype) for c, p in zip(reversed(components), parts)]
+        return tf.gather(self.cross[f.name](tuple(components)), index)
+
+
+def of(model: Any) -> WideDeep | None:
+    """The WideDeep a Keras model was built from, or None (a user's model, a loaded one)."""
+    return getattr(model, ATTRIBUTE, None)
+
+
+def _moments(stats: dict[str, Any], name: str) -> tuple[float, float]:
+    """Mean and variance for normalisation; a constant column (std 0 or unknown) is only centred."""
+    if name not in stats:
+        raise ValueError(f"features.{name}: no statistics for this numeric feature in the dataset's stats.json")
+    mean = float(stats[name]["mean"])
+    std = stats[name].get("std")
+    std = float(std) if std else 0.0
+    return mean, (std * std if std > 0 else 1.0)
