@@ -41,9 +41,11 @@ def use_task_gpus() -> None:
 class Scorer:
     """One loaded model: Arrow columns in, Arrow prediction arrays and counts out.
 
-    Each batch is one call into TensorFlow: a graph that expands the categorical columns from
-    their distinct values, fills and counts numeric nulls, runs the serving signature and finds
-    the distinct labels. Eager operations one by one cost more Python than the model itself."""
+    Each batch is one call into TensorFlow, a graph of four inputs: the categorical columns as
+    their distinct values and codes, the numeric ones with their nulls filled and counted in
+    numpy beforehand (TensorFlow's NaN test of a float64 matrix took longer than all of numpy's
+    work), the windows. Eager operations one by one cost more Python than the model itself. A
+    label is read from the class id, not from the graph's strings."""
 
     def __init__(self, export_dir: str):
         use_task_gpus()
@@ -53,7 +55,10 @@ class Scorer:
         from tfos_jobs.model.export import read_spec
 
         self._loaded = tf.saved_model.load(export_dir)  # keeps the function's variables alive
-        self.fn = self._loaded.signatures[contract.SERVING_SIGNATURE]
+        signatures = self._loaded.signatures
+        self.fn = signatures[contract.SERVING_SIGNATURE]
+        # A wide & deep model takes the categorical columns as distinct values + codes itself.
+        self.codes_fn = signatures[contract.CODES_SIGNATURE] if contract.CODES_SIGNATURE in signatures else None
         self.spec: FeatureSpec = read_spec(export_dir)
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
@@ -64,31 +69,34 @@ class Scorer:
         self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.categorical}
+        self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
+        classifier = contract.udf_returns_struct(self.task) and self.task != contract.AUTOENCODER
+        self.labels = pa.array(contract.class_names(self.spec), pa.string()) if classifier else None
         self._graph = self._batch_graph(tf)
 
     def _batch_graph(self, tf: Any) -> Any:
         """The batch's whole TensorFlow work as one function of four tensors, one per kind of
-        column: binding a function's arguments costs Python per argument, on every batch."""
+        column: binding a function's arguments costs Python per argument, on every batch.
+        With the model's `serving_codes` the categorical columns stay codes into their distinct
+        values (lookups and crosses run once per distinct value); otherwise they are expanded
+        into one string per row for `serving_default`."""
         cats, nums, seqs = self.categorical, self.numeric, self.sequences
-        fn = self.fn
-        defaults = tf.constant([[float(f.default)] for f in nums] or np.zeros((0, 1)), tf.float64)
+        fn, codes_fn = self.fn, self.codes_fn
 
         @tf.function(input_signature=[
             tf.TensorSpec([None], tf.string),  # every categorical column's distinct values, one column after another
             tf.TensorSpec([len(cats), None], tf.int32),  # per categorical column and row: an index into them
-            tf.TensorSpec([len(nums), None], tf.float64),  # per numeric column and row: its value, NaN if null
+            tf.TensorSpec([len(nums), None], tf.float32),  # per numeric column and row: its value, nulls filled
             tf.TensorSpec([len(seqs), None, self.window], tf.float32),  # per sequence column and row: a window
         ], autograph=False)
-        def run(strings: Any, codes: Any, numbers: Any, windows: Any) -> tuple[dict[str, Any], Any]:
+        def run(strings: Any, codes: Any, numbers: Any, windows: Any) -> dict[str, Any]:
+            if codes_fn is not None:
+                return dict(codes_fn(**{contract.CODES_STRINGS: strings, contract.CODES_CODES: codes,
+                                        contract.CODES_NUMBERS: numbers}))
             inputs = dict(zip((f.name for f in cats), tf.unstack(tf.gather(strings, codes), len(cats))))
-            missing = tf.math.is_nan(numbers)
-            filled = tf.cast(tf.where(missing, defaults, numbers), tf.float32)
-            inputs.update(zip((f.name for f in nums), tf.unstack(filled, len(nums))))
+            inputs.update(zip((f.name for f in nums), tf.unstack(numbers, len(nums))))
             inputs.update(zip((f.name for f in seqs), tf.unstack(windows, len(seqs))))
-            out = dict(fn(**inputs))
-            if contract.LABEL in out:  # classification: each distinct label is decoded once
-                out[contract.LABEL], out[_LABEL_CODES] = tf.unique(out[contract.LABEL], out_idx=tf.int32)
-            return out, tf.reduce_sum(tf.cast(missing, tf.int64), axis=1)
+            return dict(fn(**inputs))
 
         return run
 
@@ -113,7 +121,7 @@ class Scorer:
     def feeds(self, cols: dict[str, pa.Array], counts: dict[str, int]) -> tuple[np.ndarray, ...]:
         """Columns -> the graph's four inputs, straight from Arrow buffers. A categorical column
         goes as its distinct values and a code per row: its nulls, truncation and vocabulary
-        checks then touch only the distinct values."""
+        checks then touch only the distinct values. Numeric nulls are counted and filled here."""
         rows = len(next(iter(cols.values())))
         strings: list[str] = []
         codes, numbers, windows = [], [], []
@@ -134,16 +142,18 @@ class Scorer:
                 strings.extend(values.to_pylist())
             else:
                 numbers.append(_numeric(name, column))
+        numbers = np.stack(numbers) if numbers else np.zeros((0, rows), np.float64)
+        missing = np.isnan(numbers)  # nulls, and NaN values, take the spec's default
+        for f, n in zip(self.numeric, missing.sum(axis=1).tolist()):
+            _count(counts, f"null:{f.name}", n)
         return (np.array(strings, dtype=object),
                 np.stack(codes) if codes else np.zeros((0, rows), np.int32),
-                np.stack(numbers) if numbers else np.zeros((0, rows), np.float64),
+                np.where(missing, self.defaults, numbers).astype(np.float32),
                 np.stack(windows) if windows else np.zeros((0, rows, self.window), np.float32))
 
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
-        out, nulls = self._graph(*self.feeds(cols, counts))
-        for f, n in zip(self.numeric, nulls.numpy().tolist()):
-            _count(counts, f"null:{f.name}", n)
+        out = self._graph(*self.feeds(cols, counts))
         _count(counts, "rows", len(next(iter(cols.values()))))
         if self.task == contract.AUTOENCODER:
             return pa.StructArray.from_arrays([
@@ -153,14 +163,10 @@ class Scorer:
             ], names=list(contract.UDF_FIELDS[self.task]))
         if not contract.udf_returns_struct(self.task):
             return pa.array(out[contract.VALUE].numpy().astype(np.float64))
-        labels = pa.array([b.decode() for b in out[contract.LABEL].numpy()], pa.string())
         return pa.StructArray.from_arrays([
             pa.array(out[contract.PROBABILITY].numpy().astype(np.float64)),
-            labels.take(pa.array(out[_LABEL_CODES].numpy())),
+            self.labels.take(pa.array(out[contract.CLASS_ID].numpy())),  # the LABEL output, without its strings
         ], names=list(contract.UDF_FIELDS[self.task]))
-
-
-_LABEL_CODES = f"{contract.LABEL}/codes"  # the graph's output: each row's index into the distinct labels
 
 
 def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Array, np.ndarray]:

@@ -44,6 +44,9 @@ def test_udf_equals_the_savedmodel_called_in_process(spark, setup):
     np.testing.assert_allclose(got, expected, atol=1e-6)
     assert {r.p.label for r in scored} <= {">50K", "<=50K"}
     assert all((r.p.probability >= 0.5) == (r.p.label == ">50K") for r in scored)
+    from udfs.predict import Scorer
+
+    assert Scorer(p.export_dir).codes_fn is not None  # wide & deep: it scored through serving_codes
 
 
 def test_sql_positional_arguments_and_struct_agree(spark, setup):
