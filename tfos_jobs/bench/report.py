@@ -178,6 +178,13 @@ def _details(run: Run) -> list[str]:
         lines.append(f"- **P4** with one struct, `predict(struct(*))`, instead of the columns as arguments: "
                      f"{_figure(struct)}, {fmt(ratio(struct.median, d['P4'].measured.median))}× the argument form "
                      "(Spark builds a struct per row, the worker takes it apart).")
+    if "P4" in d and "in-process codes" in run.details:
+        codes = run.details["in-process codes"]
+        lines.append(f"- **P4**'s baseline calls `serving_default` on raw columns; the UDF calls the model's "
+                     f"`serving_codes` (lookups and crosses on distinct values, the same outputs). Called in-process "
+                     f"on the same rows, encoded beforehand: {_figure(codes)}, "
+                     f"{fmt(ratio(codes.median, d['P4'].baseline.median))}× `serving_default`; the UDF reaches "
+                     f"{fmt(ratio(d['P4'].measured.median, codes.median))}× it.")
     if "predict rows" in run.details:
         scored, plain = run.details["predict rows"], run.details["write rows"]
         lines.append(f"- **tfos predict** (joins, scoring, Parquet write, output check) runs at {_figure(scored)}; "
@@ -208,7 +215,7 @@ def _batch_sizes(run: Run) -> list[str]:
 
 def _p4_cpu(run: Run) -> list[str]:
     """Where P4's time goes: CPU seconds per 100k rows, by process group."""
-    variants = ("in-process", "UDF", "UDF, struct(*)", "no-op UDF", "predict_batch_udf")
+    variants = ("in-process", "in-process, serving_codes", "UDF", "UDF, struct(*)", "no-op UDF", "predict_batch_udf")
     groups = ("jvm", "python workers", "driver")
     if not all(f"P4 {v} cpu {g}" in run.details for v in variants for g in groups):
         return []

@@ -2,7 +2,8 @@
 
 * in-process: the SavedModel's concrete `serving_default` called in this one process on the
   same rows, batch after batch of the same size the UDF gets, tensors built from ready numpy
-  columns (nulls filled beforehand, untimed): the best a Python process can do.
+  columns (nulls filled beforehand, untimed): the model's own speed. Beside it, its
+  `serving_codes` on the same rows held as the UDF holds them (encoded beforehand, untimed).
 * the UDF: the registered SQL function over the same rows, cached in Spark.
 * Spark's own: `pyspark.ml.functions.predict_batch_udf` with the `make_predict_fn` Spark's
   documentation shows (load the model once, call its serving signature on each batch of numpy
@@ -46,6 +47,36 @@ def in_process_rows_per_sec(fn: Any, inputs: dict[str, np.ndarray], batch_size: 
     started = time.perf_counter()
     for start in range(0, rows, batch_size):
         out = fn(**{k: tf.constant(v[start:start + batch_size]) for k, v in inputs.items()})
+        next(iter(out.values())).numpy()
+    return rows / (time.perf_counter() - started)
+
+
+def codes_inputs(inputs: dict[str, np.ndarray], spec: FeatureSpec) -> dict[str, np.ndarray]:
+    """The same rows as `serving_codes` takes them (contracts.serving): the categorical columns'
+    distinct values and a code per row into them, the numeric columns stacked."""
+    strings: list[str] = []
+    codes = []
+    for f in spec.categorical:
+        values, index = np.unique(inputs[f.name].astype(str), return_inverse=True)
+        codes.append(index.astype(np.int32) + len(strings))
+        strings.extend(values.tolist())
+    return {contract.CODES_STRINGS: np.array(strings, dtype=object), contract.CODES_CODES: np.stack(codes),
+            contract.CODES_NUMBERS: np.stack([inputs[f.name] for f in spec.numeric]).astype(np.float32)}
+
+
+def in_process_codes_rows_per_sec(fn: Any, inputs: dict[str, np.ndarray], batch_size: int) -> float:
+    """Rows/s of `serving_codes` alone on `codes_inputs`, `batch_size` rows per call (each call
+    is given every distinct value: a few hundred strings)."""
+    import tensorflow as tf
+
+    strings = tf.constant(inputs[contract.CODES_STRINGS])
+    codes, numbers = inputs[contract.CODES_CODES], inputs[contract.CODES_NUMBERS]
+    rows = codes.shape[1]
+    started = time.perf_counter()
+    for start in range(0, rows, batch_size):
+        out = fn(**{contract.CODES_STRINGS: strings,
+                    contract.CODES_CODES: tf.constant(codes[:, start:start + batch_size]),
+                    contract.CODES_NUMBERS: tf.constant(numbers[:, start:start + batch_size])})
         next(iter(out.values())).numpy()
     return rows / (time.perf_counter() - started)
 

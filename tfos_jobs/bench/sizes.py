@@ -21,7 +21,7 @@ class Sizes:
     ps_batch: int  # examples per parameter-server step for P8 (README: larger batches under parameter_server)
     scaling_workers: tuple[int, ...]  # multi_worker_mirrored clusters measured
     profile_steps: int  # steps each TF node times its step's parts over (executor.step_profile)
-    input_batches: int  # batches read per input pipeline run
+    input_records: int  # records read per input pipeline run (in batches of the global training batch)
     write_rounds: int  # times the JVM writers write the DataFrame per sample: one write lasts under a second
     fleet_assets: int  # sensor-fleet assets at 1x (P10); the large fleet has `scale` times as many
     fleet_steps: int  # time steps per asset
@@ -33,7 +33,7 @@ class Sizes:
 
 FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_repeats=3, warmup=True,
              train_epochs=3, train_steps=200, train_batch=0, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
-             input_batches=800, write_rounds=4, fleet_assets=25, fleet_steps=4_000)
+             input_records=819_200, write_rounds=4, fleet_assets=25, fleet_steps=4_000)
 SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, warmup=False,
               train_epochs=2, train_steps=4, train_batch=64, ps_batch=64, scaling_workers=(1, 2), profile_steps=4,
-              input_batches=4, write_rounds=1, fleet_assets=2, fleet_steps=400)
+              input_records=256, write_rounds=1, fleet_assets=2, fleet_steps=400)
