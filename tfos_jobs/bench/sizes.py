@@ -12,6 +12,7 @@ class Sizes:
     events_per_person: float  # events rows = people x this: the bulk of what prepare reads
     repeats: int
     train_repeats: int  # training is the noisiest figure (seconds-long epochs on a shared machine)
+    serving_repeats: int  # P4 and P9: each query lasts a second or two, so more repeats cost little
     warmup: bool  # one unrecorded run of each variant first (model loading, worker start, JIT)
     train_epochs: int  # training figures use the epochs after the first (the first traces)
     train_steps: int  # steps per epoch
@@ -31,9 +32,9 @@ class Sizes:
         return self.people * self.scale
 
 
-FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_repeats=3, warmup=True,
+FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_repeats=3, serving_repeats=5, warmup=True,
              train_epochs=3, train_steps=200, train_batch=0, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
              input_records=819_200, write_rounds=4, fleet_assets=25, fleet_steps=4_000)
-SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, warmup=False,
+SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, serving_repeats=1, warmup=False,
               train_epochs=2, train_steps=4, train_batch=64, ps_batch=64, scaling_workers=(1, 2), profile_steps=4,
               input_records=256, write_rounds=1, fleet_assets=2, fleet_steps=400)

@@ -162,7 +162,7 @@ class Bench:
         s = self.sizes
         self.run.sizes["people (1x / 16x)"] = f"{s.people:,} / {s.big_people:,}"
         self.run.sizes["events per person"] = f"{s.events_per_person:g}"
-        self.run.sizes["repeats per figure"] = f"{s.repeats}, training {s.train_repeats}" + (
+        self.run.sizes["repeats per figure"] = f"{s.repeats}, training {s.train_repeats}, P4 and P9 {s.serving_repeats}" + (
             " (after one unrecorded warm-up run of each variant; none for training, where each TFoS run's "
             "start-up is a P6 sample)" if s.warmup else "")
         try:
@@ -456,7 +456,7 @@ class Bench:
             "UDF, struct(*)": query(pr.name),
             "no-op UDF": query("bench_noop", columns),
             "predict_batch_udf": query("bench_spark_udf", columns),
-        })
+        }, repeats=self.sizes.serving_repeats)
         for variant, figures in out.items():
             for key, values in figures.items():
                 if key.startswith("cpu "):
