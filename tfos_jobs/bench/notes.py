@@ -67,6 +67,30 @@ beside it. In `tfos bench`:
 rows): it runs in the same reused Python workers, whose heap the package's UDF froze, so P9
 is if anything understated.
 
+**0e. The model scores the UDF's codes itself (`serving_codes`: `model/wide_deep.py`,
+`model/export.py`, `udfs/predict.py`, adopted).** The UDF held each categorical column as its
+distinct values and a code per row, then expanded them into one string per row for
+`serving_default`, which looked every string up again and hashed every row's crosses. A wide &
+deep model now also exports `serving_codes`, which takes the codes: each vocabulary lookup runs
+on the distinct values, each cross on the distinct combinations of its components' ids
+(`tf.unique` over the combined ids), and every row's ids are gathered from those; the outputs
+are `serving_default`'s bit for bit (a test checks it, unseen categories included). A TensorFlow
+profile of the Scorer's graph then showed the numeric null test (`IsNan` on the float64 matrix:
+0.53 ms per 10,000 rows, plus 0.26 ms of `SelectV2` and 0.23 ms of casts) and a `tf.unique`
+over the 10,000 label strings: the nulls are now counted and filled in numpy, and a label is
+read from the class id. One process, census model, 10,000 rows per call, alternating in one
+process (three runs each): `serving_default` on expanded columns 18.8–24.8 ms CPU per call,
+`serving_codes` 15.8–16.5 ms; the Scorer's graph 10.2–10.6 → 8.4–8.8 ms wall with the numpy
+nulls, the whole Scorer call 14.1–14.8 → 12.1–12.5 ms. In `tfos bench` (local[2], 400,000 rows;
+P4's baseline is still `serving_default`, its `serving_codes` is reported beside it in Details):
+
+| | before (first run on this machine) | `serving_codes` | + numpy nulls, class-id labels |
+|---|---|---|---|
+| SQL UDF rows/s | 321,616 | 322,817 (the run's machine was slower: in-process 595,900) | 324,053 (in-process 735,193) |
+| P4 | 0.43 (per repeat 0.43–0.54) | 0.54 | 0.44 (per repeat 0.42–0.49; 0.57 at 10,000 in the batch-size table) |
+| P9 | 1.48 (1.35–1.67) | 1.54 | 1.55 (1.45–1.64) |
+| Python-worker CPU s per 100k rows | 0.27 | 0.23 | 0.19 |
+
 **1. UDF input preparation (`udfs/predict.py`, adopted; the pandas UDF before item 0).** Each categorical column was copied
 twice (`astype(object)`, `astype(str)`), checked against its vocabulary with `np.isin` (which
 sorts both sides on every batch) and converted to a fixed-width numpy string array for
@@ -216,31 +240,77 @@ servers deadlock with it (they block inter-op threads waiting on workers); one t
 no difference; the fused legacy Adam kernel (one op per variable on the parameter server):
 102,000 vs 107,000, within noise; more steps per execution than 20 (50, 100): within noise.
 
+**7. One all-gather instead of the ring all-reduce (`model/exchange.py`, adopted:
+`train.gradient_exchange = "auto"`).** After the levers above a two-worker step still paid
+~1.3–1.5 ms for its one packed all-reduce of 94 KB. TensorFlow's ring runs 2 (n − 1)
+transfers one after the other, each a gRPC call that waits for the peer; at this size the
+waits are the cost. One all-gather of the same pack takes n − 1 transfers, and each worker then
+adds the n copies itself, in rank order, so every worker holds the same sums bit for bit (a
+test checks the sums against the ring's and that one training run ends with the ring's weights).
+Two TensorFlow processes on loopback, 20 exchanges per call: 94 KB, ring 1.14–1.40 ms, gather
+0.81–0.96 ms; 4 bytes, 0.76–0.79 vs 0.71–0.76 ms (the floor of one collective here); three
+workers and 94 KB, 2.42–2.75 vs 1.60–1.71 ms. With two workers both move the same bytes; beyond
+two the gather moves n − 1 packs per worker instead of about two, so `auto` gathers with two
+workers or packs up to 256 KiB. `ReplicaContext.all_gather` would first all-gather the shapes (a
+second collective): the pack is gathered through the strategy's own collective launcher, and
+training falls back to the optimizer's all-reduce if a TensorFlow version lacks it. In `tfos
+bench` the scaling table runs two workers both ways, side by side: 354,174 examples/s (1.25× local)
+with the all-gather against 330,172 (1.17×) with the ring; the exchange column
+1.08 vs 1.48 ms.
+
+**8. 1,024 examples per worker (`conf/census.toml`, adopted; the README's recipe).** A step's
+fixed costs are paid on every worker: the exchange (~1 ms), and the dispatch of its ~1,300 ops
+with MultiWorkerMirrored's input and variable machinery (one process, 512 rows per step: the
+default strategy 2.3–3.1 ms CPU, MirroredStrategy on the same single device 3.4–3.8 ms). Two
+workers of 512 each ran at ~85% of a core each (`top`), CPU-bound, while the local strategy's
+two threads leave ~30% of the two cores idle. So the demo's per-worker batch went from 512 to
+1,024 (global 2,048; Adam at 0.001 holds its eval AUC there, below), and P7 is measured at the
+demo's own global batch. The scaling table keeps both: at 2 × 512 two workers reach
+0.85× one process on 1,024; at 2 × 1,024 they reach 1.25× one process on 2,048. `make
+demo`: eval AUC 0.914 at 2 × 1,024, as at 2 × 512; epochs after the first at 218,000–238,000
+examples/s.
+
+Tried for training and not kept, each against the same settings without it: XLA
+auto-clustering on CPU (`TF_XLA_FLAGS=--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit`, one process,
+512 per step): 170,000–184,000 vs 250,000–267,000 examples/s, slower; the fused legacy Adam
+(one `ResourceApplyAdam` per variable instead of ~40 ops): one process 2.25 vs 2.42 ms CPU per
+512-row step, but two-worker runs within their noise (195,000–215,000 vs 173,000–240,000); one
+inter-op thread per worker: 212,000–213,000 vs 173,000–240,000, within noise; TensorFlow's
+`disable_thread_spinning`: CPU per step unchanged. Measured, not built: training a model split
+after its lookups, on ids computed once when a shard is read into memory, takes 15–19% less CPU
+per step in one process (3.11 → 2.52 ms at 512 rows, 4.90 → 4.16 at 1,024) — it speeds the
+local strategy up as much as the workers. Tried for serving and not kept: Spark 4.3's Arrow
+cache (`spark.sql.cache.serializer = org.apache.spark.sql.execution.columnar.ArrowCachedBatchSerializer`,
+with `spark.sql.execution.arrow.pythonUDF.columnarInput.enabled`, which would hand cached Arrow
+batches to the UDF without converting rows): queries over the cached census rows fail with an
+`IndexOutOfBoundsException` in `ColumnarBatchRow.isNullAt`, with or without the columnar input.
+
 **Batch size and learning rate (the README's recipe).** Eval AUC of the local strategy on the
 demo data, 5 epochs, Adam: batch 256, 512, 1,024, 2,048 at the default rate 0.001: 0.9119,
 0.9124, 0.9122, 0.9121; batch 4,096: 0.9112 at 0.001, 0.9125 at 0.002 (1,024's rate × √4), 0.9129 at
-0.004 (× 4). The demo's global batch of 1,024 (2 × 512) needs no change of
-rate; past ~2,048 examples per update, scale Adam's rate with about √k.
+0.004 (× 4). The demo's global batch of 2,048 (2 × 1,024) needs no change of rate (eval AUC
+0.914 in `make demo`); past ~2,048 examples per update, scale Adam's rate with about √k.
 """
 
 BOUNDS = """
-**P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** Both now sit at the
-edge of their goals (0.47 and 1.47 in the last run; P4 0.52 in the batch-size table of the
-same run), bounded by what every Python UDF pays on two cores rather than by this UDF's own
-work. Per 100,000 rows of 21 columns (CPU table above): the Spark JVM spends ~0.3 CPU s
-(cached columns → rows → Arrow, and the results back), the Python workers ~0.24, of which the
-model itself is ~0.18 (the in-process call) and Spark's Arrow loop ~0.02 (the no-op floor):
-~0.53 CPU s against the in-process 0.19. The JVM's share is now more than half of the UDF's
-cost and cannot be cut from Python; Arrow batch size, socket buffers and the cache format did
-not move it (items 2 and 3). `spark.sql.execution.arrow.maxBytesPerBatch = 2147483647` would
-(item 0c, +5%), at the price of Spark's memory bound on a batch, so it is documented, not a
-default.
+**P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** P4 sits at its goal's
+edge (0.44–0.48 as P4 and 0.50–0.57 at the same batch size in the batch-size table, in the two runs on this code), bounded by what every Python UDF pays on two cores
+rather than by this UDF's own work. Per 100,000 rows of 21 columns (CPU table above): the Spark
+JVM spends ~0.3 CPU s (cached columns → rows → Arrow, and the results back), more than the
+whole of the Python workers (~0.2, the model included); the no-op floor, which pays that JVM
+share and nothing of a model, reaches only 0.66× the in-process rate. The JVM's share
+cannot be cut from Python: Arrow batch size, socket buffers and the cache format did not move
+it (items 2 and 3), Spark 4.3's Arrow cache fails on these rows (item 8), and
+`spark.sql.execution.arrow.maxBytesPerBatch = 2147483647` would (item 0c, +5%) at the price of
+Spark's memory bound on a batch, so it is documented, not a default. A cheaper model lowers P4
+(the fixed JVM share weighs more against the baseline): `serving_codes` raised the UDF's
+rows/s, and would raise the in-process rate more if the baseline used it (Details).
 
-`predict_batch_udf` pays the same JVM share and ~0.47 CPU s in its Python workers: Spark
-converts each batch to pandas and back, and every column becomes a numpy array and then a
-tensor. With ~0.3 CPU s shared, P9 ≈ (0.3 + its 0.47) ÷ (0.3 + our 0.24) ≈ 1.4–1.5 on this
-model; the ratio is larger where the model is cheap or the columns many (the shared part and
-the model weigh less against each side's own work).
+`predict_batch_udf` pays the same JVM share and ~0.5 CPU s in its Python workers: Spark
+converts each batch to pandas and back, every column becomes a numpy array and then a tensor,
+and the documented `make_predict_fn` calls `serving_default` on every row's strings. P9 ≈
+(0.3 + its 0.5) ÷ (0.3 + our ~0.2) ≈ 1.6 on this model; the ratio is larger where the columns
+are many or the categories repeat more.
 
 **P3 (TFoS 1 worker vs local).** Was bounded by MultiWorkerMirroredStrategy on a single
 worker (the all-reduce of every gradient each step: 0.70–0.81), not by TensorFlowOnSpark; with
@@ -248,16 +318,18 @@ the default strategy on a one-node cluster the same node trains at 0.98–1.00×
 strategy (tuning item 4) or above: the local strategy shares its process with the Spark
 driver, the TFoS node has an executor to itself.
 
-**P7 (2 workers vs one process, same global batch).** Two workers on two cores can at best
-match one process that uses both cores (they split the same computation) — and then each step
-adds the all-reduce of the gradients (1.3–1.6 ms of a 4–4.9 ms step, latency-bound: its size
-hardly matters below a few hundred KB) and the nodes share the two cores with their runtimes'
-threads ("other" in the scaling table). Three workers on two cores oversubscribe them and the
-all-reduce takes three ring hops: slower than two. Halving the per-worker batch hardly halves
-a worker's compute (2.5 ms for 512 rows vs 2.6 ms for 1,024 in the scaling table: the step is
-bound by the number of ops dispatched, not by rows), so the split gains less than half a step.
-Across full runs P7 lands at 0.75–0.83, at the goal's edge. On a real cluster each worker
-brings its own cores and the same exchange is the whole overhead.
+**P7 (2 workers vs one process, same global batch).** At the demo's 2 × 1,024 two workers
+beat one process using both cores (1.25×): each worker computes half the rows on a core of
+its own, and the one-process local strategy, whose two threads leave ~30% of the cores idle,
+cannot use both cores fully on this model. What a step adds for distribution is fixed per step:
+the all-gather of the 94 KB of gradients (~1 ms, latency-bound) and the dispatch of the step's
+ops through MultiWorkerMirrored's machinery on every worker (item 8). At 2 × 512 those fixed
+costs weigh twice as much against the compute and two workers reach 0.85× one process (0.75–0.83
+in the runs before item 7). Three workers on two cores oversubscribe them and their exchange
+takes two transfers: 0.93× at 2,048 examples per update. On a real cluster each worker
+brings its own cores and the same exchange, over a network, is the whole overhead: keep the
+per-worker batch large enough that compute is several times the step's exchange (the README's
+recipe, with `train.profile_steps` to measure it).
 
 **P8 (parameter server vs one process).** A parameter-server step reads every variable from
 the ps and sends every gradient back: ~5 ms per worker step alone here ("exchange"), and the
