@@ -105,6 +105,7 @@ def demo_dataset(spark, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # three 5-epoch trainings on the demo's 100,000 people, about 2.5 minutes: `make test-all`
 def test_distributed_training_learns_what_one_process_learns(demo_dataset, tmp_path):
     """The demo's training settings under each strategy: two multi_worker_mirrored workers and a
     parameter-server cluster (2 workers, 1 ps) reach the local strategy's eval AUC within 0.01,
