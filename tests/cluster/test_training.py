@@ -18,6 +18,7 @@ from tfos_jobs import config
 from tfos_jobs.data import synthetic
 from tfos_jobs.driver import prepare
 from tfos_jobs.executor.lifecycle import alive
+from tfos_jobs.model import exchange
 
 from tests.conftest import CENSUS, ROOT, prepared_dataset
 
@@ -77,7 +78,7 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     m = metrics(model_dir)
     assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
     assert len({n["executor_id"] for n in m["nodes"]}) == 2
-    assert m["gradient_exchange"] == "all_gather"  # auto, with two workers
+    assert m["gradient_exchange"] == exchange.ALL_GATHER  # auto, with two workers
     assert m["epochs"] == 3 and len(m["history"]) == 3
     assert 0 < m["startup"]["to_reserved_seconds"] < m["startup"]["to_first_step_seconds"] < m["seconds"]
     assert m["eval"]["auc"] > 0.8  # the base rate gives 0.5

@@ -70,7 +70,7 @@ WORKER = textwrap.dedent("""
     x = np.random.default_rng(42).integers(0, 20, 2048).astype(np.int64)
     y = (x % 3 == 0).astype(np.float32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).shard(len(ports), index).batch(64).repeat()
-    for mode in ("all_gather", "all_reduce"):
+    for mode in (exchange.ALL_GATHER, exchange.ALL_REDUCE):
         tf.keras.utils.set_random_seed(3)
         with strategy.scope():
             inp = tf.keras.Input(shape=(), dtype="int64")
@@ -113,11 +113,12 @@ def two_workers() -> list[dict]:
 
 def test_auto_gathers_with_two_workers_or_small_gradients():
     small, big = exchange.GATHER_BYTES, exchange.GATHER_BYTES + 1
-    assert exchange.choose("auto", 2, 10 * big) == "all_gather"  # the same bytes as the ring, half the transfers
-    assert exchange.choose("auto", 3, small) == "all_gather"
-    assert exchange.choose("auto", 3, big) == "all_reduce"
-    assert exchange.choose("all_reduce", 2, 1) == "all_reduce"
-    assert exchange.choose("all_gather", 8, 10 * big) == "all_gather"
+    auto, gather, ring = exchange.AUTO, exchange.ALL_GATHER, exchange.ALL_REDUCE
+    assert exchange.choose(auto, 2, 10 * big) == gather  # the same bytes as the ring, half the transfers
+    assert exchange.choose(auto, 3, small) == gather
+    assert exchange.choose(auto, 3, big) == ring
+    assert exchange.choose(ring, 2, 1) == ring
+    assert exchange.choose(gather, 8, 10 * big) == gather
     with pytest.raises(ValueError, match="'ring' is not one of auto, all_gather, all_reduce"):
         exchange.choose("ring", 2, 1)
 
@@ -144,8 +145,9 @@ def test_training_through_the_gather_ends_with_the_ring_s_weights(two_workers):
     import numpy as np
 
     first, second = two_workers
-    for a, b in zip(first["all_gather"], first["all_reduce"]):
+    gather, ring = exchange.ALL_GATHER, exchange.ALL_REDUCE
+    for a, b in zip(first[gather], first[ring]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    for a, b in zip(first["all_gather"], second["all_gather"]):  # the mirrored variables stay equal
+    for a, b in zip(first[gather], second[gather]):  # the mirrored variables stay equal
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert not np.allclose(np.asarray(first["all_gather"][0]), 0.0)  # it trained
+    assert not np.allclose(np.asarray(first[gather][0]), 0.0)  # it trained

@@ -34,6 +34,7 @@ from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data import synthetic
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import SPARK_TYPES
+from tfos_jobs.model import exchange
 
 SERVED_MODEL = "model-mwms-2"  # P4 and P5 serve the model the last two-worker run trained
 RING_VARIANT = "mwms-2-all-reduce"  # two workers summing their gradients with the ring all-reduce
@@ -55,7 +56,7 @@ class TrainVariant:
     workers: int
     batch: int  # per worker; under parameter_server per step, each step on one worker
     baseline: str  # the local variant that updates with as many examples per step
-    gradient_exchange: str = "auto"
+    gradient_exchange: str = exchange.AUTO
 
     @property
     def title(self) -> str:
@@ -63,7 +64,7 @@ class TrainVariant:
             return f"local strategy, one process (batch {self.batch:,})"
         if self.strategy == "parameter_server":
             return f"TFoS parameter_server, {self.workers} workers + 1 ps (batch {self.batch:,} per step)"
-        how = ", ring all-reduce" if self.gradient_exchange == "all_reduce" else ""
+        how = ", ring all-reduce" if self.gradient_exchange == exchange.ALL_REDUCE else ""
         return (f"TFoS multi_worker_mirrored, {self.workers} worker{'s' if self.workers > 1 else ''} "
                 f"({self.batch:,} per worker{how})")
 
@@ -332,7 +333,7 @@ class Bench:
         for n in self.sizes.scaling_workers:
             variants[f"mwms-{n}"] = TrainVariant("multi_worker_mirrored", n, g // n, "local")
             if n == 2:
-                variants[RING_VARIANT] = TrainVariant("multi_worker_mirrored", 2, g // 2, "local", "all_reduce")
+                variants[RING_VARIANT] = TrainVariant("multi_worker_mirrored", 2, g // 2, "local", exchange.ALL_REDUCE)
         if 2 in self.sizes.scaling_workers:
             variants["local-half"] = TrainVariant("local", 1, g // 2, "local-half")
             variants["mwms-2-half"] = TrainVariant("multi_worker_mirrored", 2, g // 4, "local-half")

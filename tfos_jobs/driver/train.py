@@ -24,6 +24,7 @@ from tfos_jobs.driver.progress import (ProgressPrinter, format_breakdown, plot_l
                                        step_breakdown)
 from tfos_jobs.driver.tf_cluster import run_cluster, startup
 from tfos_jobs.errors import ConfigError, OutputExistsError, TrainingError
+from tfos_jobs.model import exchange
 from tfos_jobs.model.builder import resolve_model_fn
 
 __all__ = ["run", "TrainingError"]
@@ -119,7 +120,7 @@ def _finish(model_dir: ModelDir, run: RunDir, tr: TrainConfig, attempts: int, se
         "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
         "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
-        "gradient_exchange": result.get("gradient_exchange", "all_reduce"),
+        "gradient_exchange": result.get("gradient_exchange", exchange.ALL_REDUCE),
         "seconds": round(seconds, 1), "startup": startup(run), "final": result["final"],
         "lost_nodes": run.lost_nodes(),
         "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},

@@ -23,10 +23,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from tfos_jobs.model.exchange import ALL_GATHER, ALL_REDUCE, summed
+
 
 def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_input: Callable[[], Any],
             steps: int, steps_per_execution: int, parameter_server: bool, workers: int,
-            gradient_exchange: str = "all_reduce") -> dict[str, Any]:
+            gradient_exchange: str = ALL_REDUCE) -> dict[str, Any]:
     """`build_copy()`: the same model, compiled, outside any distribution strategy;
     `make_input()`: this node's training batches."""
     batches = make_input()
@@ -75,11 +77,9 @@ def _gradient_sum_ms(strategy: Any, variables: list, steps: int, steps_per_execu
     sums them, `steps_per_execution` steps per call, as training runs them."""
     import tensorflow as tf
 
-    from tfos_jobs.model.exchange import summed
-
     def step(total):
         gradients = [tf.zeros(v.shape, v.dtype) + tf.cast(total, v.dtype) for v in variables]
-        if gradient_exchange == "all_gather":
+        if gradient_exchange == ALL_GATHER:
             reduced = summed(gradients, variables)
         else:
             reduced = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)

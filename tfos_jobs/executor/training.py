@@ -13,6 +13,7 @@ from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.contracts.run_dir import FIRST_STEP, ModelDir, RunDir
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data import reader
+from tfos_jobs.model import exchange
 from tfos_jobs.progress_log import append_progress
 
 
@@ -68,13 +69,11 @@ def make_strategy(name: str, num_workers: int = 1):
 
 
 def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> str:
-    """How this run sums gradients across workers (`model.exchange`); "all_reduce" where
+    """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where
     nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
     optimizer's own aggregation in place."""
     if args.strategy != "multi_worker_mirrored" or num_workers < 2:
-        return "all_reduce"
-    from tfos_jobs.model import exchange
-
+        return exchange.ALL_REDUCE
     gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
     return exchange.choose(args.gradient_exchange, num_workers, gradient_bytes)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-EXCHANGES = ("auto", "all_gather", "all_reduce")
+AUTO, ALL_GATHER, ALL_REDUCE = "auto", "all_gather", "all_reduce"  # the setting, and what a run records
+EXCHANGES = (AUTO, ALL_GATHER, ALL_REDUCE)
 GATHER_BYTES = 256 * 1024  # auto: above two workers, packs up to this size are gathered
 
 
@@ -24,9 +25,9 @@ def choose(setting: str, workers: int, gradient_bytes: int) -> str:
     """The exchange a step uses: `setting` unless it is "auto"."""
     if setting not in EXCHANGES:
         raise ValueError(f"gradient exchange {setting!r} is not one of {', '.join(EXCHANGES)}")
-    if setting != "auto":
+    if setting != AUTO:
         return setting
-    return "all_gather" if workers == 2 or gradient_bytes <= GATHER_BYTES else "all_reduce"
+    return ALL_GATHER if workers == 2 or gradient_bytes <= GATHER_BYTES else ALL_REDUCE
 
 
 def summed(gradients: list[Any], variables: list[Any]) -> list[Any]:
