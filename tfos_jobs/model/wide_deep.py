@@ -13,6 +13,7 @@ Imports TensorFlow at module load: import it where TensorFlow is already wanted.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import tensorflow as tf
@@ -141,10 +142,7 @@ class WideDeep:
         """The cross of each distinct combination of component ids, gathered for every row:
         the same ids as `_cross_rows`, hashed once per combination instead of once per row."""
         sizes = [self.sizes[c] for c in f.columns]
-        combinations = 1
-        for size in sizes:
-            combinations *= size
-        if combinations >= _COMBINATIONS:
+        if math.prod(sizes) >= _COMBINATIONS:
             return self._cross_rows(f, parts)
         combined = tf.cast(parts[0], tf.int64)
         for part, size in zip(parts[1:], sizes[1:]):
