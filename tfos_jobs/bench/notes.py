@@ -254,9 +254,9 @@ two the gather moves n − 1 packs per worker instead of about two, so `auto` ga
 workers or packs up to 256 KiB. `ReplicaContext.all_gather` would first all-gather the shapes (a
 second collective): the pack is gathered through the strategy's own collective launcher, and
 training falls back to the optimizer's all-reduce if a TensorFlow version lacks it. In `tfos
-bench` the scaling table runs two workers both ways, side by side: 354,174 examples/s (1.25× local)
-with the all-gather against 330,172 (1.17×) with the ring; the exchange column
-1.08 vs 1.48 ms.
+bench` the scaling table runs two workers both ways, side by side. In the run that adopted it:
+354,174 examples/s (1.25× local) with the all-gather against 330,172 (1.17×) with the ring; the
+exchange column 1.08 vs 1.48 ms.
 
 **8. 1,024 examples per worker (`conf/census.toml`, adopted; the README's recipe).** A step's
 fixed costs are paid on every worker: the exchange (~1 ms), and the dispatch of its ~1,300 ops
@@ -266,7 +266,8 @@ workers of 512 each ran at ~85% of a core each (`top`), CPU-bound, while the loc
 two threads leave ~30% of the two cores idle. So the demo's per-worker batch went from 512 to
 1,024 (global 2,048; Adam at 0.001 holds its eval AUC there, below), and P7 is measured at the
 demo's own global batch. The scaling table keeps both: at 2 × 512 two workers reach
-0.85× one process on 1,024; at 2 × 1,024 they reach 1.25× one process on 2,048. `make
+0.85–0.88× one process on 1,024; at 2 × 1,024 they reach 1.23–1.25× one process on 2,048 (the
+two runs on this code). `make
 demo`: eval AUC 0.914 at 2 × 1,024, as at 2 × 512; epochs after the first at 218,000–238,000
 examples/s.
 
@@ -294,11 +295,13 @@ demo data, 5 epochs, Adam: batch 256, 512, 1,024, 2,048 at the default rate 0.00
 
 BOUNDS = """
 **P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** P4 sits at its goal's
-edge (0.44–0.48 as P4 and 0.50–0.57 at the same batch size in the batch-size table, in the two runs on this code), bounded by what every Python UDF pays on two cores
+edge: 0.54, 0.48, 0.44 and 0.58 as P4 in the four runs since `serving_codes` (item 0e), 0.48–0.66
+at the same batch size in their batch-size tables. The in-process baseline moves more from run to
+run (medians 596,000–798,000 rows/s) than the UDF (323,000–385,000). P4 is bounded by what every Python UDF pays on two cores
 rather than by this UDF's own work. Per 100,000 rows of 21 columns (CPU table above): the Spark
 JVM spends ~0.3 CPU s (cached columns → rows → Arrow, and the results back), more than the
 whole of the Python workers (~0.2, the model included); the no-op floor, which pays that JVM
-share and nothing of a model, reaches only 0.66× the in-process rate. The JVM's share
+share and nothing of a model, reaches only 0.66–0.80× the in-process rate. The JVM's share
 cannot be cut from Python: Arrow batch size, socket buffers and the cache format did not move
 it (items 2 and 3), Spark 4.3's Arrow cache fails on these rows (item 8), and
 `spark.sql.execution.arrow.maxBytesPerBatch = 2147483647` would (item 0c, +5%) at the price of
@@ -319,14 +322,14 @@ strategy (tuning item 4) or above: the local strategy shares its process with th
 driver, the TFoS node has an executor to itself.
 
 **P7 (2 workers vs one process, same global batch).** At the demo's 2 × 1,024 two workers
-beat one process using both cores (1.25×): each worker computes half the rows on a core of
+beat one process using both cores (1.23–1.25×): each worker computes half the rows on a core of
 its own, and the one-process local strategy, whose two threads leave ~30% of the cores idle,
 cannot use both cores fully on this model. What a step adds for distribution is fixed per step:
 the all-gather of the 94 KB of gradients (~1 ms, latency-bound) and the dispatch of the step's
 ops through MultiWorkerMirrored's machinery on every worker (item 8). At 2 × 512 those fixed
-costs weigh twice as much against the compute and two workers reach 0.85× one process (0.75–0.83
+costs weigh twice as much against the compute and two workers reach 0.85–0.88× one process (0.75–0.83
 in the runs before item 7). Three workers on two cores oversubscribe them and their exchange
-takes two transfers: 0.93× at 2,048 examples per update. On a real cluster each worker
+takes two transfers: 0.93–0.97× at 2,048 examples per update. On a real cluster each worker
 brings its own cores and the same exchange, over a network, is the whole overhead: keep the
 per-worker batch large enough that compute is several times the step's exchange (the README's
 recipe, with `train.profile_steps` to measure it).
