@@ -478,9 +478,13 @@ def validate(config: Config) -> None:
         errs.append(f"train.ps: parameter_server needs at least 1 parameter server, got {tr.ps}")
     for key in ("control_ports", "tf_ports"):
         try:
-            parse_ports(getattr(tr, key))
+            ports = parse_ports(getattr(tr, key))
         except ValueError as e:
             errs.append(f"train.{key}: {e}")
+            continue
+        if key == "tf_ports" and ports != [0] and len(ports) < node_count(tr) and tr.strategy != "local":
+            errs.append(f"train.tf_ports: {tr.tf_ports!r} holds {len(ports)} port(s), fewer than the TF cluster's "
+                        f"{node_count(tr)} nodes; each node takes a port of its own")
     if tr.steps_per_epoch is not None and tr.steps_per_epoch < 1:
         errs.append(f"train.steps_per_epoch: must be >= 1 (or left out for one pass per epoch), got {tr.steps_per_epoch}")
     if tr.learning_rate <= 0:
@@ -571,6 +575,14 @@ def _credential_errors(where: str, src: SourceConfig) -> list[str]:
     if src.connect_timeout < 1:
         errs.append(f"{where}.connect_timeout: must be >= 1, got {src.connect_timeout}")
     return errs
+
+
+def node_count(tr: TrainConfig) -> int:
+    """Executors the TF cluster needs: MWMS uses `workers` (one of them the chief); PS adds a
+    chief (the coordinator) and `ps` parameter servers to `workers`."""
+    if tr.strategy == "parameter_server":
+        return 1 + tr.workers + tr.ps
+    return tr.workers
 
 
 def parse_ports(spec: str) -> list[int]:

@@ -7,9 +7,9 @@ from tfos_jobs.executor import node
 REAL_GUARD = node.guard
 
 
-def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int]):
-    good = REAL_GUARD(node_fn, run_dir, strategy, secret, tf_ports)
-    bad = REAL_GUARD(node_fn, run_dir, strategy, bytes(len(secret)), tf_ports)
+def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int], nodes: int):
+    good = REAL_GUARD(node_fn, run_dir, strategy, secret, tf_ports, nodes)
+    bad = REAL_GUARD(node_fn, run_dir, strategy, bytes(len(secret)), tf_ports, nodes)
 
     def run_node(iterator):
         from pyspark import TaskContext

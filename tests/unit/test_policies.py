@@ -7,13 +7,12 @@ import json
 
 import pytest
 
-from tfos_jobs.config import ModelConfig, TrainConfig
+from tfos_jobs.config import ModelConfig, TrainConfig, node_count
 from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.contracts.run_dir import RunDir
 from tfos_jobs.driver.failure_policy import failure_message, retriable
 from tfos_jobs.driver.prepare import stable_name
-from tfos_jobs.driver.tf_cluster import node_count
-from tfos_jobs.executor.node import assign_role
+from tfos_jobs.executor.node import assign_role, port_share
 from tfos_jobs.executor.training import steps_for
 from tfos_jobs.search.trials import TrialDir, TrialStatus, summarise, trial_result
 
@@ -49,6 +48,16 @@ def test_parameter_server_roles_take_the_last_workers_as_ps():
     assert assign_role("multi_worker_mirrored", 0, "worker", 2, cluster) == ("worker", 2, cluster)
     assert node_count(TrainConfig(strategy="parameter_server", workers=2, ps=1)) == 4
     assert node_count(TrainConfig(strategy="multi_worker_mirrored", workers=3)) == 3
+
+
+def test_the_nodes_of_a_run_take_tf_ports_from_disjoint_shares():
+    """Two nodes on one host each find a free port, then bind it moments later: from one
+    shared range both could find the same port free, and the second TF server would fail."""
+    ports = list(range(39100, 39110))
+    shares = [port_share(ports, node, 4) for node in range(4)]
+    assert shares[0] == [39100, 39104, 39108] and shares[3] == [39103, 39107]
+    assert sorted(p for share in shares for p in share) == ports
+    assert port_share([39100, 39101], 0, 2) == [39100] and port_share([39100, 39101], 1, 2) == [39101]
 
 
 def args(**changes) -> NodeArgs:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from pyspark import InheritableThread
 
 from tfos_jobs import control_channel
-from tfos_jobs.config import TrainConfig, parse_ports
+from tfos_jobs.config import TrainConfig, node_count, parse_ports
 from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.contracts.run_dir import FIRST_STEP, LAUNCHED, RESERVED, RunDir
 from tfos_jobs.driver.failure_policy import failure_message, retriable
@@ -33,14 +33,6 @@ from tfos_jobs.driver.reservations import ReservationServer
 from tfos_jobs.errors import TrainingError
 
 POLL = 0.5
-
-
-def node_count(tr: TrainConfig) -> int:
-    """Executors the TF cluster needs: MWMS uses `workers` (one of them the chief); PS adds a
-    chief (the coordinator) and `ps` parameter servers to `workers`."""
-    if tr.strategy == "parameter_server":
-        return 1 + tr.workers + tr.ps
-    return tr.workers
 
 
 def run_cluster(sc, tr: TrainConfig, args: NodeArgs, run: RunDir, log: Callable[[str], None],
@@ -75,7 +67,7 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, run: RunDir, log: Callable[
         sc.setJobGroup(group, f"tfos train: {nodes} TF nodes", interruptOnCancel=True)
         try:
             node_fn = guard(TFSparkNode.run(main_fun, args.to_dict(), cluster_meta, False, None, ["error"], False),
-                            run.path, tr.strategy, secret, parse_ports(tr.tf_ports))
+                            run.path, tr.strategy, secret, parse_ports(tr.tf_ports), nodes)
             node_rdd = sc.parallelize(range(nodes), nodes).mapPartitions(node_fn)
             with _own_python_workers(sc, run.id):
                 node_rdd._jrdd  # the Python function is wrapped here, with this run's environment

@@ -84,12 +84,12 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
         _stop_manager()
 
 
-def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int]):
+def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int], nodes: int):
     """Wraps TFoS's node function for `mapPartitions` (it yields nothing).
 
     The node reserves its place over the authenticated control channel with this run's
     `secret` (it reaches the node only in this closure); its TF server listens on a free port
-    of `tf_ports` ([0]: any). A TF node's task runs again only when its executor was lost, and
+    of its share of `tf_ports` ([0]: any; `port_share`). A TF node's task runs again only when its executor was lost, and
     a TF cluster cannot take a node at a new address: the retry of a parameter-server worker
     returns at once (the chief goes on with the other workers, and the driver counts the
     worker as lost); any other retry fails the attempt."""
@@ -104,8 +104,9 @@ def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[in
 
         task = TaskContext.get()
         if task is None or task.attemptNumber() == 0:
-            if tf_ports != [0]:
-                os.environ["TENSORFLOW_PORT"] = str(free_port(tf_ports))  # TFoS's TF server port
+            if tf_ports != [0]:  # TFoS's TF server port
+                os.environ["TENSORFLOW_PORT"] = str(free_port(port_share(tf_ports, task.partitionId() if task else 0,
+                                                                         nodes)))
             try:
                 with authenticated(secret):
                     node_fn(iterator)
@@ -124,6 +125,14 @@ def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[in
     return run_node
 
 
+def port_share(ports: list[int], node: int, nodes: int) -> list[int]:
+    """The ports node `node` of `nodes` may take: every `nodes`-th port from its own offset.
+    A free port is only free until TF binds it, moments later; two nodes on one host that
+    drew from the same ports could both find one free and the second TF server would fail
+    to start. Disjoint shares make that impossible within a run."""
+    return ports[node::nodes]
+
+
 def free_port(ports: list[int]) -> int:
     """A port of `ports` nothing listens on now (TF binds it moments later)."""
     import random
@@ -136,7 +145,8 @@ def free_port(ports: list[int]) -> int:
                 return port
             except OSError:
                 continue
-    raise RuntimeError(f"no free port for the TF server in train.tf_ports ({ports[0]}-{ports[-1]})")
+    shown = ", ".join(map(str, ports[:5])) + (", ..." if len(ports) > 5 else "")
+    raise RuntimeError(f"no free port for the TF server among this node's share of train.tf_ports ({shown})")
 
 
 def _partition() -> int | None:
