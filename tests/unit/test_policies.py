@@ -25,6 +25,8 @@ def test_only_failures_of_peers_are_retriable():
     assert retriable([PEER_GONE, "AbortedError: collective ops aborted"])
     assert not retriable([PEER_GONE, CODE_BUG])  # a code error on any node is not fixed by a relaunch
     assert not retriable([CODE_BUG])
+    # the TF server's port was taken between the node's check and TensorFlow's bind
+    assert retriable(["Traceback ...\ntensorflow.python.framework.errors_impl.UnknownError: Could not start gRPC server"])
 
 
 def test_the_failure_message_names_each_failed_node_its_error_and_its_traceback_file():

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 # TensorFlow errors that mean a peer went away, not that the computation is wrong.
 RETRIABLE_ERRORS = ("UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError")
+# The one start-up failure a relaunch fixes: a TF server's port was taken between the node
+# finding it free and TensorFlow binding it (the next attempt's nodes take fresh ports).
+RETRIABLE_MESSAGES = ("Could not start gRPC server",)
 
 
 def retriable(tracebacks: list[str]) -> bool:
-    """Retry a lost executor (no node reported an error) or a peer failure; not a code error."""
-    return all(any(name in text for name in RETRIABLE_ERRORS) for text in tracebacks)
+    """Retry a lost executor (no node reported an error), a peer failure or a port taken at start;
+    not a code error."""
+    return all(any(name in text for name in RETRIABLE_ERRORS + RETRIABLE_MESSAGES) for text in tracebacks)
 
 
 def failure_message(errors: dict[str, tuple[str, str]], task_error: BaseException | None) -> str:
