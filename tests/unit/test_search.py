@@ -106,7 +106,10 @@ def test_bayesian_sampler_learns_from_told_and_from_earlier_runs():
     ([0.60, 0.62], [[0.80, 0.85], [0.79, 0.84], [0.7]], "maximize", True),
     ([0.60, 0.86], [[0.80, 0.85], [0.79, 0.84]], "maximize", False),  # its best beats the median
     ([0.60], [[0.80], [0.79]], "maximize", False),  # warm-up epoch
-    ([0.60, 0.62], [[0.80, 0.85]], "maximize", False),  # too few others at epoch 2
+    ([0.60, 0.62], [[0.80, 0.85]], "maximize", False),  # too few others
+    ([0.45, 0.46, 0.44], [[0.77], [0.78, 0.85]], "maximize", True),  # ahead of one: its latest value counts
+    ([0.45, 0.79, 0.82], [[0.77], [0.78, 0.85]], "maximize", False),  # 0.82 beats the median of 0.77 and 0.85
+    ([0.45, 0.46], [[], [0.78]], "maximize", False),  # a trial with no epoch yet does not count
     ([0.9, 0.8], [[0.5, 0.4], [0.6, 0.5]], "minimize", True),
 ])
 def test_median_rule(own, others, goal, stop):

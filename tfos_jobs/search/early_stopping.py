@@ -1,7 +1,11 @@
 """The median stopping rule, as in Google Vizier and Optuna's MedianPruner.
 
 A trial stops after epoch e when the best value it has reached so far is worse than the
-median of the other trials' values at epoch e. Trials report per-epoch metrics into the
+median of the other trials' values at epoch e; a trial not yet at epoch e counts with its
+latest value. Without that, a trial that runs ahead of the others (it started in a Python
+worker that had TensorFlow loaded already, say) would never be judged at all; the latest
+value of a trial still behind is if anything below what it will reach, so the rule only
+errs towards letting a trial go on. Trials report per-epoch metrics into the
 shared sweep dir (`trial-*/progress.jsonl`), so the rule needs no coordinator.
 """
 from __future__ import annotations
@@ -23,7 +27,7 @@ def should_stop(own: list[float], others: Iterable[list[float]], goal: str, warm
     epoch = len(own)
     if epoch == 0 or epoch <= warmup_epochs:
         return False
-    at_epoch = [fix(h[epoch - 1]) for h in others if len(h) >= epoch]
+    at_epoch = [fix(h[min(epoch, len(h)) - 1]) for h in others if h]
     if len(at_epoch) < min_trials:
         return False
     median = statistics.median(at_epoch)
