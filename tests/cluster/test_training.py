@@ -136,6 +136,7 @@ def test_distributed_training_learns_what_one_process_learns(demo_dataset, tmp_p
     assert_no_node_process_left(m["ps"])
 
 
+@pytest.mark.slow  # a three-node parameter-server cluster, about 40 s: `make test-all`
 def test_gpu_addresses_go_to_workers_only(dataset, tmp_path):
     """Spark assigns GPU addresses (from a fake discovery script) per task; workers see only
     their own, the parameter server none."""
