@@ -267,8 +267,7 @@ two threads leave ~30% of the two cores idle. So the demo's per-worker batch wen
 1,024 (global 2,048; Adam at 0.001 holds its eval AUC there, below), and P7 is measured at the
 demo's own global batch. The scaling table keeps both: at 2 × 512 two workers reach
 0.85–0.88× one process on 1,024; at 2 × 1,024 they reach 1.23–1.25× one process on 2,048 (the
-two runs on this code). `make
-demo`: eval AUC 0.914 at 2 × 1,024, as at 2 × 512; epochs after the first at 218,000–238,000
+two runs on this code). `make demo`: eval AUC 0.914 at 2 × 1,024, as at 2 × 512; epochs after the first at 218,000–238,000
 examples/s.
 
 Tried for training and not kept, each against the same settings without it: XLA
@@ -297,8 +296,8 @@ BOUNDS = """
 **P4 (SQL UDF vs in-process model) and P9 (vs `predict_batch_udf`).** P4 sits at its goal's
 edge: 0.54, 0.48, 0.44 and 0.58 as P4 in the four runs since `serving_codes` (item 0e), 0.48–0.66
 at the same batch size in their batch-size tables. The in-process baseline moves more from run to
-run (medians 596,000–798,000 rows/s) than the UDF (323,000–385,000). P4 is bounded by what every Python UDF pays on two cores
-rather than by this UDF's own work. Per 100,000 rows of 21 columns (CPU table above): the Spark
+run (medians 596,000–798,000 rows/s) than the UDF (323,000–385,000). P4 is bounded by what
+every Python UDF pays on two cores rather than by this UDF's own work. Per 100,000 rows of 21 columns (CPU table above): the Spark
 JVM spends ~0.3 CPU s (cached columns → rows → Arrow, and the results back), more than the
 whole of the Python workers (~0.2, the model included); the no-op floor, which pays that JVM
 share and nothing of a model, reaches only 0.66–0.80× the in-process rate. The JVM's share

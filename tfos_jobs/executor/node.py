@@ -89,10 +89,10 @@ def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[in
 
     The node reserves its place over the authenticated control channel with this run's
     `secret` (it reaches the node only in this closure); its TF server listens on a free port
-    of its share of `tf_ports` ([0]: any; `port_share`). A TF node's task runs again only when its executor was lost, and
-    a TF cluster cannot take a node at a new address: the retry of a parameter-server worker
-    returns at once (the chief goes on with the other workers, and the driver counts the
-    worker as lost); any other retry fails the attempt."""
+    of its share of `tf_ports` ([0]: any; `port_share`). A TF node's task runs again only
+    when its executor was lost, and a TF cluster cannot take a node at a new address: the
+    retry of a parameter-server worker returns at once (the chief goes on with the other
+    workers, and the driver counts the worker as lost); any other retry fails the attempt."""
 
     run = RunDir(run_dir)
 
@@ -105,8 +105,8 @@ def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[in
         task = TaskContext.get()
         if task is None or task.attemptNumber() == 0:
             if tf_ports != [0]:  # TFoS's TF server port
-                os.environ["TENSORFLOW_PORT"] = str(free_port(port_share(tf_ports, task.partitionId() if task else 0,
-                                                                         nodes)))
+                share = port_share(tf_ports, task.partitionId() if task is not None else 0, nodes)
+                os.environ["TENSORFLOW_PORT"] = str(free_port(share))
             try:
                 with authenticated(secret):
                     node_fn(iterator)
