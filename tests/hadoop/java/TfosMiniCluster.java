@@ -1,0 +1,141 @@
+// Hadoop's in-process HDFS (MiniDFSCluster), and optionally YARN (MiniYARNCluster), for the tests:
+// a real NameNode and DataNodes on 127.0.0.1, started by tests/hadoop/minidfs.py (compiled by
+// scripts/fetch-test-jars against hadoop-client-minicluster and pyspark's Hadoop 3.5.0 jars).
+//
+//   java -cp CP TfosMiniCluster --conf-dir DIR --data-dir DIR [--namenode-port 0] [--datanodes 1]
+//                               [--yarn] [--nodemanager-mb 4096] [--nodemanager-vcores 4]
+//
+// Port 0 (the default) lets the NameNode bind a free port. When everything is up it writes the client
+// configuration (core-site.xml, hdfs-site.xml and with --yarn yarn-site.xml) into --conf-dir, for
+// HADOOP_CONF_DIR, and then prints one line per service, the last one READY:
+//   HDFS hdfs://127.0.0.1:PORT
+//   YARN 127.0.0.1:PORT            (with --yarn: the ResourceManager's address)
+//   READY
+// It runs until its standard input reaches end of file (the parent that holds the pipe exited or
+// closed it: the clusters are shut down, then it exits), or until it gets TERM or KILL.
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+
+public class TfosMiniCluster {
+  private static MiniDFSCluster dfs;
+  private static MiniYARNCluster yarn;
+  private static final AtomicBoolean stopped = new AtomicBoolean();
+
+  public static void main(String[] args) throws Exception {
+    String confDir = null, dataDir = null;
+    int nnPort = 0, datanodes = 1, nmMb = 4096, nmVcores = 4;
+    boolean withYarn = false;
+    for (int i = 0; i < args.length; i++) {
+      switch (args[i]) {
+        case "--conf-dir": confDir = args[++i]; break;
+        case "--data-dir": dataDir = args[++i]; break;
+        case "--namenode-port": nnPort = Integer.parseInt(args[++i]); break;
+        case "--datanodes": datanodes = Integer.parseInt(args[++i]); break;
+        case "--yarn": withYarn = true; break;
+        case "--nodemanager-mb": nmMb = Integer.parseInt(args[++i]); break;
+        case "--nodemanager-vcores": nmVcores = Integer.parseInt(args[++i]); break;
+        default: usage("unknown argument " + args[i]);
+      }
+    }
+    if (confDir == null || dataDir == null) usage("--conf-dir and --data-dir are required");
+    new File(confDir).mkdirs();
+    // On TERM the JVM just exits: the data is throwaway, and Hadoop's own shutdown hooks close what
+    // needs closing (stopping the clusters from a hook fails: they remove hooks of their own).
+
+    Configuration hdfsConf = new Configuration();
+    hdfsConf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(dataDir, "hdfs").getAbsolutePath());
+    hdfsConf.set("dfs.namenode.rpc-address", "127.0.0.1:" + nnPort);
+    hdfsConf.setInt("dfs.replication", Math.min(datanodes, 3));
+    dfs = new MiniDFSCluster.Builder(hdfsConf)
+        .nameNodePort(nnPort)
+        .numDataNodes(datanodes)
+        .format(true)
+        .build();
+    dfs.waitActive();
+    int port = dfs.getNameNodePort();
+    // 127.0.0.1, not localhost: the NameNode binds loopback IPv4 only, and the same authority is then
+    // used everywhere (fs.defaultFS, the tests' URLs), so paths never mix two names for one file system.
+    String fsUri = "hdfs://127.0.0.1:" + port;
+
+    Configuration core = new Configuration(false);
+    core.set("fs.defaultFS", fsUri);
+    writeXml(core, confDir, "core-site.xml");
+    Configuration hdfsSite = new Configuration(false);
+    hdfsSite.setInt("dfs.replication", Math.min(datanodes, 3));
+    writeXml(hdfsSite, confDir, "hdfs-site.xml");
+    System.out.println("HDFS " + fsUri);
+
+    if (withYarn) {
+      YarnConfiguration y = new YarnConfiguration();
+      y.set("fs.defaultFS", fsUri);
+      // FIFO: the capacity scheduler wants queue definitions this throwaway cluster does not need
+      y.set("yarn.resourcemanager.scheduler.class",
+          "org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler");
+      y.setInt("yarn.nodemanager.resource.memory-mb", nmMb);
+      y.setInt("yarn.nodemanager.resource.cpu-vcores", nmVcores);
+      y.setInt("yarn.scheduler.minimum-allocation-mb", 256);
+      y.setInt("yarn.scheduler.maximum-allocation-mb", nmMb);
+      y.setInt("yarn.scheduler.maximum-allocation-vcores", nmVcores);
+      y.setBoolean("yarn.nodemanager.vmem-check-enabled", false);  // TensorFlow maps far more than it uses
+      y.setBoolean("yarn.nodemanager.pmem-check-enabled", false);
+      yarn = new MiniYARNCluster("tfos", 1, 1, 1);
+      yarn.init(y);
+      yarn.start();
+      writeXml(yarn.getConfig(), confDir, "yarn-site.xml");
+      System.out.println("YARN " + yarn.getConfig().get(YarnConfiguration.RM_ADDRESS));
+    }
+    System.out.println("READY");
+    System.out.flush();
+
+    // Until the parent goes away (end of file on stdin), or TERM/KILL.
+    InputStream in = System.in;
+    byte[] buf = new byte[256];
+    try {
+      while (in.read(buf) >= 0) { /* ignore input */ }
+    } catch (IOException e) {
+      // stdin closed under us: treat as end of file
+    }
+    System.out.println("stdin closed: shutting down");
+    System.out.flush();
+    shutdown();
+    System.exit(0);
+  }
+
+  private static void shutdown() {
+    if (!stopped.compareAndSet(false, true)) return;
+    try {
+      if (yarn != null) yarn.stop();
+    } catch (Throwable t) {
+      System.err.println("stopping YARN: " + t);
+    }
+    try {
+      if (dfs != null) dfs.shutdown();
+    } catch (Throwable t) {
+      System.err.println("stopping HDFS: " + t);
+    }
+  }
+
+  // Written to a temporary file first and renamed: a reader never sees a half-written file.
+  private static void writeXml(Configuration conf, String dir, String name) throws IOException {
+    File tmp = new File(dir, "." + name + ".tmp");
+    try (FileOutputStream out = new FileOutputStream(tmp)) {
+      conf.writeXml(out);
+    }
+    if (!tmp.renameTo(new File(dir, name))) throw new IOException("cannot rename " + tmp + " to " + name);
+  }
+
+  private static void usage(String why) {
+    System.err.println("TfosMiniCluster: " + why);
+    System.err.println("usage: TfosMiniCluster --conf-dir DIR --data-dir DIR [--namenode-port 0] [--datanodes 1]"
+        + " [--yarn] [--nodemanager-mb 4096] [--nodemanager-vcores 4]");
+    System.exit(2);
+  }
+}
