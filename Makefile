@@ -8,6 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAR := tfos_jobs/jars/tfos-tfrecord.jar
+TEST_JARS := .cache/test-jars
 SCALA_SRC := $(shell find jvm -name '*.scala' 2>/dev/null)
 
 # Driver and executors must run the venv's Python, and TensorFlowOnSpark needs tf-keras.
@@ -16,7 +17,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup test-servers demo demo-fleet demo-sweep demo-warehouse test test-all bench clean
+.PHONY: help setup test-servers test-jars demo demo-fleet demo-sweep demo-warehouse test test-all bench clean
 
 help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
@@ -51,6 +52,11 @@ test-servers:
 	  fi; \
 	fi
 
+# Jars of the real-component tests (tests/hadoop/: MiniDFS, S3Proxy, hadoop-aws and the AWS SDK)
+# from Maven Central into .cache/test-jars, and their launcher compiled; silent when up to date.
+test-jars: setup
+	@scripts/fetch-test-jars $(TEST_JARS)
+
 # The census pipeline, then the sensor-fleet one (into demo-output/fleet/).
 demo: setup
 	$(VENV)/bin/tfos demo --config conf/census.toml
@@ -70,13 +76,13 @@ demo-sweep: setup
 	  { $(VENV)/bin/tfos generate --config conf/census.toml && $(VENV)/bin/tfos prepare --config conf/census.toml --overwrite; }
 	$(VENV)/bin/tfos sweep --config conf/census.toml --space conf/sweep.toml
 
-test: setup test-servers
+test: setup test-servers test-jars
 	$(PY) -m pytest -m "not slow" --durations=10
 
-test-all: setup test-servers
+test-all: setup test-servers test-jars
 	$(PY) -m pytest --durations=10
 
-bench: setup
+bench: setup test-jars
 	$(VENV)/bin/tfos bench --config conf/census.toml
 
 clean:
