@@ -131,14 +131,14 @@ def _generate_fleet(cfg) -> None:
 
 def cmd_evaluate(cfg, args) -> int:
     from tfos_jobs.driver import anomaly_report
-    from tfos_jobs.model.export import read_spec
-    from udfs.register import resolve_export_dir
+    from udfs.register import served_spec
 
-    spec = read_spec(resolve_export_dir(cfg.predict.model))
+    spark = _session(cfg)
+    spec = served_spec(spark, cfg.predict.model)
     if not spec.is_sequence:
         raise ConfigError(f"{cfg.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
     truth = args.truth or f"{cfg.fleet.output}/{fleet_anomalies()}"
-    anomaly_report.evaluate(_session(cfg), cfg, spec, args.scores or cfg.predict.output, truth)
+    anomaly_report.evaluate(spark, cfg, spec, args.scores or cfg.predict.output, truth)
     return 0
 
 
@@ -218,16 +218,15 @@ def cmd_demo(cfg, args) -> int:
                         ("model", cfg.train.model_dir), ("SavedModel", f"{cfg.train.model_dir}/saved_model"),
                         ("learning curve", f"{cfg.train.model_dir}/learning_curve.png"),
                         ("predictions", cfg.predict.output)):
-        print(f"  {what:<15} {os.path.abspath(where)}")
+        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")
     return 0
 
 
 def _demo_fleet(cfg) -> int:
-    from tfos_jobs.contracts.run_dir import ModelDir
+    from tfos_jobs.contracts.model_dir import ModelDir
     from tfos_jobs.data.meta import summary
     from tfos_jobs.driver import anomaly_report, predict, prepare, sql, train
-    from tfos_jobs.model.export import read_spec
-    from udfs.register import resolve_export_dir
+    from udfs.register import served_spec
 
     fl = cfg.fleet
     print(f"== generate: {fl.assets:,} assets x {fl.steps:,} steps into {fl.output}")
@@ -245,7 +244,7 @@ def _demo_fleet(cfg) -> int:
     print(f"== predict: one row per window into {cfg.predict.output}")
     predict.run(spark, cfg, overwrite=True)
     print("== evaluate: scores against the true anomaly intervals")
-    spec = read_spec(resolve_export_dir(cfg.predict.model))
+    spec = served_spec(spark, cfg.predict.model)
     anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet_anomalies()}")
     model_dir = ModelDir(cfg.train.model_dir)
     print("== artifacts")
@@ -253,7 +252,7 @@ def _demo_fleet(cfg) -> int:
                         ("model", model_dir.path), ("SavedModel", model_dir.saved_model),
                         ("metrics", model_dir.metrics), ("learning curve", model_dir.learning_curve),
                         ("anomaly plot", model_dir.anomaly_plot), ("scores", cfg.predict.output)):
-        print(f"  {what:<15} {os.path.abspath(where)}")
+        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")
     return 0
 
 

@@ -196,6 +196,9 @@ class TrainConfig:
     control_ports: str = ""  # reservation server port or range ("9000-9010"); "" = any free port
     tf_ports: str = ""  # port range for the TF nodes' gRPC servers ("30000-30999"); "" = any free port
     tensorboard: bool = True  # event files in <model_dir>/logs
+    # where TF nodes keep their copy of the dataset and their own files on an executor's disk;
+    # "" = the executor's temporary directory. Parameter-server workers need the same path on every host.
+    local_dir: str = ""
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
 

@@ -1,9 +1,13 @@
-"""The control channel between the driver and TF nodes: reservations and cluster info.
+"""The control channel between the driver and the processes it starts on executors (TF nodes
+and sweep trials): reservations, everything a node reports, and files.
 
-One owner for both sides (driver.reservations serves it, executor.reservation_client speaks
-it). TensorFlowOnSpark's own channel sends length-prefixed pickles that anyone able to reach
-the driver can have unpickled, and answers the cluster's node managers' authkeys to anyone;
-this one:
+A cluster shares no disk, so nothing between the driver and a node goes through files: start-up
+times, heartbeats, epoch progress, errors and tracebacks, lost workers, the chief's result, the
+run's end and the files a node publishes (its SavedModel, resume state, TensorBoard logs) all
+travel as messages defined here, the one owner for both sides (`driver.control_server` serves
+it, `executor.control_client` speaks it). TensorFlowOnSpark's own channel sends length-prefixed
+pickles that anyone able to reach the driver can have unpickled, and answers the cluster's node
+managers' authkeys to anyone; this one:
 
   * authenticates every message with HMAC-SHA256 under a secret made fresh for each run on the
     driver and handed to the nodes inside the Spark task closure (never in a file or a log);
@@ -18,6 +22,7 @@ every later body is `tag (32 bytes) + JSON`. A server that rejects a message sen
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -33,11 +38,37 @@ SECRET_BYTES = 32
 TAG_BYTES = 32
 MAX_FRAME = 1 << 20  # a cluster's reservations are a few KB
 
-# Message types (the `type` field); replies carry `ok` and `data`.
+# Message types (the `type` field). Replies carry `ok` and `data`, or `ok: false` and `error`.
+# Reservations, asked by TensorFlowOnSpark's node runtime:
 REGISTER = "register"  # data: this node's reservation (NODE_FIELDS)
 QUERY = "query"  # are all nodes reserved?
 CLUSTER = "cluster"  # every reservation so far
 NODE_FIELDS = {"executor_id": int, "host": str, "job_name": str, "task_index": int, "port": int}
+# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1") for a TF
+# node, SENDER_TRIAL (its number) for a sweep trial.
+SENDER_NODE, SENDER_TRIAL = "node", "trial"
+STARTED = "started"  # data: {"record": what the node was given (role, executor, pid, GPUs, ...)}
+FIRST_STEP = "first_step"  # the chief's first training step finished (the driver times it on arrival)
+BEAT = "beat"  # the chief is finishing steps: silence longer than train.step_timeout is a hang
+PROGRESS = "progress"  # data: {"line": one finished epoch (`progress_log` fields)}
+FAILED = "failed"  # data: {"text": the node's traceback}
+LOST = "lost"  # a parameter-server worker lost with its executor (sent by its task's retry)
+RESULT = "result"  # data: {"result": the chief's final metrics, epochs run, step profile, sample}
+DONE = "done"  # data: {"status": RUN_OK or RUN_FAILED}: the chief's end of the run
+STATUS = "status"  # reply data: the run's end status, None while it runs (serving-only nodes poll it)
+OTHERS = "others"  # reply data: {"own": the trial's progress lines, "others": the other trials'} (median rule)
+RUN_OK, RUN_FAILED = "ok", "failed"
+# Files between a node's local disk and the run's storage, in chunks of at most CHUNK bytes,
+# base64 in the JSON body. A target is a name the driver maps to a directory of the run
+# (TARGETS), never a path a node chooses; paths inside it are relative and checked.
+PUT = "put"  # data: {"target", "path", "offset", "data"}: a chunk of a file the node publishes
+PUBLISH = "publish"  # data: {"target", "files": {path: bytes}}: the driver publishes what it received
+LIST = "list"  # data: {"target"}; reply data: {path: bytes} of the target's files on storage
+GET = "get"  # data: {"target", "path", "offset", "length"}; reply data: a chunk, base64
+SAVED_MODEL, BACKUP, LOGS = "saved_model", "backup", "logs"
+REPLACE, MERGE = "replace", "merge"
+TARGETS = {SAVED_MODEL: REPLACE, BACKUP: REPLACE, LOGS: MERGE}  # how each is published
+CHUNK = 512 * 1024  # raw bytes per PUT or GET; base64 keeps a frame under MAX_FRAME
 
 
 class ControlError(Exception):
@@ -110,6 +141,29 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
             raise ControlError("the peer closed the connection")
         data += chunk
     return bytes(data)
+
+
+def encode_chunk(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def decode_chunk(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise ControlError("a file chunk is not base64 text")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except ValueError:
+        raise ControlError("a file chunk is not valid base64") from None
+
+
+def relative_path(path: Any) -> str:
+    """A path inside a target, as a node may name it: relative, normalised, never leaving it."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise ControlError(f"not a file path: {path!r}")
+    parts = path.split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ControlError(f"{path!r} is not a relative path inside its target")
+    return path
 
 
 def valid_reservation(data: Any) -> bool:

@@ -1,28 +1,49 @@
-"""`progress.jsonl`: one JSON line per finished epoch, appended by the chief
-(executor.training.epoch_progress), read by the driver's live output and by sweep trials."""
+"""A run's epoch lines: one JSON object per finished epoch, kept as `progress.jsonl` in the
+model (or trial) directory.
+
+The chief (or a sweep trial) reports each line over the control channel; the driver keeps them
+here, shows them as they come, and writes the file through storage after each one, whole,
+since object stores cannot append. A resumed run goes on from the lines already there.
+"""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
+from tfos_jobs.storage import Storage
 
-def read_progress(path: str) -> list[dict[str, Any]]:
-    """The complete lines so far; none when the file does not exist yet."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
-        return []
+
+def parse(text: str) -> list[dict[str, Any]]:
+    """The complete lines of a progress file's text."""
     out = []
-    for line in lines:
+    for line in text.splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            break  # a line still being written
+            break  # a line cut short
     return out
 
 
-def append_progress(path: str, line: dict[str, Any]) -> None:
-    """One finished epoch; a line is written in one call, so a reader sees it whole or not at all."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line) + "\n")
+def read_progress(storage: Storage, path: str) -> list[dict[str, Any]]:
+    """The lines of a progress file; none when it does not exist."""
+    return parse(storage.read_text(path)) if storage.exists(path) else []
+
+
+class ProgressLog:
+    """The lines of one run, in memory and at `path` (`resume`: start from the lines there)."""
+
+    def __init__(self, storage: Storage, path: str, *, resume: bool = False):
+        self.storage, self.path = storage, path
+        self._lock = threading.Lock()
+        self._lines = read_progress(storage, path) if resume else []
+
+    def add(self, line: dict[str, Any]) -> None:
+        with self._lock:
+            self._lines.append(dict(line))
+            text = "".join(json.dumps(x) + "\n" for x in self._lines)
+            self.storage.write_text(self.path, text)
+
+    def lines(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._lines)

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,9 @@ import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, SequenceFeature
+
+if TYPE_CHECKING:
+    from udfs.shipping import ShippedModel
 
 CAPACITY = 3  # models kept per Python worker
 _models: "OrderedDict[str, Scorer]" = OrderedDict()
@@ -269,14 +272,16 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def make_udf_function(export_dir: str, version: str, counter) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
+def make_udf_function(model: "ShippedModel", counter) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
     """The Arrow iterator function behind the UDF; captures plain values and an accumulator."""
 
     def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
-        model = scorer(export_dir, version)
+        from udfs.shipping import local_copy
+
+        scoring = scorer(local_copy(model), model.version)
         for batch in batches:
             counts: dict[str, int] = {}
-            out = model(batch, counts)
+            out = scoring(batch, counts)
             counter.add(counts)  # per batch: a LIMIT may stop the task before the input ends
             yield out
 

@@ -1,12 +1,13 @@
 """Driver side of the prediction UDF: check a model directory, then register it for SQL.
 
     from udfs import register
-    predict = register(spark, "predict_income", "demo-output/model")
+    predict = register(spark, "predict_income", "hdfs:///models/census")
     spark.sql("SELECT *, predict_income(struct(*)) AS p FROM people_features")
     predict.counts()   # rows scored, nulls filled and unseen categories, per feature
 
-Everything is checked before any query runs: the directory, its SavedModel and signatures,
-the feature spec in its assets.
+The model may be on any filesystem the session reaches; it is fetched to the driver once per
+version, checked there before any query runs (its SavedModel and signatures, the feature spec
+and vocabularies in its assets), and shipped to every executor once (`udfs.shipping`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from pyspark.sql.functions import ArrowUDFType, arrow_udf
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.storage import Storage, StorageError, named
+from udfs import shipping
 from udfs.predict import make_udf_function
 
 
@@ -39,7 +42,8 @@ class CounterParam(AccumulatorParam):
 @dataclass
 class PredictionUdf:
     name: str
-    export_dir: str
+    export_dir: str  # where the SavedModel is (qualified)
+    local_dir: str  # its copy on the driver's disk
     spec: FeatureSpec
     udf: Any
     counter: Any
@@ -54,40 +58,62 @@ class PredictionUdf:
         return dict(sorted(self.counter.value.items()))
 
 
-def resolve_export_dir(model_dir: str) -> str:
-    """The SavedModel directory: `model_dir` itself or its `saved_model/`. Refuses anything else."""
+def resolve_export_dir(storage: Storage, model_dir: str, setting: str = "predict.model") -> str:
+    """The SavedModel directory, qualified: `model_dir` itself or its `saved_model/`. Refuses
+    anything else, naming `setting`."""
     if not model_dir or "\0" in model_dir:
-        raise ConfigError(f"model directory {model_dir!r} is not a valid path")
-    path = os.path.realpath(model_dir)
-    for candidate in (path, os.path.join(path, "saved_model")):
-        if os.path.isfile(os.path.join(candidate, "saved_model.pb")):
-            return candidate
-    if not os.path.isdir(path):
-        raise ConfigError(f"model directory {model_dir!r} does not exist")
-    raise ConfigError(f"{model_dir!r} holds no SavedModel (no saved_model.pb in it or in its saved_model/)")
+        raise ConfigError(f"{setting}: {model_dir!r} is not a valid path")
+    with named(setting, model_dir):
+        path = storage.qualify(model_dir)
+        for candidate in (path, f"{path}/saved_model"):
+            if storage.exists(f"{candidate}/{contract.SAVED_MODEL_FILE}"):
+                return candidate
+        exists = storage.exists(path)
+    if not exists:
+        raise ConfigError(f"{setting}: model directory {model_dir!r} does not exist")
+    raise ConfigError(f"{setting}: {model_dir!r} holds no SavedModel (no {contract.SAVED_MODEL_FILE} in it or in its "
+                      "saved_model/)")
 
 
-def check_model(export_dir: str) -> tuple[FeatureSpec, str]:
-    """Load the model once on the driver: a missing spec, a corrupt graph or a missing
-    signature fails here, naming the directory, instead of in every task of a query."""
-    spec_path = contract.spec_asset(export_dir)
+def model_spec(storage: Storage, export_dir: str) -> FeatureSpec:
+    """The feature spec in a model's assets, read where the model is."""
+    path = contract.spec_asset(export_dir)
+    try:
+        return FeatureSpec.from_json(storage.read_text(path))
+    except StorageError:
+        raise ConfigError(f"{export_dir!r} has no {path[len(export_dir) + 1:]}: it was not exported by "
+                          "tfos train") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path!r} is not a valid feature spec: {e}") from None
+
+
+def served_spec(spark: SparkSession, model_dir: str, setting: str = "predict.model") -> FeatureSpec:
+    """The feature spec of the model in `model_dir`, wherever it is, without loading the model."""
+    storage = Storage(spark)
+    return model_spec(storage, resolve_export_dir(storage, model_dir, setting))
+
+
+def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
+    """Load the model once on the driver (its local copy): a missing spec, a corrupt graph or
+    a missing signature fails here, naming `export_dir`, instead of in every task of a query."""
+    spec_path = contract.spec_asset(local_dir)
     try:
         with open(spec_path, encoding="utf-8") as fh:
             spec = FeatureSpec.from_json(fh.read())
     except FileNotFoundError:
-        raise ConfigError(f"{export_dir!r} has no {os.path.relpath(spec_path, export_dir)}: it was not exported by "
+        raise ConfigError(f"{export_dir!r} has no {os.path.relpath(spec_path, local_dir)}: it was not exported by "
                           "tfos train") from None
     except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{spec_path!r} is not a valid feature spec: {e}") from None
-    missing = [f.name for f in spec.categorical if not os.path.isfile(contract.vocab_asset(export_dir, f.name))]
+        raise ConfigError(f"{contract.spec_asset(export_dir)!r} is not a valid feature spec: {e}") from None
+    missing = [f.name for f in spec.categorical if not os.path.isfile(contract.vocab_asset(local_dir, f.name))]
     if missing:
-        where = os.path.dirname(os.path.relpath(contract.vocab_asset(export_dir, missing[0]), export_dir))
+        where = os.path.dirname(os.path.relpath(contract.vocab_asset(local_dir, missing[0]), local_dir))
         raise ConfigError(f"{export_dir!r} lacks vocabularies for {missing} in {where}/")
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
     try:
-        signatures = tf.saved_model.load(export_dir).signatures
+        signatures = tf.saved_model.load(local_dir).signatures
     except Exception as e:  # TF raises several types for unreadable models
         raise ConfigError(f"cannot load the SavedModel in {export_dir!r}: {str(e).splitlines()[0]}") from None
     absent = [s for s in contract.SIGNATURES if s not in signatures]
@@ -101,21 +127,26 @@ def check_model(export_dir: str) -> tuple[FeatureSpec, str]:
     outputs, expected = sorted(serving.structured_outputs), sorted(contract.SIGNATURE_OUTPUTS[task])
     if outputs != expected:
         raise ConfigError(f"the SavedModel's outputs {outputs} are not those of a {task} model ({expected})")
-    version = str(os.stat(os.path.join(export_dir, "saved_model.pb")).st_mtime_ns)
-    return spec, version
+    return spec
 
 
-def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None) -> PredictionUdf:
-    """Register `name` as a SQL function scoring with the model in `model_dir`."""
-    export_dir = resolve_export_dir(model_dir)
-    spec, version = check_model(export_dir)
+def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
+             setting: str = "predict.model") -> PredictionUdf:
+    """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
+    the session reaches; errors name `setting`)."""
+    storage = Storage(spark)
+    export_dir = resolve_export_dir(storage, model_dir, setting)
+    with named(setting, model_dir):
+        version = shipping.version_of(storage, export_dir)
+        local_dir = shipping.fetch(storage, export_dir, version)
+    spec = check_model(local_dir, export_dir)
+    model = shipping.ship(spark.sparkContext, local_dir, version)
     if batch_size:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     counter = spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(make_udf_function(export_dir, version, counter), contract.udf_return_type(contract.task_of(spec)),
+        udf = arrow_udf(make_udf_function(model, counter), contract.udf_return_type(contract.task_of(spec)),
                         ArrowUDFType.SCALAR_ITER)
     spark.udf.register(name, udf)
-    return PredictionUdf(name, export_dir, spec, udf, counter)
-
+    return PredictionUdf(name, export_dir, local_dir, spec, udf, counter)

@@ -7,14 +7,12 @@ from tfos_jobs.executor import node
 REAL_GUARD = node.guard
 
 
-def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int], nodes: int):
-    good = REAL_GUARD(node_fn, run_dir, strategy, secret, tf_ports, nodes)
-    bad = REAL_GUARD(node_fn, run_dir, strategy, bytes(len(secret)), tf_ports, nodes)
+def guard(node_fn, launch, secret: bytes):
+    good = REAL_GUARD(node_fn, launch, secret)
+    bad = REAL_GUARD(node_fn, launch, bytes(len(secret)))
 
-    def run_node(iterator):
-        from pyspark import TaskContext
-
-        return (bad if TaskContext.get().partitionId() == 1 else good)(iterator)
+    def run_node(partition, records):
+        return (bad if partition == 1 else good)(partition, records)
 
     return run_node
 

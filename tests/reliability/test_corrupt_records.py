@@ -43,5 +43,5 @@ def test_training_on_a_damaged_file_names_it(spark, dataset, tmp_path):
     copy, victim = damaged_copy(dataset, tmp_path, "flip")
     cfg = config.load(CENSUS, [f"train.dataset={copy}", f"train.model_dir={tmp_path / 'model'}", "train.strategy=local",
                                "train.epochs=1", "train.tensorboard=false"])
-    with pytest.raises(train_job.TrainingError, match=f"corrupt TFRecord file: {victim}"):
+    with pytest.raises(train_job.TrainingError, match=f"corrupt TFRecord file: file:{victim}"):
         train_job.run(spark, cfg, log=lambda _: None)

@@ -46,7 +46,7 @@ def test_udf_equals_the_savedmodel_called_in_process(spark, setup):
     assert all((r.p.probability >= 0.5) == (r.p.label == ">50K") for r in scored)
     from udfs.predict import Scorer
 
-    assert Scorer(p.export_dir).codes_fn is not None  # wide & deep: it scored through serving_codes
+    assert Scorer(p.local_dir).codes_fn is not None  # wide & deep: it scored through serving_codes
 
 
 def test_sql_positional_arguments_and_struct_agree(spark, setup):
@@ -63,8 +63,9 @@ def test_sql_positional_arguments_and_struct_agree(spark, setup):
 EVICTIONS = """
 import gc, sys
 from udfs import predict
+from tfos_jobs.storage import Storage
 from udfs.register import resolve_export_dir
-export_dir = resolve_export_dir(sys.argv[1])
+export_dir = Storage.local(resolve_export_dir(Storage(None), sys.argv[1]))
 for version in range(predict.CAPACITY + 1):  # the first model is evicted
     predict.scorer(export_dir, str(version))
 settled = gc.get_freeze_count()

@@ -1,6 +1,7 @@
 """The control channel between driver and TF nodes: a real server and client over loopback
 TCP, no Spark. Nothing a peer sends is decoded before its tag verifies, and nothing is ever
-unpickled."""
+unpickled; a node reports and hands over files through it and can name nothing outside its
+run's targets."""
 from __future__ import annotations
 
 import os
@@ -14,9 +15,13 @@ import pytest
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.config import parse_ports
-from tfos_jobs.driver.reservations import ReservationServer
+from tfos_jobs.driver.control_server import ControlServer
+from tfos_jobs.driver.run_state import RunState
 from tfos_jobs.driver.tf_cluster import control_address
-from tfos_jobs.executor.reservation_client import AuthenticatedClient
+from tfos_jobs.driver.transfers import Transfers
+from tfos_jobs.executor.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
+from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.storage import Storage
 
 NODE = {"executor_id": 1, "host": "10.0.0.5", "job_name": "worker", "task_index": 0, "port": 40001}
 
@@ -32,18 +37,34 @@ class Exploit:
 
 
 @pytest.fixture
-def server():
+def run(tmp_path):
+    storage = Storage(None)
+    model = storage.qualify(str(tmp_path / "model"))
+    transfers = Transfers(storage, {cc.SAVED_MODEL: f"{model}/saved_model", cc.BACKUP: f"{model}/backup",
+                                    cc.LOGS: f"{model}/logs"})
+    state = RunState("r1", 2, ProgressLog(storage, f"{model}/progress.jsonl"), transfers)
+    yield state
+    transfers.close()
+
+
+@pytest.fixture
+def server(run):
     lines: list[str] = []
-    srv = ReservationServer(2, cc.new_secret(), bind="127.0.0.1", advertise="127.0.0.1", log=lines.append)
+    srv = ControlServer(cc.new_secret(), run.handle, bind="127.0.0.1", advertise="127.0.0.1", log=lines.append)
     srv.start()
     srv.lines = lines
+    srv.run = run
     yield srv
     srv.stop()
 
 
-def client(srv: ReservationServer, secret: bytes | None = None) -> AuthenticatedClient:
-    cls = type("C", (AuthenticatedClient,), {"secret": srv.secret if secret is None else secret})
+def client(srv: ControlServer, secret: bytes | None = None) -> ReservationClient:
+    cls = type("C", (ReservationClient,), {"secret": srv.secret if secret is None else secret})
     return cls(srv.address)
+
+
+def link(srv: ControlServer, node: str = "chief-0") -> DriverLink:
+    return DriverLink(ControlClient(srv.address, srv.secret), {cc.SENDER_NODE: node})
 
 
 def test_seal_and_open_bind_the_message_to_secret_connection_direction_and_order():
@@ -68,11 +89,11 @@ def test_nodes_with_the_secret_reserve_and_learn_the_cluster(server):
     a, b = client(server), client(server)
     assert a.get_reservations() == []
     a.register({**NODE, "authkey": b"\x00manager-key", "addr": "/tmp/pymp-x/listener"})
-    assert not server.done() and server.remaining() == 1
+    assert not server.run.reserved() and server.run.remaining() == 1
     b.register({**NODE, "executor_id": 0, "job_name": "chief", "port": 40000})
-    assert a.await_reservations() == b.get_reservations() == server.reservations()
-    assert server.done()
-    assert all(set(r) == set(cc.NODE_FIELDS) for r in server.reservations())  # no authkey, no manager address
+    assert a.await_reservations() == b.get_reservations() == server.run.reservations()
+    assert server.run.reserved()
+    assert all(set(r) == set(cc.NODE_FIELDS) for r in server.run.reservations())  # no authkey, no manager address
     assert server.summary() == {"rejected_messages": 0, "rejected_from": []}
     a.close(), b.close()
 
@@ -81,7 +102,7 @@ def test_a_wrong_secret_is_rejected_counted_and_logged_once_per_peer(server):
     for _ in range(2):
         with pytest.raises(cc.AuthenticationError, match="rejected this node: authentication failed"):
             client(server, secret=cc.new_secret()).register(NODE)
-    assert server.reservations() == []
+    assert server.run.reservations() == []
     assert server.summary() == {"rejected_messages": 2, "rejected_from": ["127.0.0.1"]}
     assert len(server.lines) == 1 and "rejected a message from 127.0.0.1: authentication failed" in server.lines[0]
     assert client(server).get_reservations() == []  # the server still serves
@@ -108,12 +129,13 @@ def test_a_pickle_or_garbage_runs_nothing_and_is_dropped(server, tmp_path):
 
 def test_a_reservation_without_its_fields_is_refused(server):
     with pytest.raises(cc.ControlError):
-        client(server)._request(cc.REGISTER, {"executor_id": "1", "host": "h"})
-    assert server.reservations() == [] and server.summary()["rejected_messages"] == 1
+        client(server).request(cc.REGISTER, {"data": {"executor_id": "1", "host": "h"}})
+    assert server.run.reservations() == [] and server.summary()["rejected_messages"] == 1
 
 
 def test_the_server_listens_on_the_driver_address_only():
-    srv = ReservationServer(1, cc.new_secret(), bind="127.0.0.1", advertise="127.0.0.1", ports=parse_ports(""))
+    srv = ControlServer(cc.new_secret(), lambda kind, message: None, bind="127.0.0.1", advertise="127.0.0.1",
+                        ports=parse_ports(""))
     host, port = srv.start()
     try:
         assert srv._listener.getsockname() == ("127.0.0.1", port)
@@ -135,3 +157,75 @@ def test_slow_and_idle_peers_do_not_block_others(server):
     threading.Thread(target=lambda: (client(server).register(NODE), done.set()), daemon=True).start()
     assert done.wait(5)
     idle.close()
+
+
+def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
+    chief, worker = link(server, "chief-0"), link(server, "worker-0")
+    chief.started({"role": "chief", "index": 0, "pid": 11})
+    worker.started({"role": "worker", "index": 0, "pid": 12})
+    assert server.run.last_beat() == 0.0
+    chief.first_step()
+    chief.beat()
+    chief.progress({"epoch": 1, "epochs": 2, "loss": 0.5})
+    chief.progress({"epoch": 2, "epochs": 2, "loss": 0.4})
+    worker.failed("Traceback...\nValueError: bad shard")
+    assert worker.status() is None
+    chief.result({"final": {"loss": 0.4}})
+    chief.done(cc.RUN_OK)
+    run = server.run
+    assert list(run.records()) == ["chief-0", "worker-0"] and run.records()["worker-0"]["pid"] == 12
+    assert run.last_beat() > 0 and "to_first_step_seconds" not in run.startup()  # not launched by a driver here
+    assert [line["loss"] for line in run.progress.lines()] == [0.5, 0.4]
+    storage = Storage(None)
+    assert [line["epoch"] for line in ProgressLog(storage, run.progress.path, resume=True).lines()] == [1, 2]
+    assert run.errors() == {"worker-0": "Traceback...\nValueError: bad shard"}
+    assert run.result() == {"final": {"loss": 0.4}}
+    assert worker.status() == cc.RUN_OK and run.done() == cc.RUN_OK
+
+
+def test_files_travel_whole_to_their_target_and_back(server, tmp_path):
+    export = tmp_path / "node" / "saved_model"
+    (export / "variables").mkdir(parents=True)
+    big = os.urandom(cc.CHUNK * 2 + 123)  # three chunks
+    (export / "variables" / "variables.data-00000-of-00001").write_bytes(big)
+    (export / "saved_model.pb").write_bytes(b"graph")
+    (export / "empty").write_bytes(b"")
+    node = link(server)
+    node.publish(cc.SAVED_MODEL, str(export))
+    published = tmp_path / "model" / "saved_model"
+    assert (published / "variables" / "variables.data-00000-of-00001").read_bytes() == big
+    assert (published / "saved_model.pb").read_bytes() == b"graph" and (published / "empty").read_bytes() == b""
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["saved_model"]  # no staging left beside it
+    (export / "saved_model.pb").write_bytes(b"graph v2")  # a second publication replaces the first whole
+    (export / "empty").unlink()
+    node.publish(cc.SAVED_MODEL, str(export))
+    assert (published / "saved_model.pb").read_bytes() == b"graph v2" and not (published / "empty").exists()
+    fetched = tmp_path / "elsewhere"
+    assert node.fetch(cc.SAVED_MODEL, str(fetched)) == 2
+    assert (fetched / "variables" / "variables.data-00000-of-00001").read_bytes() == big
+    assert node.fetch(cc.BACKUP, str(tmp_path / "nothing")) == 0  # no resume state yet
+
+
+def test_a_node_can_name_nothing_outside_its_targets(server, tmp_path):
+    chunk = cc.encode_chunk(b"x")
+    for bad in ("../escape", "/etc/passwd", "a/../../b", ""):
+        with pytest.raises(cc.ControlError):
+            ControlClient(server.address, server.secret).request(
+                cc.PUT, {cc.SENDER_NODE: "chief-0", "target": cc.SAVED_MODEL, "path": bad, "offset": 0, "data": chunk})
+    with pytest.raises(cc.ControlError):
+        ControlClient(server.address, server.secret).request(
+            cc.GET, {cc.SENDER_NODE: "chief-0", "target": "/etc", "path": "passwd", "offset": 0, "length": 10})
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "model").exists()
+    assert server.summary()["rejected_messages"] == 5
+
+
+def test_an_upload_that_did_not_arrive_whole_is_not_published_and_the_node_hears_why(server, tmp_path):
+    node = ControlClient(server.address, server.secret)
+    node.request(cc.PUT, {cc.SENDER_NODE: "chief-0", "target": cc.SAVED_MODEL, "path": "saved_model.pb",
+                          "offset": 0, "data": cc.encode_chunk(b"half")})
+    with pytest.raises(RemoteError, match="upload of saved_model is incomplete"):
+        node.request(cc.PUBLISH, {cc.SENDER_NODE: "chief-0", "target": cc.SAVED_MODEL,
+                                  "files": {"saved_model.pb": 8, "variables/variables.index": 10}})
+    assert not (tmp_path / "model" / "saved_model").exists()
+    assert node.request(cc.STATUS) is None  # the connection stays open after an error the driver reports
+    assert server.summary()["rejected_messages"] == 0

@@ -9,10 +9,9 @@ import pytest
 
 from tfos_jobs.config import ModelConfig, TrainConfig, node_count
 from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.contracts.run_dir import RunDir
-from tfos_jobs.driver.failure_policy import failure_message, retriable
+from tfos_jobs.driver.failure_policy import failure_message, retriable, task_traceback
 from tfos_jobs.driver.prepare import stable_name
-from tfos_jobs.executor.node import assign_role, port_share
+from tfos_jobs.executor.node import assign_role, port_share, roles
 from tfos_jobs.executor.training import steps_for
 from tfos_jobs.search.trials import TrialDir, TrialStatus, summarise, trial_result
 
@@ -27,6 +26,21 @@ def test_only_failures_of_peers_are_retriable():
     assert not retriable([CODE_BUG])
     # the TF server's port was taken between the node's check and TensorFlow's bind
     assert retriable(["Traceback ...\ntensorflow.python.framework.errors_impl.UnknownError: Could not start gRPC server"])
+    # what Spark recorded for the task of a node whose executor died, and for the task's retry
+    assert retriable(["ExecutorLostFailure (executor 1 exited caused by one of the running tasks) Reason: killed",
+                      "RuntimeError: TF node worker-0 was lost with its executor; a TF cluster cannot take a replacement"])
+    assert not retriable(["tfos_jobs.control_channel.AuthenticationError: the control server rejected this node"])
+
+
+def test_the_error_spark_recorded_for_a_task_reads_as_the_python_traceback():
+    recorded = ("org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from the "
+                "Python worker: Traceback (most recent call last):\n  File \"x.py\", line 7, in f\n"
+                "ValueError: boom node 1\n SQLSTATE: 38000\n\n\tat org.apache.spark.api.python.Runner(R.scala:1)\n"
+                "\tat java.base/java.lang.Thread.run(Thread.java:840)\n")
+    text = task_traceback(recorded)
+    assert text.splitlines()[-1] == "ValueError: boom node 1" and "\tat " not in text and "SQLSTATE" not in text
+    assert failure_message({"worker-0": ("/m/_run/r/nodes/worker-0.error", text)}, None).startswith(
+        "TF node worker-0 failed: ValueError: boom node 1")
 
 
 def test_the_failure_message_names_each_failed_node_its_error_and_its_traceback_file():
@@ -64,7 +78,7 @@ def test_the_nodes_of_a_run_take_tf_ports_from_disjoint_shares():
 
 def args(**changes) -> NodeArgs:
     tr = TrainConfig(**changes)
-    return NodeArgs.from_train_config(tr, dataset="/d", model_dir="/m", run_dir="/m/_run/1")
+    return NodeArgs.from_train_config(tr, dataset="hdfs://nn:8020/d")
 
 
 def test_steps_per_epoch_is_one_pass_over_the_train_split_unless_set():
@@ -89,38 +103,65 @@ def test_output_files_get_names_that_do_not_depend_on_the_job():
     assert stable_name("_SUCCESS") == "_SUCCESS"
 
 
-def test_a_trial_is_summarised_from_its_progress(tmp_path):
-    trial = TrialDir.of(str(tmp_path), 3)
-    (tmp_path / "trial-003").mkdir()
+def test_a_trial_is_summarised_from_its_progress():
     lines = [{"epoch": 1, "epochs": 2, "loss": 0.5, "val_auc": 0.8, "seconds": 1.0, "time": 1.0},
              {"epoch": 2, "epochs": 2, "loss": 0.4, "val_auc": 0.85, "seconds": 1.0, "time": 2.0}]
-    (tmp_path / "trial-003" / "progress.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    done = summarise(trial, "val_auc", TrialStatus.COMPLETED, None)
+    done = summarise(lines, "val_auc", TrialStatus.COMPLETED, None)
     assert done == {"status": "completed", "value": 0.85, "error": None, "epochs_run": 2,
                     "metrics": {"loss": 0.4, "val_auc": 0.85}}
-    missing = summarise(trial, "val_rmse", TrialStatus.COMPLETED, None)
+    missing = summarise(lines, "val_rmse", TrialStatus.COMPLETED, None)
     assert missing["status"] == "failed" and missing["value"] is None
     assert missing["error"] == "metric 'val_rmse' is not among the trial's metrics: loss, val_auc"
-    cancelled = trial_result(3, {"lr": 0.1}, trial, "val_rmse", TrialStatus.CANCELLED, "time budget", 0.0)
+    cancelled = trial_result(3, {"lr": 0.1}, lines, "val_rmse", TrialStatus.CANCELLED, "time budget", 0.0)
     assert cancelled["status"] == TrialStatus.CANCELLED == "cancelled" and cancelled["trial"] == 3
     assert json.loads(json.dumps(cancelled))["status"] == "cancelled"
+    assert TrialDir.of("hdfs://nn/sweep", 3).progress == "hdfs://nn/sweep/trial-003/progress.jsonl"
 
 
-def test_a_run_directory_records_nodes_and_their_fate(tmp_path):
-    run = RunDir(str(tmp_path / "run"))
-    run.write_node("worker-1", {"partition": 2})
-    run.write_node("chief-0", {"partition": 0})
-    run.write_error("worker-1", CODE_BUG)
-    run.mark_lost("worker-0")
-    assert list(run.node_records()) == ["chief-0", "worker-1"]
-    assert run.node_of_partition(2) == "worker-1" and run.node_of_partition(5) is None
-    assert run.node_errors() == {"worker-1": (run.error_file("worker-1"), CODE_BUG)}
-    assert run.lost_nodes() == ["worker-0"] and run.role_of("worker-0") == "worker"
-    assert run.done() is None
-    run.mark_done("ok")
-    assert run.done() == "ok"
+def test_the_driver_knows_each_partitions_node_before_it_starts():
+    """The driver plans each node's input files by role; the node takes its role from TFoS's
+    labels (`assign_role`). Both must agree for every partition."""
+    assert roles("multi_worker_mirrored", 3, 0) == [("chief", 0), ("worker", 0), ("worker", 1)]
+    assert roles("parameter_server", 5, 2) == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)]
+    assert roles("local", 1, 0) == [("chief", 0)]
+    for strategy, nodes, num_ps in (("multi_worker_mirrored", 4, 0), ("parameter_server", 4, 1)):
+        cluster = {"chief": ["h:0"], "worker": [f"h:{i}" for i in range(1, nodes)]}
+        labelled = [assign_role(strategy, num_ps, "chief" if i == 0 else "worker", max(0, i - 1), cluster)[:2]
+                    for i in range(nodes)]
+        assert roles(strategy, nodes, num_ps) == labelled
 
 
 @pytest.mark.parametrize("status", list(TrialStatus))
 def test_trial_statuses_print_as_their_value(status):
     assert f"{status}" == status.value == str(status)
+
+
+def test_each_node_is_sent_the_dataset_files_it_reads():
+    from tfos_jobs.data import reader
+    from tfos_jobs.data.meta import DatasetMeta
+    from tfos_jobs.driver import node_inputs
+    from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, Label
+
+    spec = FeatureSpec((CategoricalFeature(name="c"), Label(name="y")))
+    files = lambda n: [{"path": f"part-{i:05d}.tfrecord", "bytes": 10} for i in range(n)]  # noqa: E731
+    manifest = {"splits": {"train": {"records": 10, "files": files(5)}, "eval": {"records": 2, "files": files(2)}}}
+    meta = DatasetMeta("hdfs://nn:8020/ds", spec, {}, manifest, {"c": ["a"]})
+    meta_files = {"dataset/_meta/manifest.json", "dataset/_meta/feature_spec.json", "dataset/_meta/stats.json",
+                  "dataset/_meta/vocab/c.txt"}
+    evals = {"dataset/eval/part-00000.tfrecord", "dataset/eval/part-00001.tfrecord"}
+    train = lambda *i: {f"dataset/train/part-{k:05d}.tfrecord" for k in i}  # noqa: E731
+
+    chief, worker = node_inputs.plan(meta, [("chief", 0), ("worker", 0)], "multi_worker_mirrored")
+    assert set(chief.values()) == meta_files | evals | train(0, 2, 4)
+    assert set(worker.values()) == meta_files | evals | train(1, 3)
+    assert sorted(chief) == sorted(f"/ds/{rel[len('dataset/'):]}" for rel in chief.values())  # keyed by path only
+    assert node_inputs.qualified(meta, worker)[0].startswith("hdfs://nn:8020/ds/")
+    # the same shards the input pipeline opens
+    assert reader.shard_files([f"t/{f['path']}" for f in files(5)], 2, 1) == ["t/part-00001.tfrecord",
+                                                                               "t/part-00003.tfrecord"]
+    ps = node_inputs.plan(meta, [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)], "parameter_server")
+    assert set(ps[0].values()) == meta_files | evals  # the coordinator reads no train file
+    assert set(ps[1].values()) == set(ps[2].values()) == meta_files | evals | train(0, 1, 2, 3, 4)
+    assert set(ps[3].values()) == meta_files  # a parameter server reads nothing
+    many = node_inputs.plan(meta, [("chief", 0)] + [("worker", i) for i in range(5)], "multi_worker_mirrored")
+    assert all(set(p.values()) >= train(0, 1, 2, 3, 4) for p in many)  # fewer files than workers: records are shared

@@ -9,6 +9,7 @@ import pytest
 
 from tfos_jobs.driver import sweep_report
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.storage import Storage
 from tfos_jobs.search import samplers, space
 from tfos_jobs.search.early_stopping import metric_history, should_stop
 
@@ -138,8 +139,9 @@ def test_best_leaderboard_and_table(tmp_path):
     board = sweep_report.leaderboard(s, rows).splitlines()
     assert board[2].split()[:3] == ["1", "003", "0.8500"] and board[4].split()[:2] == ["3", "001"]
     assert "  pruned: 004" in board and "  failed: 002" in board
-    base = sweep_report.write_table(str(tmp_path), s, rows)
-    table = pd.read_parquet(f"{base}.parquet")
+    storage = Storage(None)
+    base = sweep_report.write_table(storage, storage.qualify(str(tmp_path)), s, rows)
+    table = pd.read_parquet(f"{Storage.local(base)}.parquet")
     assert list(table["trial"]) == [1, 2, 3, 4, 5] and list(table["status"])[1] == "failed"
     assert list(table.columns[:4]) == ["trial", "status", "val_auc", "epochs_run"]
     assert table["learning_rate"].tolist() == [0.01, 0.02, 0.001, 0.005, 0.003]
@@ -176,21 +178,21 @@ def test_sweep_overrides_take_dotted_config_keys():
     assert lr.high == 0.5 and s.fixed["train.epochs"] == 2 and s.max_trials == 3
 
 
-def test_lost_parameter_server_workers_are_tolerated_until_none_is_left(tmp_path):
+def test_lost_parameter_server_workers_are_tolerated_until_none_is_left():
+    from tfos_jobs import control_channel as cc
     from tfos_jobs.config import TrainConfig
-    from tfos_jobs.contracts.run_dir import RunDir
+    from tfos_jobs.driver.run_state import RunState
     from tfos_jobs.driver.tf_cluster import LostWorkers
     from tfos_jobs.errors import TrainingError
 
-    (tmp_path / "nodes").mkdir()
     lines: list[str] = []
-    run = RunDir(str(tmp_path))
+    run = RunState("r", 4, progress=None, transfers=None)
     lost = LostWorkers(TrainConfig(strategy="parameter_server", workers=2, reservation_timeout=0), run, lines.append)
-    assert not lost.tolerated(1)  # a failed task, no worker recorded as lost, no time left to wait
-    (tmp_path / "nodes" / "worker-1.lost").write_text("{}")
+    assert not lost.tolerated(1)  # a failed task, no worker reported lost, no time left to wait
+    run.handle(cc.LOST, {cc.SENDER_NODE: "worker-1"})
     assert lost.tolerated(1) and lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
     assert not lost.tolerated(2)  # a second failure that is not a lost worker (e.g. the ps)
-    (tmp_path / "nodes" / "worker-0.lost").write_text("{}")
+    run.handle(cc.LOST, {cc.SENDER_NODE: "worker-0"})
     with pytest.raises(TrainingError, match=r"all 2 parameter-server workers were lost .*worker-0, worker-1"):
         lost.tolerated(2)
     mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), run, lines.append)

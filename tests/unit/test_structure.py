@@ -24,11 +24,25 @@ def test_no_module_imports_a_private_name_of_another():
     assert found == []
 
 
-def test_run_directory_file_names_are_typed_only_by_their_owner():
-    """The files driver and TF nodes exchange are named in contracts/run_dir.py alone."""
-    owner = ROOT / "tfos_jobs" / "contracts" / "run_dir.py"
-    names = ('"launched"', '"reserved"', '"first_step"', '/heartbeat"', '/done"', '/nodes"', ".error\"", ".lost\"",
-             '/progress.jsonl"', '/metrics.json"', '/_run"')
+def test_model_directory_file_names_are_typed_only_by_their_owner():
+    """The files of a model directory are named in contracts/model_dir.py alone."""
+    owner = ROOT / "tfos_jobs" / "contracts" / "model_dir.py"
+    names = ('/progress.jsonl"', '/metrics.json"', '/_run"', '/backup"', '/sample_predictions.json"')
     offenders = [f"{p.relative_to(ROOT)}: {n}" for p in sources() if p != owner for n in names if n in p.read_text()]
     assert all(n in owner.read_text() for n in names)
     assert offenders == []
+
+
+def test_nothing_on_the_driver_or_a_node_shares_a_file_with_the_other():
+    """A cluster shares no disk: the control channel carries everything between driver and nodes,
+    so no module opens a model, run or dataset path with Python's file calls or TensorFlow's gfile
+    except the storage layer (driver) and the node's own workspace."""
+    allowed = {"tfos_jobs/storage.py", "tfos_jobs/contracts/workspace.py", "tfos_jobs/executor/inputs.py"}
+    found = []
+    for path in sources():
+        rel = str(path.relative_to(ROOT))
+        if rel in allowed:
+            continue
+        text = path.read_text()
+        found += [f"{rel}: {call}" for call in ("tf.io.gfile", "gfile.GFile", "glob.glob(") if call in text]
+    assert found == []

@@ -422,10 +422,10 @@ class Bench:
             warnings.simplefilter("ignore", UserWarning)
             spark.udf.register("bench_noop", arrow_udf(serving.make_noop(task), udf_return_type(task),
                                                          ArrowUDFType.SCALAR_ITER))
-        spark.udf.register("bench_spark_udf", serving.spark_predict_batch_udf(udf.export_dir, spec, pr.batch_size))
+        spark.udf.register("bench_spark_udf", serving.spark_predict_batch_udf(udf.local_dir, spec, pr.batch_size))
         arrays = serving.numpy_inputs(inputs.toPandas(), spec)
-        signature = load_signature(udf.export_dir)
-        codes_signature = load_signature(udf.export_dir, CODES_SIGNATURE)
+        signature = load_signature(udf.local_dir)
+        codes_signature = load_signature(udf.local_dir, CODES_SIGNATURE)
         codes = serving.codes_inputs(arrays, spec)
         settle_heap()  # the in-process side gets the heap the UDF's workers have (udfs.predict.settle_heap)
         self.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "
@@ -500,11 +500,10 @@ class Bench:
         """`tfos predict` (joins, scoring, write, check) against writing the same joined rows to
         Parquet without a model: what scoring adds to a job that has to run anyway."""
         from tfos_jobs.driver import predict, prepare
-        from tfos_jobs.model.export import read_spec
-        from udfs.register import resolve_export_dir
+        from udfs.register import served_spec
 
         spark, cfg = self.spark, self.big
-        spec = read_spec(resolve_export_dir(cfg.predict.model))
+        spec = served_spec(spark, cfg.predict.model)
         with_spec = dataclasses.replace(cfg, features=spec)
         rows = prepare.assemble(spark, with_spec, for_prediction=True)[0].count()
         self.run.sizes["predict rows"] = f"{rows:,} rows (16x people joined with regions and events), Parquet out"

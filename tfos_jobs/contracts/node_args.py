@@ -1,8 +1,9 @@
 """What the driver hands every TF node (and every sweep trial): plain values only.
 
-It crosses to the executors inside a Spark task closure; TensorFlowOnSpark passes a node's
-arguments on as they are, and its `run` looks inside them with `in`, so they travel as a
-dict (`to_dict`) and are rebuilt on the node (`from_dict`).
+They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs;
+TensorFlowOnSpark passes a node's arguments on as they are, and its `run` looks inside them
+with `in`, so they travel as a dict (`to_dict`) and are rebuilt on the node (`from_dict`).
+`Launch` is how the node job starts (`executor.node.guard`).
 """
 from __future__ import annotations
 
@@ -19,9 +20,7 @@ MAX_NODE_SECONDS = 7 * 24 * 3600  # no TF node outlives this, whatever happens t
 class NodeArgs:
     strategy: str
     num_ps: int
-    dataset: str  # absolute path
-    model_dir: str  # absolute path
-    run_dir: str  # this attempt's `contracts.run_dir.RunDir`
+    dataset: str  # where the dataset lives (a node trains from its local copy; this names files in messages)
     epochs: int
     steps_per_epoch: int | None
     batch_size: int
@@ -41,10 +40,9 @@ class NodeArgs:
     max_node_seconds: float = MAX_NODE_SECONDS
 
     @classmethod
-    def from_train_config(cls, tr: TrainConfig, *, dataset: str, model_dir: str, run_dir: str) -> "NodeArgs":
+    def from_train_config(cls, tr: TrainConfig, *, dataset: str) -> "NodeArgs":
         return cls(
-            strategy=tr.strategy, num_ps=tr.ps if tr.strategy == "parameter_server" else 0,
-            dataset=dataset, model_dir=model_dir, run_dir=run_dir,
+            strategy=tr.strategy, num_ps=tr.ps if tr.strategy == "parameter_server" else 0, dataset=dataset,
             epochs=tr.epochs, steps_per_epoch=tr.steps_per_epoch, batch_size=tr.batch_size,
             optimizer=tr.optimizer, learning_rate=tr.learning_rate, early_stopping_patience=tr.early_stopping_patience,
             shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,
@@ -58,3 +56,18 @@ class NodeArgs:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeArgs":
         return cls(**{**data, "model": ModelConfig(**data["model"])})
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the node job starts: which node each partition is, where its control server is,
+    the files Spark hands each node (`driver.node_inputs.plan`), and where it keeps them."""
+
+    run_id: str
+    strategy: str
+    nodes: int
+    num_ps: int
+    server: tuple[str, int]  # the driver's control server
+    tf_ports: list[int]  # [0]: any free port
+    local_dir: str  # train.local_dir ("" = the executor's temporary directory)
+    inputs: list[dict[str, str]]  # per partition: input file key -> its place in the workspace

@@ -54,6 +54,7 @@ UDF_FIELDS = {"binary": (PROBABILITY, LABEL), "multiclass": (PROBABILITY, LABEL)
 
 # The asset layout: the dataset's `_meta/` files the model was trained on, inside the model.
 ASSETS = "assets"
+SAVED_MODEL_FILE = "saved_model.pb"  # its presence makes a directory a SavedModel
 
 
 def task_of(spec: "FeatureSpec") -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.storage import Storage, StorageError
 
 META = "_meta"
 MANIFEST = "manifest.json"
@@ -36,36 +37,42 @@ class DatasetMeta:
     def files(self, split: str) -> list[str]:
         return [f"{self.root}/{split}/{f['path']}" for f in self.manifest["splits"][split]["files"]]
 
+    def meta_files(self) -> list[str]:
+        """The paths of every file of `_meta/`."""
+        names = [MANIFEST, SPEC, STATS, *(f"{VOCAB}/{f.name}.txt" for f in self.spec.categorical)]
+        return [f"{self.root}/{META}/{n}" for n in names]
+
     @property
     def compression(self) -> str:
         return self.manifest["records"]["compression"]
 
 
-def _read_text(path: str) -> str:
-    if "://" in path and not path.startswith("file://"):
-        import tensorflow as tf
+def read(root: str, storage: Storage | None = None) -> DatasetMeta:
+    """Load a prepared dataset's metadata; refuse a directory whose preparation did not finish.
 
-        with tf.io.gfile.GFile(path) as fh:
-            return fh.read()
-    with open(path.removeprefix("file://"), encoding="utf-8") as fh:
-        return fh.read()
-
-
-def read(root: str) -> DatasetMeta:
-    """Load a prepared dataset's metadata; refuse a directory whose preparation did not finish."""
+    On the driver, `storage` reads it from wherever it lives; a TF node reads its local copy."""
     root = root.rstrip("/")
+
+    def text(path: str) -> str:
+        if storage is not None:
+            return storage.read_text(path)
+        with open(Storage.local(path) or path, encoding="utf-8") as fh:
+            return fh.read()
+
     try:
-        manifest = json.loads(_read_text(f"{root}/{META}/{MANIFEST}"))
-    except (FileNotFoundError, OSError):
+        manifest = json.loads(text(f"{root}/{META}/{MANIFEST}"))
+    except (FileNotFoundError, StorageError) as e:
+        if isinstance(e, StorageError) and not str(e).endswith(("does not exist", "does not exist)")):
+            raise InputError(f"{root!r}: {str(e).split(': ', 1)[-1]}") from None
         raise InputError(
             f"{root!r} is not a prepared dataset: {META}/{MANIFEST} is missing "
             "(run `tfos prepare`, or the preparation did not finish)"
         ) from None
-    spec = FeatureSpec.from_json(_read_text(f"{root}/{META}/{SPEC}"))
+    spec = FeatureSpec.from_json(text(f"{root}/{META}/{SPEC}"))
     if spec.fingerprint() != manifest["spec_fingerprint"]:
         raise InputError(f"{root}/{META}/{SPEC} does not match the manifest's spec fingerprint")
-    stats = json.loads(_read_text(f"{root}/{META}/{STATS}"))
-    vocab = {f.name: _read_text(f"{root}/{META}/{VOCAB}/{f.name}.txt").splitlines() for f in spec.categorical}
+    stats = json.loads(text(f"{root}/{META}/{STATS}"))
+    vocab = {f.name: text(f"{root}/{META}/{VOCAB}/{f.name}.txt").splitlines() for f in spec.categorical}
     return DatasetMeta(root, spec, stats, manifest, vocab)
 
 

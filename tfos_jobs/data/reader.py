@@ -103,6 +103,13 @@ def split_label(spec: FeatureSpec, parsed: dict):
     return parsed, parsed.pop(spec.label.name)
 
 
+def shard_files(files: Sequence[str], num_shards: int, shard_index: int) -> list[str]:
+    """The files a worker opens: every num_shards-th from its index, or all of them when there
+    are fewer files than workers (it then reads every num_shards-th record)."""
+    files = sorted(files)
+    return files[shard_index::num_shards] if len(files) >= num_shards else files
+
+
 def shard_bytes(files: Sequence[tuple[str, int]], num_shards: int, shard_index: int) -> int:
     """TFRecord bytes a worker reads: its files, or its share of all when files are fewer than workers."""
     files = sorted(files)

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config, SourceConfig
 from tfos_jobs.data import sources
 from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
-from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.storage import HadoopFS
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import SPARK_TYPES, FeatureSpec
 
@@ -128,7 +128,7 @@ def list_files(spark: SparkSession, src: SourceConfig) -> list[str]:
     pattern = src.options.get("pathGlobFilter", "*")
     out = []
     for path in (p.strip() for p in (src.path or "").split(",") if p.strip()):
-        fs = HadoopFS(spark, path)
+        fs = HadoopFS(spark)
         qualified = fs.qualify(path)
         listed = fs.list_files(qualified)
         if listed:
@@ -170,6 +170,6 @@ def _spark_type_name(arrow_type: Any) -> str:
 
 
 def _csv_header(spark: SparkSession, path: str, sep: str) -> list[str]:
-    fs = HadoopFS(spark, path)
+    fs = HadoopFS(spark)
     first = fs.read_first_line(path)
     return [c.strip().strip('"') for c in first.split(sep)]

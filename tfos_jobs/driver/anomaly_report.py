@@ -8,6 +8,9 @@ PNG shows, for a few eval assets, a sensor and the error over time with the inte
 """
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from typing import Any, Callable
 
 import numpy as np
@@ -16,11 +19,12 @@ from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.contracts.run_dir import ModelDir, read_json, write_json
+from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data import columns, transforms
 from tfos_jobs.data.sensor_sources import read_rows
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
+from tfos_jobs.storage import Storage
 
 TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIND)  # and the key; sensor optional
 KIND, SENSOR = columns.ANOMALY_KIND, columns.ANOMALY_SENSOR
@@ -50,14 +54,15 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
         "recall_by_kind_eval": {str(kind): round(float(g[contract.IS_ANOMALY].mean()), 4)
                                 for kind, g in ev[ev["anomalous"]].groupby(KIND)},
     }
-    model_dir = ModelDir(config.train.model_dir)
-    try:
-        metrics = read_json(model_dir.metrics)
-    except FileNotFoundError:
-        metrics = {}
+    storage = Storage(spark)
+    model_dir = ModelDir(storage.qualify(config.train.model_dir))
+    metrics = json.loads(storage.read_text(model_dir.metrics)) if storage.exists(model_dir.metrics) else {}
     metrics.update(report)
-    write_json(model_dir.metrics, metrics, indent=2)
-    _plot(spark, config, spec, rows, truth, model_dir.anomaly_plot)
+    storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
+    with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
+        _plot(spark, config, spec, rows, truth, f"{tmp}/anomalies.png", metrics.get("anomaly", {}).get("threshold"))
+        if os.path.exists(f"{tmp}/anomalies.png"):
+            storage.upload_file(f"{tmp}/anomalies.png", model_dir.anomaly_plot)
     log(f"anomaly ROC AUC {report['anomaly_auc']:.4f} on the eval assets' {len(ev):,} windows "
         f"({report['windows']['anomalous_eval']:,} overlap a true anomaly), {report['anomaly_auc_all']:.4f} on all "
         f"{len(rows):,}; is_anomaly precision {report['is_anomaly_eval']['precision']:.3f} "
@@ -105,7 +110,8 @@ def _precision_recall(rows) -> dict[str, float]:
             "recall": round(hits / max(int(actual.sum()), 1), 4)}
 
 
-def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: DataFrame, path: str) -> None:
+def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: DataFrame, path: str,
+          threshold: float | None) -> None:
     """For a few eval assets with anomalies: the anomalous sensor's trace and the window error."""
     import matplotlib
 
@@ -121,7 +127,6 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: D
     raw, _ = read_rows(spark, config, spec)
     traces = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()) \
         .select(key, spec.time.name, *spec.model_inputs).toPandas()
-    threshold = _threshold(config)
     fig, axes = plt.subplots(2 * len(assets), 1, figsize=(12, 3.2 * len(assets)), squeeze=False)
     for i, asset in enumerate(assets):
         mine = intervals[intervals[key] == asset]
@@ -144,10 +149,3 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: D
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def _threshold(config: Config) -> float | None:
-    try:
-        return read_json(ModelDir(config.train.model_dir).metrics).get("anomaly", {}).get("threshold")
-    except FileNotFoundError:
-        return None

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 # TensorFlow errors that mean a peer went away, not that the computation is wrong.
 RETRIABLE_ERRORS = ("UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError")
-# The one start-up failure a relaunch fixes: a TF server's port was taken between the node
-# finding it free and TensorFlow binding it (the next attempt's nodes take fresh ports).
-RETRIABLE_MESSAGES = ("Could not start gRPC server",)
+# Start-up failures a relaunch fixes: a TF server's port was taken between the node finding
+# it free and TensorFlow binding it (the next attempt's nodes take fresh ports); and an executor
+# lost with its node, as Spark reports it for a task that could not report itself.
+RETRIABLE_MESSAGES = ("Could not start gRPC server", "ExecutorLostFailure", "was lost with its executor")
 
 
 def retriable(tracebacks: list[str]) -> bool:
@@ -30,3 +31,15 @@ def failure_message(errors: dict[str, tuple[str, str]], task_error: BaseExceptio
                                                   text[-1] if text else "unknown error")
     return "a TF node task failed (see the executor logs)"
 
+
+
+def task_traceback(error_message: str) -> str:
+    """The Python part of the error Spark recorded for a failed task: its traceback without the
+    JVM's stack frames and error-class suffixes."""
+    lines = []
+    for line in error_message.splitlines():
+        if line.startswith("\tat ") or line.startswith("\t..."):
+            break
+        if not line.strip().startswith("SQLSTATE:"):
+            lines.append(line)
+    return "\n".join(lines).strip()

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import jdbc, sources
-from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.storage import HadoopFS
 from tfos_jobs.errors import OutputExistsError, TfosError
 
 WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
@@ -62,7 +62,7 @@ class Tally:
 class Files:
     def __init__(self, spark: SparkSession, path: str, partition_by: tuple[str, ...]):
         self.spark, self.partition_by = spark, partition_by
-        self.fs = HadoopFS(spark, path)
+        self.fs = HadoopFS(spark)
         self.target = self.fs.qualify(path)
 
     def _count(self, written: DataFrame | None = None) -> int:

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from tfos_jobs import __version__
 from tfos_jobs.config import Config
 from tfos_jobs.data import columns, sources, tfrecord, transforms
-from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.storage import HadoopFS
 from tfos_jobs.data.meta import MANIFEST, META, SPEC, STATS, VOCAB
 from tfos_jobs.errors import InputError, OutputExistsError
 from tfos_jobs.features import stats as stats_mod
@@ -40,7 +40,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
     started = time.time()
     prep, spec = config.prepare, config.features
     out = prep.output.rstrip("/")
-    fs = HadoopFS(spark, out)
+    fs = HadoopFS(spark)
     out = fs.qualify(out)
     if fs.exists(out) and not (overwrite or prep.overwrite):
         raise OutputExistsError(f"output directory {out!r} exists; pass --overwrite to replace it")
@@ -248,7 +248,7 @@ def _first_malformed(spark: SparkSession, table: DataFrame) -> str:
         .select(columns.CORRUPT, columns.SOURCE_FILE).orderBy(columns.SOURCE_FILE).first()
     record, path = row[columns.CORRUPT], row[columns.SOURCE_FILE]
     where = path
-    fs = HadoopFS(spark, path)
+    fs = HadoopFS(spark)
     for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
         if line == record.rstrip("\r\n"):
             where = f"{path}, line {number}"

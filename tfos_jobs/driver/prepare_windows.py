@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.data import columns, sensor_sources, tfrecord, transforms, windows
-from tfos_jobs.data.fs import HadoopFS
+from tfos_jobs.storage import HadoopFS
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.stats import stable
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from tfos_jobs.progress_log import read_progress
+from tfos_jobs.progress_log import ProgressLog
 
 SHOWN = ("loss", "auc", "accuracy", "rmse", "val_loss", "val_auc", "val_accuracy", "val_rmse")
 BAR = 24
@@ -18,13 +18,13 @@ def format_epoch(e: dict[str, Any]) -> str:
 
 
 class ProgressPrinter:
-    """Call `poll()` now and then: prints each new epoch of `progress.jsonl` once."""
+    """Call `poll()` now and then: prints each epoch the run reported since, once."""
 
-    def __init__(self, path: str, log: Callable[[str], None] = print):
-        self.path, self.log, self.seen = path, log, 0
+    def __init__(self, progress: ProgressLog, log: Callable[[str], None] = print):
+        self.progress, self.log, self.seen = progress, log, 0
 
     def poll(self) -> None:
-        epochs = read_progress(self.path)
+        epochs = self.progress.lines()
         for e in epochs[self.seen:]:
             # On a terminal, first clear the line Spark's console progress bar may be drawing on.
             self.log(("\r\x1b[K" if self.log is print and sys.stdout.isatty() else "") + format_epoch(e))

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
+import tempfile
 from typing import Any
 
 from tfos_jobs.search.space import SweepConfig
 from tfos_jobs.search.trials import TrialDir, TrialStatus
+from tfos_jobs.storage import Storage
 
+RESULTS, PLOT, BEST = "results", "sweep.png", "best"  # in the sweep directory: results.parquet/.csv, the plot, best/
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
 
 
@@ -49,14 +51,15 @@ def frame(sweep: SweepConfig, rows: list[dict[str, Any]]):
     return df
 
 
-def write_table(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
-    """`results.parquet` and `results.csv`, replaced whole (temp file + rename) each time."""
+def write_table(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
+    """`results.parquet` and `results.csv`, replaced whole each time."""
     df = frame(sweep, rows)
-    base = f"{sweep_dir}/results"
-    df.to_parquet(f"{base}.parquet.tmp", index=False)
-    os.replace(f"{base}.parquet.tmp", f"{base}.parquet")
-    df.to_csv(f"{base}.csv.tmp", index=False)
-    os.replace(f"{base}.csv.tmp", f"{base}.csv")
+    base = f"{sweep_dir}/{RESULTS}"
+    with tempfile.TemporaryDirectory(prefix="tfos-results-") as tmp:
+        df.to_parquet(f"{tmp}/t.parquet", index=False)
+        storage.upload_file(f"{tmp}/t.parquet", f"{base}.parquet")
+        df.to_csv(f"{tmp}/t.csv", index=False)
+        storage.upload_file(f"{tmp}/t.csv", f"{base}.csv")
     return base
 
 
@@ -80,7 +83,7 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def plot(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
+def plot(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
     """`sweep.png`: the metric against each parameter, and over trials with the best so far."""
     import matplotlib
 
@@ -140,8 +143,10 @@ def plot(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
     failed = sum(r["status"] == TrialStatus.FAILED for r in rows)
     fig.suptitle(f"{sweep.algorithm} sweep, {len(rows)} trials ({failed} failed): {sweep.goal} {sweep.metric}")
     fig.tight_layout()
-    path = f"{sweep_dir}/sweep.png"
-    fig.savefig(path, dpi=110)
+    path = f"{sweep_dir}/{PLOT}"
+    with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
+        fig.savefig(f"{tmp}/{PLOT}", dpi=110)
+        storage.upload_file(f"{tmp}/{PLOT}", path)
     plt.close(fig)
     return path
 
@@ -151,22 +156,15 @@ def _axis_value(p, value: Any) -> Any:
     return list(p.values).index(value) if p.values is not None and value in p.values else value
 
 
-def export_best(sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Copy the best trial's SavedModel to `<sweep_dir>/best/` (via a temp dir and a rename)."""
+def export_best(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best trial's SavedModel and its row as `<sweep_dir>/best/` (replaced whole)."""
     top = best(sweep, rows)
     if top is None:
         return None
     source = TrialDir.of(sweep_dir, top["trial"]).saved_model
-    target, tmp = f"{sweep_dir}/best", f"{sweep_dir}/best.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    shutil.copytree(source, f"{tmp}/saved_model")
-    with open(f"{tmp}/trial.json", "w", encoding="utf-8") as fh:
-        json.dump({"metric": sweep.metric, "goal": sweep.goal, **top}, fh, indent=2)
-    old = f"{sweep_dir}/best.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(target):
-        os.replace(target, old)  # best/ is missing only between these two renames
-    os.replace(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="tfos-best-") as tmp:
+        storage.download(source, os.path.join(tmp, "saved_model"))
+        with open(os.path.join(tmp, "trial.json"), "w", encoding="utf-8") as fh:
+            json.dump({"metric": sweep.metric, "goal": sweep.goal, **top}, fh, indent=2)
+        storage.replace_dir(tmp, f"{sweep_dir}/{BEST}")
     return top

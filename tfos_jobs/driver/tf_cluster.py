@@ -2,19 +2,20 @@
 
 TFoS's `TFCluster.run/shutdown` stop the SparkContext and `sys.exit` on any error and wait
 for tasks in fixed 5-second polls, so this uses TFoS's node runtime (`TFSparkNode.run`) with
-its own reservation server (authenticated, `driver.reservations`) and supervision:
+its own control server (authenticated, `driver.control_server`) and supervision:
   * it waits for enough executors first, and fails with a clear message after
     `reservation_timeout` seconds if the cluster is too small;
+  * each node's task gets the node's dataset files through Spark (`driver.node_inputs`), so
+    the dataset may live on any filesystem Spark reads; the nodes report over the network;
   * the node job runs in a job group; when any node fails, the group is cancelled at once
     (a retried TF node could never rejoin its cluster) and the node's own traceback is reported;
-  * the chief (or, on failure, the driver) marks the run done, on which parameter servers
-    and PS workers return, so no task outlives the run.
+  * the chief (or, on failure, the driver) ends the run, on which parameter servers and PS
+    workers return, so no task outlives the run.
 Training (`driver.train`) and sweeps with TF-cluster trials both come through `run_cluster`.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import socket
 import threading
@@ -26,50 +27,60 @@ from pyspark import InheritableThread
 
 from tfos_jobs import control_channel
 from tfos_jobs.config import TrainConfig, node_count, parse_ports
-from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.contracts.run_dir import FIRST_STEP, LAUNCHED, RESERVED, RunDir
-from tfos_jobs.driver.failure_policy import failure_message, retriable
-from tfos_jobs.driver.reservations import ReservationServer
+from tfos_jobs.contracts.node_args import Launch, NodeArgs
+from tfos_jobs.data.meta import DatasetMeta
+from tfos_jobs.driver import node_inputs
+from tfos_jobs.driver.control_server import ControlServer
+from tfos_jobs.driver.failure_policy import failure_message, retriable, task_traceback
+from tfos_jobs.driver.run_state import LAUNCHED, RESERVED, RunState
 from tfos_jobs.errors import TrainingError
 
 POLL = 0.5
+# Where the tracebacks of a failed attempt's nodes are kept: node -> (its file, the traceback).
+KeepErrors = Callable[[RunState], "dict[str, tuple[str, str]]"]
 
 
-def run_cluster(sc, tr: TrainConfig, args: NodeArgs, run: RunDir, log: Callable[[str], None],
-                poll: Callable[[], None], rejected: Counter, stop: threading.Event | None = None) -> None:
+def run_cluster(sc, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: RunState, keep_errors: KeepErrors,
+                log: Callable[[str], None], poll: Callable[[], None], rejected: Counter,
+                stop: threading.Event | None = None) -> None:
     """Train one attempt on a TF cluster; returns when the chief has finished.
 
     `poll` is called while nodes run (progress lines); `rejected` counts, per peer address,
-    control messages the reservation server refused; setting `stop` ends the attempt early
+    control messages the control server refused; setting `stop` ends the attempt early
     with `TrainingError`. Raises `TrainingError` (retriable or not) on any failure, after
     every node of the attempt has stopped."""
     from tensorflowonspark import TFSparkNode
 
-    from tfos_jobs.executor.node import guard, main_fun
+    from tfos_jobs.executor.node import guard, main_fun, node_name, roles
 
     nodes = node_count(tr)
     _wait_for_executors(sc, nodes, tr)
-    run.mark_time(LAUNCHED)
+    state.mark(LAUNCHED)
     secret = control_channel.new_secret()  # this run's; reaches the nodes only inside the task closure
     bind, advertise = control_address(sc.getConf(), tr.control_bind)
-    server = ReservationServer(nodes, secret, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
-                               log=log)
+    server = ControlServer(secret, state.handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
+                           log=log)
+    address = server.start()
+    node_roles = roles(tr.strategy, nodes, args.num_ps)
+    node_names = [node_name(role, index) for role, index in node_roles]
+    plans = node_inputs.plan(meta, node_roles, tr.strategy)
+    launch = Launch(run_id=state.id, strategy=tr.strategy, nodes=nodes, num_ps=args.num_ps, server=address,
+                    tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir, inputs=plans)
     template = {"chief": [0]} | ({"worker": list(range(1, nodes))} if nodes > 1 else {})
-    default_fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS").rstrip("/")
     cluster_meta = {
         "id": random.getrandbits(64), "cluster_template": template, "num_executors": nodes,
-        "default_fs": default_fs, "working_dir": os.getcwd(), "server_addr": server.start(), "release_port": True,
+        "default_fs": "file://", "working_dir": ".", "server_addr": address, "release_port": True,
     }
-    group = f"tfos-train-{run.id}"
+    group = f"tfos-train-{state.id}"
     outcome: dict[str, Any] = {}
 
     def start_nodes():
         sc.setJobGroup(group, f"tfos train: {nodes} TF nodes", interruptOnCancel=True)
         try:
             node_fn = guard(TFSparkNode.run(main_fun, args.to_dict(), cluster_meta, False, None, ["error"], False),
-                            run.path, tr.strategy, secret, parse_ports(tr.tf_ports), nodes)
-            node_rdd = sc.parallelize(range(nodes), nodes).mapPartitions(node_fn)
-            with _own_python_workers(sc, run.id):
+                            launch, secret)
+            node_rdd = node_inputs.rdd(sc, meta, plans).mapPartitionsWithIndex(node_fn)
+            with _own_python_workers(sc, state.id):
                 node_rdd._jrdd  # the Python function is wrapped here, with this run's environment
             node_rdd.collect()
             outcome["ok"] = True
@@ -80,32 +91,34 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, run: RunDir, log: Callable[
     thread.daemon = True
     thread.start()
     try:
-        _await_reservations(server, outcome, tr.reservation_timeout, nodes, run)
-        run.mark_time(RESERVED)
+        _await_reservations(sc, group, state, outcome, tr.reservation_timeout, node_names, keep_errors)
+        state.mark(RESERVED)
         running_since = time.time()
-        lost = LostWorkers(tr, run, log)
+        lost = LostWorkers(tr, state, log)
         while thread.is_alive():
             poll()
             if stop is not None and stop.is_set():
                 raise TrainingError("stopped before the end (the run's backup is kept: running it again resumes)")
-            failed = run.failed_nodes()
+            failed = state.errors()
             task_failures = _failed_tasks(sc, group)
             if not failed and lost.tolerated(task_failures):
                 thread.join(POLL)
                 continue
             if failed or task_failures:
                 time.sleep(2 * POLL)  # let the other nodes' errors land too: the first one is often a symptom
-                raise _failure(run, outcome)
-            idle = time.time() - max(running_since, run.last_beat())
+                _record_task_errors(sc, group, state, node_names)
+                raise _failure(state, outcome, keep_errors)
+            idle = time.time() - max(running_since, state.last_beat())
             if idle > tr.step_timeout:
                 raise TrainingError(f"no training step finished in the last {idle:.0f} s "
                                     f"(train.step_timeout = {tr.step_timeout} s): a TF node hangs", retriable=True)
             thread.join(POLL)
-        lost.report()  # a lost worker's retry may record it just before the run ends
+        lost.report()  # a lost worker's retry may report it just before the run ends
         if "error" in outcome:
-            raise _failure(run, outcome)
+            _record_task_errors(sc, group, state, node_names)
+            raise _failure(state, outcome, keep_errors)
     except BaseException:
-        _abort(sc, group, run, thread)
+        _abort(sc, group, state, thread)
         raise
     finally:
         server.stop()
@@ -115,8 +128,8 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, run: RunDir, log: Callable[
         rejected.update(server.rejected)
 
 
-def _failure(run: RunDir, outcome: dict[str, Any]) -> TrainingError:
-    errors = run.node_errors()
+def _failure(state: RunState, outcome: dict[str, Any], keep_errors: KeepErrors) -> TrainingError:
+    errors = keep_errors(state)
     return TrainingError(failure_message(errors, outcome.get("error")),
                          retriable=retriable([text for _, text in errors.values()]))
 
@@ -172,17 +185,37 @@ def control_address(conf, configured: str) -> tuple[str, str]:
     return bind, host if bind in ("0.0.0.0", "::", "") else bind
 
 
-def _await_reservations(server: ReservationServer, outcome: dict[str, Any], timeout: float, nodes: int,
-                        run: RunDir) -> None:
+def _await_reservations(sc, group: str, state: RunState, outcome: dict[str, Any], timeout: float,
+                        node_names: list[str], keep_errors: KeepErrors) -> None:
     deadline = time.monotonic() + timeout
-    while not server.done():
-        if "error" in outcome or run.failed_nodes():
-            raise _failure(run, outcome)
+    nodes = len(node_names)
+    while not state.reserved():
+        if "error" in outcome or state.errors() or _failed_tasks(sc, group):
+            time.sleep(2 * POLL)
+            _record_task_errors(sc, group, state, node_names)
+            raise _failure(state, outcome, keep_errors)
         if time.monotonic() > deadline:
             raise TrainingError(
-                f"only {nodes - server.remaining()} of {nodes} TF nodes started within "
+                f"only {nodes - state.remaining()} of {nodes} TF nodes started within "
                 f"train.reservation_timeout = {timeout:.0f} s (are {nodes} executors free, with one task slot each?)")
         time.sleep(POLL)
+
+
+def _record_task_errors(sc, group: str, state: RunState, node_names: list[str]) -> None:
+    """A node that could not report its own failure (it could not reach or was refused by the
+    control server, or its executor died) still has the error Spark recorded for its task."""
+    tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job else []:
+            stage = tracker.getStageInfo(stage_id)
+            for attempt in range(stage.currentAttemptId + 1 if stage else 0):
+                tasks = store.taskList(stage_id, attempt, 10_000)
+                for i in range(tasks.size()):
+                    task = tasks.apply(i)
+                    message = task.errorMessage()
+                    if message.isDefined() and task.index() < len(node_names):
+                        state.task_failed(node_names[task.index()], task_traceback(str(message.get())))
 
 
 def _failed_tasks(sc, group: str) -> int:
@@ -200,18 +233,18 @@ def _failed_tasks(sc, group: str) -> int:
 class LostWorkers:
     """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
     the lost worker's steps to the others. A failed node task is a lost worker once its retry
-    has marked it lost in the run directory (executor.node.guard); the retry may first wait for
-    a free executor, for up to `train.reservation_timeout` seconds. Any other failure, or the
-    loss of every worker, fails the attempt."""
+    has reported it lost (executor.node.guard); the retry may first wait for a free executor,
+    for up to `train.reservation_timeout` seconds. Any other failure, or the loss of every
+    worker, fails the attempt."""
 
-    def __init__(self, tr: TrainConfig, run: RunDir, log: Callable[[str], None]):
-        self.tr, self.run, self.log = tr, run, log
+    def __init__(self, tr: TrainConfig, state: RunState, log: Callable[[str], None]):
+        self.tr, self.state, self.log = tr, state, log
         self.reported: list[str] = []
         self.waiting_since: float | None = None
 
     def report(self) -> list[str]:
         """Logs each newly lost worker once; returns all lost so far."""
-        names = self.run.lost_nodes()
+        names = self.state.lost()
         for name in names:
             if name not in self.reported:
                 left = self.tr.workers - len(names)
@@ -233,25 +266,8 @@ class LostWorkers:
         return time.monotonic() - self.waiting_since < self.tr.reservation_timeout
 
 
-def _abort(sc, group: str, run: RunDir, thread: threading.Thread) -> None:
-    """Stop every node of the run: serving nodes see it done, the rest are cancelled."""
-    try:
-        run.mark_done("failed")
-    except Exception:
-        pass
+def _abort(sc, group: str, state: RunState, thread: threading.Thread) -> None:
+    """Stop every node of the run: serving nodes hear it ended, the rest are cancelled."""
+    state.mark_done(control_channel.RUN_FAILED)
     sc.cancelJobGroup(group)
     thread.join(60)
-
-
-def startup(run: RunDir) -> dict[str, float]:
-    """Seconds from starting the reservation server (executors already there) to every node
-    reserved, and to the chief's first finished step."""
-    launched = run.time_of(LAUNCHED)
-    if launched is None:
-        return {}
-    out = {}
-    for step, key in ((RESERVED, "to_reserved_seconds"), (FIRST_STEP, "to_first_step_seconds")):
-        at = run.time_of(step)
-        if at is not None:
-            out[key] = round(at - launched, 3)
-    return out

@@ -4,125 +4,225 @@ Each attempt trains either in this process (`local`) or on a TF cluster started 
 executors (`driver.tf_cluster`). A cluster failure that a relaunch can fix (a lost executor,
 a hang) starts a new attempt, which resumes from the last finished epoch; anything else
 fails the job with the failing node's own message.
+
+The dataset and the model directory may be on any filesystem the session reaches (local,
+HDFS, S3, ...): the driver reads and writes them through `storage.Storage`, the nodes get the
+dataset through Spark and hand back what they produce over the control channel.
 """
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from tfos_jobs.config import Config, TrainConfig
+from tfos_jobs import control_channel as cc
+from tfos_jobs.config import Config, TrainConfig, node_count, parse_ports
+from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.contracts.run_dir import LAUNCHED, ModelDir, RunDir, write_json
+from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import meta as meta_mod
-from tfos_jobs.driver.progress import (ProgressPrinter, format_breakdown, plot_learning_curve, read_progress,
-                                       step_breakdown)
-from tfos_jobs.driver.tf_cluster import run_cluster, startup
-from tfos_jobs.errors import ConfigError, OutputExistsError, TrainingError
+from tfos_jobs.data.meta import DatasetMeta
+from tfos_jobs.driver import node_inputs
+from tfos_jobs.driver.control_server import ControlServer
+from tfos_jobs.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
+from tfos_jobs.driver.run_state import LAUNCHED, RunState
+from tfos_jobs.driver.tf_cluster import control_address, run_cluster
+from tfos_jobs.driver.transfers import Transfers
+from tfos_jobs.errors import ConfigError, InputError, OutputExistsError, TrainingError
 from tfos_jobs.model import exchange
 from tfos_jobs.model.builder import resolve_model_fn
+from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.storage import Storage, named
 
 __all__ = ["run", "TrainingError"]
 
 POLL = 0.5
 
 
-def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
-        log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict[str, Any]:
+def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
+        stop: threading.Event | None = None, progress: ProgressLog | None = None) -> dict[str, Any]:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
     Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
-    `TrainingError` and keeps its backup, so running it again resumes."""
+    `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
+    log to keep (a sweep watches its trials' as they train); by default the model directory's."""
     tr = config.train
-    meta = meta_mod.read(tr.dataset)  # refuses a directory without _meta/manifest.json
+    storage = Storage(spark)
+    meta = read_dataset(storage, "train.dataset", tr.dataset)
     try:
         resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    model_dir = ModelDir(os.path.abspath(tr.model_dir))
-    _prepare_model_dir(model_dir, overwrite or tr.overwrite, log)
+    with named("train.model_dir", tr.model_dir):
+        model_dir = ModelDir(storage.qualify(tr.model_dir))
+    storage.check_writable("train.model_dir", model_dir.path)
+    resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite, log)
     log(f"training {tr.strategy} on {meta.manifest['splits']['train']['records']:,} records "
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
     started = time.time()
-    printer = ProgressPrinter(model_dir.progress, log)
+    progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
+    printer = ProgressPrinter(progress, log)
+    transfers = Transfers(storage, targets(model_dir))
     rejected: Counter = Counter()
-    for attempt in range(1, tr.max_attempts + 1):
-        run_dir = model_dir.new_run()
-        args = NodeArgs.from_train_config(tr, dataset=os.path.abspath(tr.dataset), model_dir=model_dir.path,
-                                          run_dir=run_dir.path)
-        try:
-            if tr.strategy == "local":
-                _run_local(args, run_dir, printer)
-            else:
-                run_cluster(spark.sparkContext, tr, args, run_dir, printer.log, printer.poll, rejected, stop)
-            break
-        except TrainingError as e:
-            if not e.retriable or attempt == tr.max_attempts:
-                raise
-            log(f"attempt {attempt} of {tr.max_attempts} failed: {e}\nrelaunching the TF cluster; "
-                "training resumes from the last finished epoch")
+    args = NodeArgs.from_train_config(tr, dataset=meta.root)
+    try:
+        for attempt in range(1, tr.max_attempts + 1):
+            run_id = new_run_id()
+            state = RunState(run_id, 1 if tr.strategy == "local" else node_count(tr), progress, transfers,
+                             keep=_keeper(storage, model_dir, run_id))
+
+            def keep_errors(st: RunState) -> dict[str, tuple[str, str]]:
+                return {node: (model_dir.error_file(st.id, node), text) for node, text in st.errors().items()}
+
+            try:
+                if tr.strategy == "local":
+                    _run_local(spark, tr, args, meta, state, printer, keep_errors)
+                else:
+                    run_cluster(spark.sparkContext, tr, args, meta, state, keep_errors, printer.log, printer.poll,
+                                rejected, stop)
+                break
+            except TrainingError as e:
+                if not e.retriable or attempt == tr.max_attempts:
+                    raise
+                log(f"attempt {attempt} of {tr.max_attempts} failed: {e}\nrelaunching the TF cluster; "
+                    "training resumes from the last finished epoch")
+    finally:
+        transfers.close()
     printer.poll()
-    return _finish(model_dir, run_dir, tr, attempt, time.time() - started, log, rejected)
+    return _finish(storage, model_dir, state, progress, tr, attempt, time.time() - started, log, rejected)
 
 
-def _prepare_model_dir(model_dir: ModelDir, overwrite: bool, log: Callable[[str], None]) -> None:
+def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
+    """The prepared dataset at `path`, from wherever it lives; errors name `setting`."""
+    with named(setting, path):
+        root = storage.qualify(path)
+    try:
+        return meta_mod.read(root, storage)
+    except InputError as e:
+        raise InputError(f"{setting}: {e}") from None
+
+
+def targets(model_dir: ModelDir) -> dict[str, str]:
+    """Where each file target a node publishes (control_channel.TARGETS) lands in a model directory."""
+    return {cc.SAVED_MODEL: model_dir.saved_model, cc.BACKUP: model_dir.backup, cc.LOGS: model_dir.logs}
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
+
+
+def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool, log: Callable[[str], None]) -> bool:
     """A trained model is kept unless --overwrite; an interrupted run is resumed from its
-    backup (the progress log goes on), anything else left behind is cleared."""
-    if os.path.exists(model_dir.saved_model) or os.path.exists(model_dir.metrics):
+    backup (the progress log goes on; returns True), anything else left behind is cleared."""
+    if storage.exists(model_dir.saved_model) or storage.exists(model_dir.metrics):
         if not overwrite:
             raise OutputExistsError(f"model directory {model_dir.path!r} holds a trained model; "
                                     "pass --overwrite to replace it")
-        shutil.rmtree(model_dir.path)
-    elif model_dir.has_backup():
+        storage.delete(model_dir.path)
+    elif storage.tree(model_dir.backup):
         log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch")
-    elif os.path.exists(model_dir.progress):
-        os.remove(model_dir.progress)
-    os.makedirs(model_dir.path, exist_ok=True)
+        return True
+    else:
+        storage.delete(model_dir.progress)
+    storage.makedirs(model_dir.path)
+    return False
 
 
-def _run_local(args: NodeArgs, run: RunDir, printer: ProgressPrinter) -> None:
-    """One process, no TF cluster: in a thread, so progress prints as it goes."""
-    from tfos_jobs.executor import training
+def _keeper(storage: Storage, model_dir: ModelDir, run_id: str) -> Callable[[str, str, str], None]:
+    """Writes what the nodes of attempt `run_id` report about themselves into the model directory."""
 
-    failure: list[BaseException] = []
-    run.mark_time(LAUNCHED)
-
-    def target():
+    def keep(kind: str, node: str, text: str) -> None:
+        path = model_dir.node_record(run_id, node) if kind == cc.STARTED else model_dir.error_file(run_id, node)
         try:
-            if args.threads:
-                training.configure_threads(args.threads)
-            training.fit_and_export(args, role="chief", worker_index=0, num_workers=1)
-        except BaseException as e:  # reported below, in the caller's thread
-            failure.append(e)
+            storage.write_text(path, text)
+        except Exception:  # the run goes on; the driver still holds it in memory
+            pass
 
-    thread = threading.Thread(target=target, name="tfos-local-train")
-    thread.start()
-    while thread.is_alive():
-        printer.poll()
-        thread.join(POLL)
+    return keep
+
+
+def _run_local(spark: SparkSession, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: RunState,
+               printer: ProgressPrinter, keep_errors) -> None:
+    """One process, no TF cluster: the driver is the node. It copies the dataset to its own
+    disk and talks to its own control server, as a node on an executor would, in a thread, so
+    progress prints as it goes."""
+    from tfos_jobs.executor import training
+    from tfos_jobs.executor.control_client import ControlClient, DriverLink
+
+    storage = Storage(spark)
+    state.mark(LAUNCHED)
+    secret = cc.new_secret()
+    bind, advertise = control_address(spark.sparkContext.getConf(), tr.control_bind)
+    server = ControlServer(secret, state.handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
+                           log=printer.log)
+    workspace = Workspace.of(tr.local_dir, state.id, "chief-0")
+    failure: list[BaseException] = []
+    try:
+        address = server.start()
+        workspace.enter()
+        copy_dataset(storage, meta, workspace)
+        client = ControlClient(address, secret)
+        link = DriverLink(client, {cc.SENDER_NODE: "chief-0"})
+        link.fetch(cc.BACKUP, workspace.backup)
+
+        def target():
+            try:
+                if args.threads:
+                    training.configure_threads(args.threads)
+                training.fit_and_export(args, role="chief", worker_index=0, num_workers=1, link=link,
+                                        workspace=workspace)
+            except BaseException as e:  # reported below, in the caller's thread
+                failure.append(e)
+
+        thread = threading.Thread(target=target, name="tfos-local-train")
+        thread.start()
+        while thread.is_alive():
+            printer.poll()
+            thread.join(POLL)
+        client.close()
+    finally:
+        server.stop()
+        workspace.leave()
     if failure:
         e = failure[0]
         raise TrainingError(f"local training failed: {type(e).__name__}: {e}") from e
 
 
-def _finish(model_dir: ModelDir, run: RunDir, tr: TrainConfig, attempts: int, seconds: float,
-            log: Callable[[str], None], rejected: Counter) -> dict[str, Any]:
-    epochs = read_progress(model_dir.progress)
-    result = run.read_result()
+def copy_dataset(storage: Storage, meta: DatasetMeta, workspace: Workspace) -> None:
+    """Every file of the dataset into the workspace: linked when it is on this host's disk."""
+    wanted = node_inputs.everything(meta)
+    for path, rel in zip(node_inputs.qualified(meta, wanted), wanted.values()):
+        target = os.path.join(workspace.root, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        local = storage.local(path)
+        if local is not None:
+            os.symlink(os.path.abspath(local), target)
+        else:
+            storage.download(path, target)
+
+
+def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: ProgressLog, tr: TrainConfig,
+            attempts: int, seconds: float, log: Callable[[str], None], rejected: Counter) -> dict[str, Any]:
+    epochs = progress.lines()
+    result = state.result()
+    if result is None:
+        raise TrainingError("the chief ended without reporting its result (see the executor logs)")
     nodes = [{k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "manager_pid")}
-             for node in run.node_records().values()]
+             for node in state.records().values()]
     metrics = {
         "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
         "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
         "gradient_exchange": result.get("gradient_exchange", exchange.ALL_REDUCE),
-        "seconds": round(seconds, 1), "startup": startup(run), "final": result["final"],
-        "lost_nodes": run.lost_nodes(),
+        "seconds": round(seconds, 1), "startup": state.startup(), "final": result["final"],
+        "lost_nodes": state.lost(),
         "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
         "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
                                        tr.workers if tr.strategy == "parameter_server" else 1),
@@ -132,13 +232,14 @@ def _finish(model_dir: ModelDir, run: RunDir, tr: TrainConfig, attempts: int, se
     }
     if result.get("anomaly"):  # an autoencoder: the threshold above which a window is an anomaly
         metrics["anomaly"] = result["anomaly"]
-    write_json(model_dir.metrics, metrics, indent=2)
-    write_json(model_dir.sample_predictions, result["sample"])  # the trained model's outputs on a few eval rows
+    storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
+    storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows
     if epochs:
-        plot_learning_curve(epochs, model_dir.learning_curve, f"{tr.strategy}, {len(epochs)} epochs")
-    shutil.rmtree(model_dir.runs, ignore_errors=True)  # this run's records and failed attempts'
-    if os.path.isdir(model_dir.backup) and not os.listdir(model_dir.backup):
-        os.rmdir(model_dir.backup)  # BackupAndRestore empties it when training ends well
+        with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
+            plot_learning_curve(epochs, f"{tmp}/curve.png", f"{tr.strategy}, {len(epochs)} epochs")
+            storage.upload_file(f"{tmp}/curve.png", model_dir.learning_curve)
+    storage.delete(model_dir.runs)  # failed attempts' tracebacks
+    storage.delete(model_dir.backup)  # training ended well: nothing to resume
     shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics["eval"].items())
     log(f"trained in {seconds:.1f} s; eval: {shown}")
     if metrics["step_profile"]:

@@ -1,7 +1,4 @@
-"""How TF nodes on executors end without leaving anything behind.
-
-The files a run's nodes and driver exchange are `contracts.run_dir.RunDir`'s.
-"""
+"""How TF nodes on executors end without leaving anything behind."""
 from __future__ import annotations
 
 import os
@@ -10,31 +7,34 @@ import subprocess
 import sys
 import time
 
-from tfos_jobs.contracts.run_dir import RunDir
+from tfos_jobs.contracts.workspace import Workspace
 
 POLL_SECONDS = 0.5
+TIMEOUT = "timeout"
 
 
-def wait_until_done(run: RunDir, max_seconds: float) -> str:
-    """Block a serving-only node until the run ends; a node never outlives `max_seconds`."""
+def wait_until_done(link, max_seconds: float) -> str:
+    """Block a serving-only node until the driver says the run ended (its status), or
+    TIMEOUT: a node never outlives `max_seconds`. A driver that went away ends the wait
+    with the control channel's error."""
     deadline = time.monotonic() + max_seconds
     while time.monotonic() < deadline:
-        status = run.done()
+        status = link.status()
         if status is not None:
             return status
         time.sleep(POLL_SECONDS)
-    return "timeout"
+    return TIMEOUT
 
 
-def start_reaper(watched_pid: int, targets: list[int]) -> None:
-    """A detached process that kills `targets` if `watched_pid` dies first.
+def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace) -> None:
+    """A detached process that kills `targets` and clears `workspace` if `watched_pid` dies first.
 
-    When Spark cancels a task it SIGKILLs the Python worker, and the helper processes it
-    forked (TFoS's manager server) would be orphaned; the reaper ends them instead."""
-    if not targets:
-        return
+    When Spark cancels a task it SIGKILLs the Python worker: the helper processes it forked
+    (TFoS's manager server) would be orphaned and its files left on the executor's disk; the
+    reaper ends and removes them instead."""
     subprocess.Popen(
-        [sys.executable, "-m", "tfos_jobs.executor.reaper", str(watched_pid), *map(str, targets)],
+        [sys.executable, "-m", "tfos_jobs.executor.reaper", str(watched_pid), workspace.root, workspace.node,
+         *map(str, targets)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True,
     )

@@ -5,18 +5,41 @@ CUDA_VISIBLE_DEVICES (from the GPU addresses Spark assigned the task), and calls
 `main_fun(args, ctx)`. For parameter-server training the last `num_ps` workers are turned
 into parameter servers here, so that every node runs in the foreground and returns on its
 own: TFoS's own ps handling would park them in background processes that outlive the run.
+
+Before TFoS starts the node, `guard` writes the node's input files (handed over by Spark) to
+the node's local workspace and fetches the run's resume state from the driver; the node then
+reports to the driver over the control channel only (`executor.control_client.DriverLink`).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import time
 import traceback
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
-from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.contracts.run_dir import RunDir
+from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.node_args import Launch, NodeArgs
+from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.executor import lifecycle
+
+
+def roles(strategy: str, nodes: int, num_ps: int) -> list[tuple[str, int]]:
+    """(role, index) of the node of each partition of the node job: TFoS makes node 0 the chief
+    and the others workers 0..; with parameter_server the last `num_ps` workers are `ps`."""
+    out = []
+    for i in range(nodes):
+        cluster = {"chief": ["-"], "worker": ["-"] * (nodes - 1)}
+        role, index, _ = assign_role(strategy, num_ps, "chief" if i == 0 else "worker", max(0, i - 1), cluster)
+        out.append((role, index))
+    return out
+
+
+def node_name(role: str, index: int) -> str:
+    return f"{role}-{index}"
 
 
 def assign_role(strategy: str, num_ps: int, job_name: str, task_index: int,
@@ -43,6 +66,27 @@ def _remap(strategy: str, num_ps: int, cluster: dict[str, list[str]]) -> dict[st
     return out
 
 
+@dataclass(frozen=True)
+class Node:
+    """What `guard` gives the node function it starts: its line to the driver and its workspace."""
+
+    link: Any  # executor.control_client.DriverLink
+    workspace: Workspace
+
+
+_current: contextvars.ContextVar[Node] = contextvars.ContextVar("tfos_node")
+
+
+@contextlib.contextmanager
+def running(node: Node) -> Iterator[None]:
+    """`main_fun`, called by TFoS within this block, finds `node` (TFoS hands it only `args`)."""
+    token = _current.set(node)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
 def main_fun(node_args: dict[str, Any], ctx) -> None:
     """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -55,72 +99,86 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
     if role == "ps":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
-    run = RunDir(args.run_dir)
-    node = run.node_name(role, index)
+    node = _current.get()
     manager_pid = _manager_pid()
-    lifecycle.start_reaper(os.getpid(), [manager_pid] if manager_pid else [])
-    run.write_node(node, {
+    lifecycle.start_reaper(os.getpid(), [manager_pid] if manager_pid else [], node.workspace)
+    node.link.started({
         "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
         "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "cluster": cluster, "started": time.time(), "threads": threads,
     })
-    status = "failed"
+    status = cc.RUN_FAILED
     try:
         if strategy == "parameter_server" and role in ("ps", "worker"):
-            serve(cluster, role, index, run, args.max_node_seconds)
+            serve(cluster, role, index, node.link, args.max_node_seconds)
         else:
             from tfos_jobs.executor import training
 
             workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
             worker_index = 0 if role == "chief" else index + 1
-            training.fit_and_export(args, role=role, worker_index=worker_index, num_workers=workers)
-        status = "ok"
-    except BaseException:
-        run.write_error(node, traceback.format_exc())
-        raise
+            training.fit_and_export(args, role=role, worker_index=worker_index, num_workers=workers,
+                                    link=node.link, workspace=node.workspace)
+        status = cc.RUN_OK
     finally:
         if role == "chief":
-            run.mark_done(status)
+            node.link.done(status)
         _stop_manager()
 
 
-def guard(node_fn, run_dir: str, strategy: str, secret: bytes, tf_ports: list[int], nodes: int):
-    """Wraps TFoS's node function for `mapPartitions` (it yields nothing).
+def guard(node_fn, launch: Launch, secret: bytes):
+    """Wraps TFoS's node function for `mapPartitionsWithIndex` over the node job's inputs
+    (`driver.node_inputs`); it yields nothing.
 
-    The node reserves its place over the authenticated control channel with this run's
-    `secret` (it reaches the node only in this closure); its TF server listens on a free port
-    of its share of `tf_ports` ([0]: any; `port_share`). A TF node's task runs again only
-    when its executor was lost, and a TF cluster cannot take a node at a new address: the
-    retry of a parameter-server worker returns at once (the chief goes on with the other
-    workers, and the driver counts the worker as lost); any other retry fails the attempt."""
+    The node connects to the driver's control server with this run's `secret` (it reaches the
+    node only in this closure), writes its input files to its local workspace, fetches the
+    resume state, and reserves its place; its TF server listens on a free port of its share of
+    the TF ports ([0]: any; `port_share`). Whatever fails is reported to the driver with its
+    traceback. A TF node's task runs again only when its executor was lost, and a TF cluster
+    cannot take a node at a new address: the retry of a parameter-server worker reports the
+    worker lost and returns (the chief goes on with the other workers); any other retry fails
+    the attempt."""
 
-    run = RunDir(run_dir)
-
-    def run_node(iterator):
+    def run_node(partition: int, records: Iterator[tuple[str, bytes]]):
         from pyspark import TaskContext
 
-        from tfos_jobs import control_channel
-        from tfos_jobs.executor.reservation_client import authenticated
+        from tfos_jobs.executor import inputs
+        from tfos_jobs.executor.control_client import ControlClient, DriverLink, authenticated
 
+        role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
+        name = node_name(role, index)
         task = TaskContext.get()
-        if task is None or task.attemptNumber() == 0:
-            if tf_ports != [0]:  # TFoS's TF server port
-                share = port_share(tf_ports, task.partitionId() if task is not None else 0, nodes)
-                os.environ["TENSORFLOW_PORT"] = str(free_port(share))
+        client = ControlClient(launch.server, secret)
+        link = DriverLink(client, {cc.SENDER_NODE: name})
+        if task is not None and task.attemptNumber() > 0:
             try:
-                with authenticated(secret):
-                    node_fn(iterator)
-            except control_channel.AuthenticationError as e:
-                name = f"task-{task.partitionId()}" if task is not None else "task"
-                run.write_error(name, f"AuthenticationError: {e}\n")
-                raise
+                if launch.strategy == "parameter_server" and role == "worker":
+                    link.lost()
+                    return iter(())
+                raise RuntimeError(f"TF node {name} was lost with its executor; a TF cluster cannot take a "
+                                   "replacement node")
+            finally:
+                client.close()
+        try:
+            workspace = Workspace.of(launch.local_dir, launch.run_id, name)
+            workspace.enter()
+            try:
+                inputs.receive(records, launch.inputs[partition], workspace.root)
+                if role == "chief" or launch.strategy == "multi_worker_mirrored":  # BackupAndRestore reads it
+                    link.fetch(cc.BACKUP, workspace.backup)
+                if launch.tf_ports != [0]:  # TFoS's TF server port
+                    share = port_share(launch.tf_ports, partition, launch.nodes)
+                    os.environ["TENSORFLOW_PORT"] = str(free_port(share))
+                with running(Node(link, workspace)), authenticated(secret):
+                    node_fn(iter([partition]))
+            finally:
+                workspace.leave()
             return iter(())
-        node = run.node_of_partition(task.partitionId())
-        if strategy == "parameter_server" and node is not None and run.role_of(node) == "worker":
-            run.mark_lost(node)
-            return iter(())
-        what = f"TF node {node}" if node else f"the TF node of task {task.partitionId()}"
-        raise RuntimeError(f"{what} was lost with its executor; a TF cluster cannot take a replacement node")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                link.failed(traceback.format_exc())
+            raise
+        finally:
+            client.close()
 
     return run_node
 
@@ -156,13 +214,13 @@ def _partition() -> int | None:
     return task.partitionId() if task is not None else None
 
 
-def serve(cluster: dict[str, list[str]], role: str, index: int, run: RunDir, max_seconds: float) -> None:
+def serve(cluster: dict[str, list[str]], role: str, index: int, link, max_seconds: float) -> None:
     """A parameter server or PS-mode worker: serve the chief until the run is done."""
     import tensorflow as tf
 
     tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=role, task_index=index, protocol="grpc", start=True)
-    status = lifecycle.wait_until_done(run, max_seconds)
-    if status == "timeout":
+    status = lifecycle.wait_until_done(link, max_seconds)
+    if status == lifecycle.TIMEOUT:
         raise TimeoutError(f"{role} {index}: the chief did not finish within {max_seconds:.0f} s")
 
 

@@ -1,22 +1,27 @@
-"""`python -m tfos_jobs.executor.reaper WATCHED_PID PID...`: end PIDs once WATCHED_PID is gone.
+"""`python -m tfos_jobs.executor.reaper WATCHED_PID WORKSPACE_ROOT NODE PID...`: end PIDs and
+clear the node's workspace once WATCHED_PID is gone.
 
-Started detached by a TF node; exits on its own when its targets are gone."""
+Started detached by a TF node; exits on its own once its targets are gone and the node has
+cleared its workspace itself."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
+from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.executor.lifecycle import alive, kill
 
 
 def main(argv: list[str]) -> int:
-    watched, targets = int(argv[0]), [int(p) for p in argv[1:]]
+    watched, workspace, targets = int(argv[0]), Workspace(argv[1], argv[2]), [int(p) for p in argv[3:]]
     while True:
         targets = [p for p in targets if alive(p)]
-        if not targets:
+        if not targets and not os.path.exists(workspace.own):
             return 0
         if not alive(watched):
             kill(targets)
+            workspace.leave()
             return 0
         time.sleep(1.0)
 

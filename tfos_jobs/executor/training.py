@@ -1,20 +1,25 @@
 """Build, fit and export the model on one TF node (or in one process for `local`).
 
 Everything comes from `args` (plain values) and the dataset's `_meta/`: the spec, vocabularies
-and statistics the model is built from are the ones the records were written with.
+and statistics the model is built from are the ones the records were written with. The node
+reads and writes its local workspace only (`contracts.workspace`); what must outlive it (epoch
+progress, resume state, logs, the SavedModel, the result) goes to the driver over `link`.
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shutil
+import threading
 import time
 
+from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.contracts.run_dir import FIRST_STEP, ModelDir, RunDir
+from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data import reader
 from tfos_jobs.model import exchange
-from tfos_jobs.progress_log import append_progress
 
 
 def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
@@ -78,9 +83,10 @@ def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> 
     return exchange.choose(args.gradient_exchange, num_workers, gradient_bytes)
 
 
-def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int,
+def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
                    extra_callbacks: tuple = ()) -> dict[str, float]:
-    """Train; every worker exports (multi-worker saving is collective), only the chief keeps it.
+    """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
+    and publishes it through `link` (an `executor.control_client.DriverLink`).
 
     A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
     early stopping) ends the run without an export."""
@@ -91,7 +97,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     from tfos_jobs.model.export import export_saved_model
 
     is_chief = role == "chief"
-    meta = meta_mod.read(args.dataset)
+    meta = meta_mod.read(workspace.dataset)
     spec = meta.spec
     strategy = make_strategy(args.strategy, num_workers)
     # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
@@ -119,7 +125,10 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                                    seed=args.seed + index, repeat=True, num_shards=shards, shard_index=index,
                                    in_memory=fits("train", shards, index), **common)
 
-    with _naming_corrupt_files(train_files + eval_files, meta.compression, args.dataset):  # in-memory shards read here
+    def named():
+        return _naming_corrupt_files(train_files + eval_files, meta.compression, workspace.dataset, args.dataset)
+
+    with named():  # in-memory shards are read here
         if args.strategy == "parameter_server":
             train_data = tf.keras.utils.experimental.DatasetCreator(
                 lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
@@ -128,29 +137,33 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
         eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits("eval", 1, 0), **common))
 
-    model_dir, run = ModelDir(args.model_dir), RunDir(args.run_dir)
     per_step = args.batch_size * (num_workers if args.strategy == "multi_worker_mirrored" else 1)
-    # Backup first: callbacks run in order, so an epoch shown in progress.jsonl is one a
-    # relaunch resumes after.
-    callbacks: list = [
-        tf.keras.callbacks.BackupAndRestore(backup_dir=model_dir.backup),
-        epoch_progress(model_dir.progress if is_chief else None, args.epochs, steps, per_step),
-    ]
+    publisher = Publisher(link, workspace) if is_chief else None
+    # Backup first, then its publication (in the background: a relaunch resumes after the last
+    # epoch whose state reached the model directory), then the progress line.
+    callbacks: list = [tf.keras.callbacks.BackupAndRestore(backup_dir=workspace.backup)]
     if is_chief:
         per_batch = args.strategy != "parameter_server"
-        callbacks.append(first_step(run, per_batch=per_batch))
-        callbacks.append(heartbeat(run, per_batch=per_batch))
+        callbacks += [publisher.callback(args.tensorboard),
+                      epoch_progress(link, args.epochs, steps, per_step),
+                      first_step(link, per_batch=per_batch),
+                      heartbeat(link, per_batch=per_batch)]
     if args.tensorboard:
-        logs = model_dir.logs if is_chief else run.logs(role, worker_index)
-        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logs))
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=workspace.logs))
     if args.early_stopping_patience:
         callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.early_stopping_patience))
     callbacks.extend(extra_callbacks)
 
-    with _naming_corrupt_files(train_files + eval_files, meta.compression, args.dataset):
-        history = trainer.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, validation_data=eval_data,
-                              validation_steps=val_steps, callbacks=callbacks, verbose=0)
+    try:
+        with named():
+            history = trainer.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, validation_data=eval_data,
+                                  validation_steps=val_steps, callbacks=callbacks, verbose=0)
+    finally:
+        if publisher is not None:
+            publisher.finish()  # no backup may land after the run has ended
     final = {k: float(v[-1]) for k, v in history.history.items()}
+    if publisher is not None and args.tensorboard:
+        link.publish(cc.LOGS, workspace.logs)
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
         return final
     parameter_server = args.strategy == "parameter_server"
@@ -176,15 +189,83 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         quantile = model_cfg.anomaly_quantile
         threshold = error_quantile(model, train_files, spec, meta.compression, quantile) if is_chief else 0.0
         anomaly = {"quantile": quantile, "threshold": threshold}
-    export_saved_model(model, meta, model_dir.saved_model, is_chief=is_chief,
+    export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief,
                        threshold=anomaly["threshold"] if anomaly else None)
     if is_chief:
+        link.publish(cc.SAVED_MODEL, workspace.saved_model)
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
                   "gradient_exchange": gradient_exchange,
                   "step_profile": profile, "anomaly": anomaly,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
-        run.write_result(result)
+        link.result(result)
     return final
+
+
+class Publisher:
+    """Publishes the chief's resume state (and TensorBoard logs) after every epoch, from a
+    thread of its own: the next epoch trains while the last one's state travels. A snapshot
+    is taken on the epoch's end; when publishing falls behind, only the newest waits."""
+
+    def __init__(self, link, workspace: Workspace):
+        self.link, self.workspace = link, workspace
+        self._pending: tuple[str, bool] | None = None
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tfos-publisher", daemon=True)
+        self._thread.start()
+
+    def callback(self, logs: bool):
+        import tensorflow as tf
+
+        publisher = self
+
+        class PublishBackup(tf.keras.callbacks.Callback):
+            _supports_tf_logs = True
+
+            def on_epoch_end(self, epoch, logs_=None):
+                publisher.snapshot(epoch, logs)
+
+        return PublishBackup()
+
+    def snapshot(self, epoch: int, logs: bool) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"publishing the resume state failed: {self.error}") from self.error
+        copy = os.path.join(self.workspace.own, f"backup-{epoch}")
+        shutil.copytree(self.workspace.backup, copy)  # the next epoch rewrites the backup in place
+        with self._cond:
+            if self._pending is not None:
+                shutil.rmtree(self._pending[0], ignore_errors=True)
+            self._pending = (copy, logs)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._stopping:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                copy, logs = self._pending
+                self._pending = None
+            try:
+                self.link.publish(cc.BACKUP, copy)
+                if logs and os.path.isdir(self.workspace.logs):
+                    self.link.publish(cc.LOGS, self.workspace.logs)
+            except BaseException as e:  # raised in the training thread at the next epoch's end
+                self.error = e
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+
+    def finish(self) -> None:
+        """Wait for what is being published; drop what still waits (the run has ended)."""
+        with self._cond:
+            if self._pending is not None:
+                shutil.rmtree(self._pending[0], ignore_errors=True)
+                self._pending = None
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
 
 
 def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict:
@@ -197,15 +278,16 @@ def _sample_predictions(model, files: list[str], spec, compression: str, rows: i
 
 
 @contextlib.contextmanager
-def _naming_corrupt_files(files: list[str], compression: str, dataset: str):
-    """TensorFlow reports a damaged record without its file: find the file and name it."""
+def _naming_corrupt_files(files: list[str], compression: str, local_root: str, dataset: str):
+    """TensorFlow reports a damaged record without its file: find the file and name it, as it
+    is named on storage (`files` are local copies under `local_root` of `dataset`'s files)."""
     import tensorflow as tf
 
     try:
         yield
     except tf.errors.DataLossError as e:
-        bad = reader.find_corrupt(files, compression)
-        where = f"{bad[0]} ({bad[1]})" if bad else f"one of the files of {dataset}"
+        bad = reader.find_corrupt([f for f in files if os.path.exists(f)], compression)
+        where = f"{dataset}{bad[0][len(local_root):]} ({bad[1]})" if bad else f"one of the files of {dataset}"
         raise reader.CorruptRecordsError(f"corrupt TFRecord file: {where}; prepare the dataset again") from e
 
 
@@ -217,9 +299,9 @@ def _no_autoshard(ds):
     return ds.with_options(options)
 
 
-def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step: int):
-    """A callback with which the chief appends one JSON line per epoch to `path`; the driver
-    tails that file to show progress while the cluster trains.
+def epoch_progress(link, epochs: int, steps: int, examples_per_step: int):
+    """A callback with which the chief reports one line per finished epoch to the driver, which
+    shows it at once and keeps it in `progress.jsonl`.
 
     `examples_per_sec` counts the training steps' time only (epoch start to the start of
     validation); `eval_seconds` is the validation that follows, `seconds` the whole epoch."""
@@ -237,25 +319,22 @@ def epoch_progress(path: str | None, epochs: int, steps: int, examples_per_step:
                 self.eval_start = time.time()
 
         def on_epoch_end(self, epoch, logs=None):
-            if path is None:
-                return
             end = time.time()
             trained = (self.eval_start or end) - self.start
             line = {"epoch": epoch + 1, "epochs": epochs, "seconds": round(end - self.start, 3),
                     "eval_seconds": round(end - (self.eval_start or end), 3),
                     "examples_per_sec": round(steps * examples_per_step / max(trained, 1e-9), 1),
                     "time": end, **{k: float(v) for k, v in (logs or {}).items()}}
-            append_progress(path, line)
+            link.progress(line)
 
     return EpochProgress()
 
 
-def first_step(run: RunDir, per_batch: bool = True):
-    """Records the time the first training step finished, once: the driver reports cluster
-    start-up as reservation to first step. Without batch callbacks (parameter servers) it is
-    the end of the first epoch."""
+def first_step(link, per_batch: bool = True):
+    """Reports the first finished training step, once: the driver reports cluster start-up as
+    reservation to first step. Without batch callbacks (parameter servers) it is the end of
+    the first epoch."""
     import tensorflow as tf
-
 
     class FirstStep(tf.keras.callbacks.Callback):
         written = False
@@ -264,7 +343,7 @@ def first_step(run: RunDir, per_batch: bool = True):
         def _write(self, *_):
             if not self.written:
                 self.written = True
-                run.mark_time(FIRST_STEP)
+                link.first_step()
 
         if per_batch:
             on_train_batch_end = _write
@@ -274,10 +353,10 @@ def first_step(run: RunDir, per_batch: bool = True):
     return FirstStep()
 
 
-def heartbeat(run: RunDir, every: float = 2.0, per_batch: bool = True):
-    """Beats the run's heartbeat at most every `every` seconds while steps finish: the driver declares
-    the run hung when it stops (train.step_timeout). ParameterServerStrategy allows no
-    batch-level callbacks, so there it beats once per epoch."""
+def heartbeat(link, every: float = 2.0, per_batch: bool = True):
+    """Beats at most every `every` seconds while steps finish: the driver declares the run hung
+    when the beats stop (train.step_timeout). ParameterServerStrategy allows no batch-level
+    callbacks, so there it beats once per epoch."""
     import tensorflow as tf
 
     class Heartbeat(tf.keras.callbacks.Callback):
@@ -288,7 +367,7 @@ def heartbeat(run: RunDir, every: float = 2.0, per_batch: bool = True):
             now = time.time()
             if now - self.last >= every:
                 self.last = now
-                run.beat()
+                link.beat()
 
         on_train_begin = on_epoch_begin = on_epoch_end = _beat
 

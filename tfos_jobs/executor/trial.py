@@ -1,68 +1,89 @@
-"""One sweep trial, run as a Spark task on an executor: train in this process, export,
-and leave everything the driver needs in its `search.trials.TrialDir`.
+"""One sweep trial, run as a Spark task on an executor: train in this process and export,
+reporting to the sweep's driver over the control channel.
 
-Errors are caught and written to the trial's `result.json`, so a trial that fails is
-recorded as failed and Spark does not retry it; a lost executor, by contrast, fails the
-task, Spark runs it again elsewhere and it resumes from its last finished epoch.
+The task's partition holds the dataset's files (read by Spark from wherever the dataset
+lives); the trial trains from its local copy, reports each epoch, publishes its model and
+resume state through the driver, and returns how it ended. Errors are caught and reported, so
+a trial that fails is recorded as failed and Spark does not retry it; a lost executor, by
+contrast, fails the task, Spark runs it again elsewhere and it resumes from its last
+published epoch.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import time
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
+from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.progress_log import read_progress
+from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.search.early_stopping import metric_history, should_stop
-from tfos_jobs.search.trials import TrialDir, TrialResult, TrialStatus, trial_result
+from tfos_jobs.search.trials import PREFIX, TrialOutcome, TrialStatus
 
 
-def run_trial(payload: dict[str, Any]) -> TrialResult:
-    """`payload`: plain values (trial number, settings, its directory, node args as
-    `NodeArgs.to_dict()`, metric and stopping rule)."""
+def task(payload: dict[str, Any], secret: bytes):
+    """The function of a trial's Spark task (`mapPartitions` over its input files). `payload`:
+    plain values (trial number, settings, node args as `NodeArgs.to_dict()`, metric and stopping
+    rule, the control server's address, the input files); `secret` reaches it only here."""
+
+    def run(records: Iterator[tuple[str, bytes]]) -> Iterator[TrialOutcome]:
+        yield run_trial(payload, secret, records)
+
+    return run
+
+
+def run_trial(payload: dict[str, Any], secret: bytes, records: Iterator[tuple[str, bytes]]) -> TrialOutcome:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     os.environ.pop("TF_CONFIG", None)  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
-    directory, args = TrialDir(payload["trial_dir"]), NodeArgs.from_dict(payload["args"])
-    started = time.time()
+    from tfos_jobs.executor import inputs
+    from tfos_jobs.executor.control_client import ControlClient, DriverLink
+
+    number, args = payload["trial"], NodeArgs.from_dict(payload["args"])
+    client = ControlClient(payload["server"], secret)
+    link = DriverLink(client, {cc.SENDER_TRIAL: number})
+    workspace = Workspace.of(payload["local_dir"], payload["run_id"], f"{PREFIX}{number:03d}")
     error = None
-    stopper = None
     try:
         from tfos_jobs.executor import training
 
+        workspace.enter()
+        inputs.receive(records, payload["inputs"], workspace.root)
+        link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
         training.configure_threads(args.threads)  # trials share the executors' cores
-        os.makedirs(args.run_dir, exist_ok=True)
+        stopper = None
         if payload["early_stopping"]:
-            stopper = median_stop(directory, payload["metric"], payload["goal"], payload["warmup_epochs"],
+            stopper = median_stop(link, payload["metric"], payload["goal"], payload["warmup_epochs"],
                                   payload["min_trials"])
-        training.fit_and_export(args, role="chief", worker_index=0, num_workers=1,
+        training.fit_and_export(args, role="chief", worker_index=0, num_workers=1, link=link, workspace=workspace,
                                 extra_callbacks=(stopper,) if stopper else ())
         status = TrialStatus.PRUNED if stopper is not None and stopper.skip_export else TrialStatus.COMPLETED
     except Exception as e:
         status = TrialStatus.FAILED
         error = f"{type(e).__name__}: {e}".strip()
-        directory.write_error(traceback.format_exc())
+        try:
+            link.failed(traceback.format_exc())
+        except Exception:  # the outcome below still says why
+            pass
     finally:
         _clear_keras_state()
-    result = trial_result(payload["trial"], payload["settings"], directory, payload["metric"], status, error,
-                          started, host=socket.gethostname(), pid=os.getpid())
-    shutil.rmtree(args.run_dir, ignore_errors=True)
-    directory.write_result(result)
-    return result
+        workspace.leave()
+        client.close()
+    return TrialOutcome(status=status.value, error=error, host=socket.gethostname(), pid=os.getpid())
 
 
-def median_stop(directory: TrialDir, metric: str, goal: str, warmup_epochs: int, min_trials: int):
-    """A Keras callback that stops this trial by the median rule after each epoch."""
+def median_stop(link, metric: str, goal: str, warmup_epochs: int, min_trials: int):
+    """A Keras callback that stops this trial by the median rule after each epoch, against the
+    other trials' epochs as the driver has them."""
     import tensorflow as tf
 
     class MedianStop(tf.keras.callbacks.Callback):
         skip_export = False
 
         def on_epoch_end(self, epoch, logs=None):
-            own = metric_history(read_progress(directory.progress), metric)
-            others = [metric_history(read_progress(p), metric) for p in directory.others_progress()]
+            lines = link.others()
+            own = metric_history(lines["own"], metric)
+            others = [metric_history(other, metric) for other in lines["others"]]
             if should_stop(own, others, goal, warmup_epochs, min_trials):
                 self.skip_export = True
                 self.model.stop_training = True

@@ -5,12 +5,13 @@ outputs under fixed names (never the Keras output layer's name). The dataset's
 `_meta/feature_spec.json`, `stats.json` and `vocab/*.txt` travel in `assets/`, so whoever
 serves the model reads the spec it was trained on from the model itself.
 
-The chief writes to `<export_dir>.tmp-<random>` and renames it into place: an export
-directory is complete or absent. Files go through tf.io.gfile, so HDFS paths work too.
+The chief exports on its own disk, to `<export_dir>.tmp-<random>`, and renames it into place:
+an export directory is complete or absent. It is then published to the model directory,
+wherever that lives, through the driver (`executor.control_client.DriverLink.publish`).
 """
 from __future__ import annotations
 
-import posixpath
+import os
 import shutil
 import tempfile
 import uuid
@@ -137,9 +138,6 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
     Every worker of a multi-worker strategy must call this (saving runs collectives); only the
     chief's copy is kept. Returns the export directory on the chief, None elsewhere.
     """
-    import tensorflow as tf
-
-    gfile = tf.io.gfile
     export_dir = export_dir.rstrip("/")
     signatures = make_signatures(model, meta.spec, threshold)
     if not is_chief:
@@ -150,17 +148,14 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
             shutil.rmtree(scratch, ignore_errors=True)
         return None
 
-    parent = posixpath.dirname(export_dir)
-    if parent and not gfile.exists(parent):
-        gfile.makedirs(parent)
+    os.makedirs(os.path.dirname(export_dir) or ".", exist_ok=True)
     tmp = f"{export_dir}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         _save(model, tmp, signatures)
         _copy_meta(meta, tmp)
         _move_into_place(tmp, export_dir)
     finally:
-        if gfile.exists(tmp):
-            gfile.rmtree(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
     return export_dir
 
 
@@ -172,34 +167,28 @@ def _save(model: "tf.keras.Model", path: str, signatures: dict[str, Any]) -> Non
 
 def _copy_meta(meta: DatasetMeta, export_dir: str) -> None:
     """The dataset's spec, stats and vocabularies into the model's assets (contracts.serving)."""
-    import tensorflow as tf
-
-    gfile = tf.io.gfile
     src = f"{meta.root}/{META}"
     copies = [(f"{src}/{SPEC}", contract.spec_asset(export_dir)), (f"{src}/{STATS}", contract.stats_asset(export_dir))]
     copies += [(f"{src}/{VOCAB}/{f.name}.txt", contract.vocab_asset(export_dir, f.name)) for f in meta.spec.categorical]
     for source, target in copies:
-        gfile.makedirs(posixpath.dirname(target))
-        gfile.copy(source, target, overwrite=True)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(source, target)
 
 
 def _move_into_place(tmp: str, export_dir: str) -> None:
     """Rename tmp to export_dir; an existing export is moved aside first and deleted after."""
-    import tensorflow as tf
-
-    gfile = tf.io.gfile
     old = None
-    if gfile.exists(export_dir):
+    if os.path.exists(export_dir):
         old = f"{export_dir}.old-{uuid.uuid4().hex[:12]}"
-        gfile.rename(export_dir, old)
+        os.rename(export_dir, old)
     try:
-        gfile.rename(tmp, export_dir)
+        os.rename(tmp, export_dir)
     except Exception:
         if old:
-            gfile.rename(old, export_dir)  # put the previous export back
+            os.rename(old, export_dir)  # put the previous export back
         raise
     if old:
-        gfile.rmtree(old)
+        shutil.rmtree(old)
 
 
 def load_signature(export_dir: str, name: str = contract.SERVING_SIGNATURE) -> Any:
@@ -216,7 +205,5 @@ def load_signature(export_dir: str, name: str = contract.SERVING_SIGNATURE) -> A
 
 def read_spec(export_dir: str) -> FeatureSpec:
     """The feature spec the model was trained on, from its assets."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(contract.spec_asset(export_dir)) as fh:
+    with open(contract.spec_asset(export_dir), encoding="utf-8") as fh:
         return FeatureSpec.from_json(fh.read())

@@ -1,28 +1,29 @@
 """A sweep trial's contract: its status, its result row and its directory's files.
 
-The trial task (executor) writes them, the sweep (driver) reads them and writes the ones of
-trials that never reported; both build results with `trial_result` and nothing else.
+The trial task (executor) trains and reports over the control channel (its epochs, the model
+and resume state it publishes, its outcome); the sweep (driver) keeps its files, on whatever
+filesystem the sweep directory lives, and builds every result with `trial_result`.
 
     <sweep_dir>/trial-<n>/
       params.json      the trial's settings, written before it starts
-      progress.jsonl   one line per finished epoch (the median rule reads the others')
+      progress.jsonl   one line per finished epoch (the median rule compares them)
       result.json      a TrialResult
       error.txt        the traceback of a trial that failed
       saved_model/     the trained model (completed trials)
+      backup/          the resume state of a trial that was stopped part-way
 """
 from __future__ import annotations
 
-import glob
-import os
+import json
 import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypedDict
 
-from tfos_jobs.contracts.run_dir import ModelDir, read_json, write_json, write_text
+from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.progress_log import read_progress
 from tfos_jobs.search.early_stopping import metric_history
+from tfos_jobs.storage import Storage, StorageError
 
 
 class TrialStatus(str, Enum):
@@ -56,22 +57,34 @@ class TrialResult(TypedDict):
     pid: int | None
 
 
+class TrialOutcome(TypedDict):
+    """What a trial task returns to the driver: how it ended, where it ran."""
+    status: str
+    error: str | None
+    host: str
+    pid: int
+
+
+PREFIX = "trial-"
+
+
 @dataclass(frozen=True)
 class TrialDir(ModelDir):
-    """A trial trains into its directory as into a model directory, plus its own files."""
+    """A trial trains into its directory as into a model directory, plus its own files. The
+    driver reads and writes them through storage."""
 
     @staticmethod
     def of(sweep_dir: str, number: int) -> "TrialDir":
-        return TrialDir(f"{sweep_dir}/trial-{number:03d}")
+        return TrialDir(f"{sweep_dir}/{PREFIX}{number:03d}")
 
     @staticmethod
-    def all_in(sweep_dir: str) -> dict[int, "TrialDir"]:
+    def all_in(storage: Storage, sweep_dir: str) -> dict[int, "TrialDir"]:
         """The trials that were started (their params are written), by number."""
         out = {}
-        for path in glob.glob(f"{glob.escape(sweep_dir)}/trial-*"):
-            number = os.path.basename(path).removeprefix("trial-")
-            if number.isdigit() and os.path.exists(f"{path}/params.json"):
-                out[int(number)] = TrialDir(path)
+        for name in storage.children(sweep_dir):
+            number = name.removeprefix(PREFIX)
+            if name.startswith(PREFIX) and number.isdigit() and storage.exists(TrialDir.of(sweep_dir, int(number)).params):
+                out[int(number)] = TrialDir.of(sweep_dir, int(number))
         return dict(sorted(out.items()))
 
     @property
@@ -86,53 +99,46 @@ class TrialDir(ModelDir):
     def error(self) -> str:
         return f"{self.path}/error.txt"
 
-    def write_params(self, settings: dict[str, Any]) -> None:
-        write_json(self.params, settings, indent=2)
+    def write_params(self, storage: Storage, settings: dict[str, Any]) -> None:
+        storage.write_text(self.params, json.dumps(settings, indent=2))
 
-    def read_params(self) -> dict[str, Any]:
-        return _read(self.params)
+    def read_params(self, storage: Storage) -> dict[str, Any]:
+        return _read(storage, self.params)
 
-    def write_result(self, result: TrialResult) -> None:
-        write_json(self.result, result, indent=2)
+    def write_result(self, storage: Storage, result: TrialResult) -> None:
+        storage.write_text(self.result, json.dumps(result, indent=2))
 
-    def read_result(self) -> TrialResult | None:
-        return _read(self.result) if os.path.exists(self.result) else None
+    def read_result(self, storage: Storage) -> TrialResult | None:
+        return _read(storage, self.result) if storage.exists(self.result) else None
 
-    def write_error(self, text: str) -> None:
-        write_text(self.error, text)
+    def write_error(self, storage: Storage, text: str) -> None:
+        storage.write_text(self.error, text)
 
-    def clear_outcome(self) -> None:
+    def clear_outcome(self, storage: Storage) -> None:
         """Forget how an earlier run of this trial ended (it resumes)."""
         for path in (self.result, self.error):
-            if os.path.exists(path):
-                os.remove(path)
-
-    def others_progress(self) -> list[str]:
-        """The progress files of the sweep's other trials."""
-        others = TrialDir.all_in(os.path.dirname(self.path)).values()
-        return [d.progress for d in others if d.path != self.path]
+            storage.delete(path)
 
 
-def _read(path: str) -> Any:
+def _read(storage: Storage, path: str) -> Any:
     try:
-        return read_json(path)
-    except (OSError, ValueError) as e:
+        return json.loads(storage.read_text(path))
+    except (StorageError, ValueError) as e:
         raise ConfigError(f"{path} cannot be read ({e}); delete it (or its trial directory) to run that part again") from None
 
 
-def trial_result(trial: int, settings: dict[str, Any], directory: TrialDir, metric: str, status: TrialStatus,
+def trial_result(trial: int, settings: dict[str, Any], lines: list[dict[str, Any]], metric: str, status: TrialStatus,
                  error: str | None, started: float, host: str | None = None, pid: int | None = None) -> TrialResult:
-    """A trial's row of the results: who ran it when, and `summarise` of its progress."""
+    """A trial's row of the results: who ran it when, and `summarise` of its progress `lines`."""
     finished = time.time()
-    summary = summarise(directory, metric, status, error)
+    summary = summarise(lines, metric, status, error)
     return TrialResult(trial=trial, settings=settings, started=started, host=host, pid=pid, finished=finished,
                        seconds=round(finished - started, 2), **summary)
 
 
-def summarise(directory: TrialDir, metric: str, status: TrialStatus, error: str | None) -> dict[str, Any]:
+def summarise(lines: list[dict[str, Any]], metric: str, status: TrialStatus, error: str | None) -> dict[str, Any]:
     """Status, the metric's final value and the last epoch's metrics, from the trial's progress.
     A trial that finished without the metric failed, and says which metrics it had."""
-    lines = read_progress(directory.progress)
     history = metric_history(lines, metric)
     metrics = {k: v for k, v in (lines[-1] if lines else {}).items() if k not in _NOT_METRICS}
     out: dict[str, Any] = {"status": status.value, "value": history[-1] if history else None, "error": error,

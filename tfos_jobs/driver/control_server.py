@@ -1,10 +1,13 @@
-"""The driver's reservation server: TF nodes register here and learn the cluster.
+"""The driver's control server: TF nodes and sweep trials reserve, report and hand over files here.
 
 It replaces TensorFlowOnSpark's `reservation.Server` (which unpickles whatever reaches it, on
 every interface) with the authenticated JSON channel of `tfos_jobs.control_channel`, bound to
-the driver's cluster-facing address. A message that fails authentication or decoding is
-dropped and its connection closed; the first such message from each address is logged with
-the address, every one is counted (`rejected`).
+the driver's cluster-facing address. What a message means is the handler's business (a training
+run's `driver.run_state.RunState`, a sweep's trials); the server only authenticates, decodes and
+answers. A message that fails authentication or decoding is dropped and its connection closed;
+the first such message from each address is logged with the address, every one is counted
+(`rejected`). A handler's own error (a file that cannot be published, say) is answered as an
+error the node raises, and the connection stays open.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from collections import Counter
 from typing import Any, Callable
 
 from tfos_jobs import control_channel as cc
+
+Handler = Callable[[str, dict[str, Any]], Any]  # (message type, message) -> reply data
 
 IDLE_SECONDS = 120.0  # a connection silent this long is closed
 
@@ -29,17 +34,16 @@ class _Connection:
         self.last = time.monotonic()
 
 
-class ReservationServer:
-    """`start()` in the driver, hand `address` and the secret to the nodes, then poll `done()`."""
+class ControlServer:
+    """`start()` in the driver, hand `address` and the secret to the nodes; `handler` answers
+    each authenticated message (ControlError: a malformed one, rejected and disconnected)."""
 
-    def __init__(self, required: int, secret: bytes, *, bind: str, advertise: str, ports: list[int] | None = None,
-                 log: Callable[[str], None] = print):
-        self.required, self.secret = required, secret
+    def __init__(self, secret: bytes, handler: Handler, *, bind: str, advertise: str,
+                 ports: list[int] | None = None, log: Callable[[str], None] = print):
+        self.secret, self.handler = secret, handler
         self.bind, self.advertise, self.ports = bind, advertise, ports or [0]
         self.log = log
         self.rejected: Counter[str] = Counter()  # peer host -> messages rejected
-        self._reservations: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -53,21 +57,9 @@ class ReservationServer:
         self._listener.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ)
         self.address = (self.advertise, self._listener.getsockname()[1])
-        self._thread = threading.Thread(target=self._serve, name="tfos-reservations", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="tfos-control", daemon=True)
         self._thread.start()
         return self.address
-
-    def reservations(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [dict(r) for r in self._reservations]
-
-    def done(self) -> bool:
-        with self._lock:
-            return len(self._reservations) >= self.required
-
-    def remaining(self) -> int:
-        with self._lock:
-            return max(0, self.required - len(self._reservations))
 
     def stop(self) -> None:
         self._stopping.set()
@@ -144,18 +136,14 @@ class ReservationServer:
 
     def _handle(self, message: dict[str, Any]) -> dict[str, Any]:
         kind = message.get("type")
-        if kind == cc.REGISTER:
-            data = message.get("data")
-            if not cc.valid_reservation(data):
-                raise cc.ControlError(f"a reservation needs {', '.join(cc.NODE_FIELDS)} of the right types")
-            with self._lock:
-                self._reservations.append({k: data[k] for k in cc.NODE_FIELDS})
-            return {"ok": True}
-        if kind == cc.QUERY:
-            return {"ok": True, "data": self.done()}
-        if kind == cc.CLUSTER:
-            return {"ok": True, "data": self.reservations()}
-        raise cc.ControlError(f"unknown message type {kind!r}")
+        if not isinstance(kind, str):
+            raise cc.ControlError("a message without a type")
+        try:
+            return {"ok": True, "data": self.handler(kind, message)}
+        except cc.ControlError:
+            raise
+        except Exception as e:  # the handler could not do what was asked: the node hears why
+            return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
 
     def _reject(self, conn: _Connection, reason: str) -> None:
         first = conn.peer not in self.rejected

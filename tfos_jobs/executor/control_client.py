@@ -1,0 +1,215 @@
+"""The executor's side of the control channel (`tfos_jobs.control_channel`): a TF node's or a
+sweep trial's only line to the driver.
+
+`ControlClient` speaks the channel; `DriverLink` is what node code calls (report progress,
+publish a directory, fetch the resume state, ...). While TensorFlowOnSpark's node runtime
+(`TFSparkNode.run`) reserves the node's place, `authenticated(secret)` puts the client in place
+of its pickle-speaking `reservation.Client`; the reservation it sends keeps only what cluster
+specs are built from: the node manager's authkey and address never leave the node.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+from tfos_jobs import control_channel as cc
+
+CONNECT_SECONDS = 30.0
+POLL_SECONDS = 0.2
+
+
+class ControlClient:
+    """One authenticated connection to the driver's control server, opened again once when
+    the server closed it (it closes connections idle for a while)."""
+
+    def __init__(self, server_addr: Any, secret: bytes):
+        host, port = server_addr
+        self.address, self.secret = (host, int(port)), secret
+        self.server = f"{host}:{port}"
+        self._lock = threading.Lock()  # callbacks and the node's own thread share the connection
+        self.sock: socket.socket | None = None
+        self._connect()
+
+    def _connect(self) -> None:
+        try:
+            self.sock = socket.create_connection(self.address, timeout=CONNECT_SECONDS)
+        except OSError as e:
+            raise cc.ControlError(f"cannot reach the driver's control server at {self.server}: {e}") from None
+        hello = self._frame()
+        if not hello.startswith(cc.HELLO) or len(hello) != len(cc.HELLO) + cc.NONCE_BYTES:
+            raise cc.ControlError(f"{self.server} is not this package's control server")
+        self.nonce = hello[len(cc.HELLO):]
+        self.seq = 0
+
+    def _frame(self) -> bytes:
+        try:
+            return cc.read_frame(self.sock)
+        except (OSError, cc.ControlError) as e:
+            raise cc.ControlError(f"control server {self.server}: {e}") from None
+
+    def request(self, kind: str, data: dict[str, Any] | None = None) -> Any:
+        """Send one message, return its reply's data; a connection the server closed is opened
+        again once. Raises ControlError when the server refuses or cannot do what was asked."""
+        with self._lock:
+            try:
+                return self._exchange(kind, data)
+            except (cc.AuthenticationError, RemoteError):
+                raise
+            except cc.ControlError:
+                self.close()
+                self._connect()
+                return self._exchange(kind, data)
+
+    def _exchange(self, kind: str, data: dict[str, Any] | None) -> Any:
+        message = {"type": kind, **(data or {})}
+        try:
+            self.sock.sendall(cc.seal(self.secret, self.nonce, b"c", self.seq, message))
+        except OSError as e:
+            raise cc.ControlError(f"control server {self.server}: {e}") from None
+        body = self._frame()
+        if body.startswith(cc.REJECTED):
+            reason = body[len(cc.REJECTED):].decode(errors="replace")
+            raise cc.AuthenticationError(f"the control server at {self.server} rejected this node: {reason} "
+                                         "(does the node hold this run's secret?)")
+        reply = cc.open_body(self.secret, self.nonce, b"s", self.seq, body)
+        self.seq += 1
+        if not reply.get("ok"):
+            raise RemoteError(f"the driver could not do {kind!r}: {reply.get('error', 'no reason given')}")
+        return reply.get("data")
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+class RemoteError(cc.ControlError):
+    """The driver received the message but could not do what it asks (its reason is in the text)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+class DriverLink:
+    """What a TF node or sweep trial tells the driver, and the files it exchanges with the
+    run's storage. `sender` names it in every report (control_channel.SENDER_*)."""
+
+    def __init__(self, client: ControlClient, sender: dict[str, Any]):
+        self.client, self.sender = client, sender
+
+    def _send(self, kind: str, **data: Any) -> Any:
+        return self.client.request(kind, {**self.sender, **data})
+
+    def started(self, record: dict[str, Any]) -> None:
+        self._send(cc.STARTED, record=record)
+
+    def first_step(self) -> None:
+        self._send(cc.FIRST_STEP)
+
+    def beat(self) -> None:
+        self._send(cc.BEAT)
+
+    def progress(self, line: dict[str, Any]) -> None:
+        self._send(cc.PROGRESS, line=line)
+
+    def failed(self, text: str) -> None:
+        self._send(cc.FAILED, text=text)
+
+    def lost(self) -> None:
+        self._send(cc.LOST)
+
+    def result(self, result: dict[str, Any]) -> None:
+        self._send(cc.RESULT, result=result)
+
+    def done(self, status: str) -> None:
+        self._send(cc.DONE, status=status)
+
+    def status(self) -> str | None:
+        return self._send(cc.STATUS)
+
+    def others(self) -> dict[str, Any]:
+        """{"own": this trial's progress lines, "others": the other trials' lines} as the driver has them."""
+        return self._send(cc.OTHERS)
+
+    def publish(self, target: str, local_dir: str) -> None:
+        """Every file under `local_dir` to the run's `target` (control_channel.TARGETS); returns
+        when the driver has published them (a REPLACE target whole or not at all)."""
+        files = {}
+        for top, _, names in os.walk(local_dir):
+            for name in sorted(names):
+                full = os.path.join(top, name)
+                rel = os.path.relpath(full, local_dir).replace(os.sep, "/")
+                files[rel] = os.path.getsize(full)
+                with open(full, "rb") as fh:
+                    offset = 0
+                    while True:
+                        chunk = fh.read(cc.CHUNK)
+                        if chunk or not offset:  # an empty file is one empty chunk
+                            self._send(cc.PUT, target=target, path=rel, offset=offset, data=cc.encode_chunk(chunk))
+                        offset += len(chunk)
+                        if len(chunk) < cc.CHUNK:
+                            break
+        self._send(cc.PUBLISH, target=target, files=files)
+
+    def fetch(self, target: str, local_dir: str) -> int:
+        """The run's `target` on storage into `local_dir` (kept as it is when the target holds
+        nothing); returns the number of files."""
+        files = self._send(cc.LIST, target=target)
+        for rel, size in sorted(files.items()):
+            path = os.path.join(local_dir, cc.relative_path(rel))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                for offset in range(0, size, cc.CHUNK):
+                    data = self._send(cc.GET, target=target, path=rel, offset=offset, length=cc.CHUNK)
+                    fh.write(cc.decode_chunk(data))
+        return len(files)
+
+
+class ReservationClient(ControlClient):
+    """TensorFlowOnSpark's `reservation.Client` interface over the authenticated channel."""
+
+    secret: bytes = b""  # set per node run by `authenticated`
+
+    def __init__(self, server_addr: Any):
+        super().__init__(server_addr, self.secret)
+
+    def register(self, reservation: dict[str, Any]) -> str:
+        self.request(cc.REGISTER, {"data": {k: reservation[k] for k in cc.NODE_FIELDS}})
+        return "OK"
+
+    def get_reservations(self) -> list[dict[str, Any]]:
+        return self.request(cc.CLUSTER)
+
+    def await_reservations(self) -> list[dict[str, Any]]:
+        while not self.request(cc.QUERY):
+            time.sleep(POLL_SECONDS)
+        return self.get_reservations()
+
+    def request_stop(self) -> str:
+        raise cc.ControlError("TF nodes do not stop the control server; the driver does")
+
+
+@contextlib.contextmanager
+def authenticated(secret: bytes) -> Iterator[None]:
+    """Within this block, TensorFlowOnSpark's node runtime reserves through the authenticated
+    client with `secret`, and does not log the reservation (it holds the node manager's
+    authkey). Each TF run has Python workers of its own, so nothing else in the process is
+    affected."""
+    import logging
+
+    from tensorflowonspark import TFSparkNode, reservation
+
+    client = type("RunClient", (ReservationClient,), {"secret": secret})
+    node_log = logging.getLogger(TFSparkNode.__name__)
+    saved, level = reservation.Client, node_log.level
+    reservation.Client = client
+    node_log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        reservation.Client = saved
+        node_log.setLevel(level)

@@ -1,0 +1,84 @@
+"""A model on any filesystem, fetched once to the driver and shipped once to every executor.
+
+The driver copies the SavedModel from wherever it lives (local, HDFS, S3, ...) to its own disk,
+keyed by the model's version, checks it there, and adds it to the Spark application as an
+archive named after that version (`SparkContext.addArchive`): each executor fetches and
+unpacks it once, from the driver, whatever filesystems the executors reach; a Python worker
+loads its local copy (`local_copy`). A model rewritten in place gets a new version, hence a
+new archive; an unchanged one is not shipped again.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import zipfile
+from dataclasses import dataclass
+
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.storage import Storage
+
+_lock = threading.Lock()
+_cache: dict[str, str] = {}  # version -> local copy on the driver
+_shipped: set[str] = set()  # archive names added to the running application
+_root: list[str] = []
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    """What an executor needs to find its copy: plain values."""
+
+    archive: str  # the archive's name in the application (SparkFiles)
+    version: str
+
+
+def version_of(storage: Storage, export_dir: str) -> str:
+    """Where the model is and when its graph was written: a new export is a new version."""
+    written = storage.version(f"{export_dir}/{contract.SAVED_MODEL_FILE}")
+    return hashlib.sha256(f"{export_dir}|{written}".encode()).hexdigest()[:16]
+
+
+def fetch(storage: Storage, export_dir: str, version: str) -> str:
+    """The model's copy on the driver's disk (made once per version)."""
+    with _lock:
+        if version in _cache and os.path.isdir(_cache[version]):
+            return _cache[version]
+        local = storage.local(export_dir)
+        if local is None:
+            local = os.path.join(_cache_root(), version)
+            storage.download(export_dir, local)
+        _cache[version] = local
+        return local
+
+
+def ship(sc, local_copy: str, version: str) -> ShippedModel:
+    """Add the model to the application as `tfos-model-<version>.zip`, once."""
+    name = f"tfos-model-{version}.zip"
+    with _lock:
+        if name not in _shipped:
+            archive = os.path.join(_cache_root(), name)
+            with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as zf:
+                for top, _, files in os.walk(local_copy):
+                    for f in files:
+                        full = os.path.join(top, f)
+                        zf.write(full, os.path.relpath(full, local_copy))
+            sc.addArchive(archive)
+            _shipped.add(name)
+    return ShippedModel(name, version)
+
+
+def local_copy(model: ShippedModel) -> str:
+    """On an executor (or the driver): the unpacked copy of a shipped model."""
+    from pyspark import SparkFiles
+
+    return SparkFiles.get(model.archive)
+
+
+def _cache_root() -> str:
+    if not _root:
+        _root.append(tempfile.mkdtemp(prefix="tfos-models-"))
+        atexit.register(shutil.rmtree, _root[0], True)
+    return _root[0]
