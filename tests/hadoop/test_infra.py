@@ -172,3 +172,20 @@ def test_s3_with_a_wrong_secret_fails_clearly(s3_server, s3_job, step):
     assert "getFileStatus on s3a://" in error["messages"][0] and "Status Code: 403" in error["messages"][0], error
     wrong_prefix = s3_job["url"].removeprefix(f"s3a://{s3_server.bucket}/") + "-wrong"
     assert s3_server.list_keys(wrong_prefix) == []  # nothing was written
+
+
+@pytest.mark.slow  # ~30 s: a job on the isolated cluster
+def test_isolated_executors_read_and_write_s3(isolated_cluster, s3_server, s3_dir):
+    """spark-submit ships hadoop-aws and the SDK to executors that have no copy of them: the
+    jars go with --jars (the TFRecord jar included: a later --jars replaces tfos-submit's)."""
+    tfrecord_jar = support.ROOT / "tfos_jobs" / "jars" / "tfos-tfrecord.jar"
+    proc = isolated_cluster.submit([*s3_server.submit_args(extra_jars=[tfrecord_jar]),
+                                    JOBS / "s3_roundtrip.py", "{}", s3_dir])
+    result = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("S3-RESULT "))[10:])
+    assert result["round_trip"] == {"rows": 1000, "id_sum": sum(range(1000)), "max_name": "row-999"}, result
+    assert result["wrong_secret_read"]["error"]["classes"][0] == "java.nio.file.AccessDeniedException", result
+    prefix = s3_dir.removeprefix(f"s3a://{s3_server.bucket}/") + "/"
+    assert len([k for k in s3_server.list_keys(prefix) if k.endswith(".parquet")]) == 2
+    jars_fetched = [line for text in isolated_cluster.executor_logs().values() for line in text.splitlines()
+                    if "Fetching spark://" in line and "hadoop-aws-3.5.0.jar" in line]
+    assert jars_fetched, "the executors did not fetch hadoop-aws from the driver"

@@ -1,5 +1,6 @@
 """Run by tests/hadoop/test_infra.py in a child process (its own local Spark session, with the S3A
-settings and jars of the S3 server):
+settings and jars of the S3 server), or submitted to a cluster (then with CONF_JSON {}: spark-submit
+brings the settings and the master):
 
     s3_roundtrip.py CONF_JSON URL
 
@@ -9,13 +10,16 @@ Prints one S3-RESULT JSON line: for each step the rows and a checksum of what wa
 failure (the Java exception classes from the outermost to the root cause, and their messages).
 """
 import json
+import os
 import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 conf, url = json.loads(sys.argv[1]), sys.argv[2]
-builder = SparkSession.builder.master("local[2]").appName("s3-roundtrip")
+builder = SparkSession.builder.appName("s3-roundtrip")
+if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+    builder = builder.master("local[2]")
 for key, value in {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **conf}.items():
     builder = builder.config(key, value)
 spark = builder.getOrCreate()
