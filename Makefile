@@ -82,8 +82,11 @@ test: setup test-servers test-jars
 test-all: setup test-servers test-jars
 	$(PY) -m pytest --durations=10
 
+# P11 trains from a real HDFS (Hadoop's MiniDFSCluster, started for the run and stopped after it).
 bench: setup test-jars
-	$(VENV)/bin/tfos bench --config conf/census.toml
+	$(PY) -m tests.hadoop.minidfs --dir .cache/bench-hdfs -- $(VENV)/bin/tfos bench --config conf/census.toml \
+	  --remote '{url}/bench'
+	rm -rf .cache/bench-hdfs
 
 clean:
 	rm -rf demo-output .pytest_cache $(JAR)

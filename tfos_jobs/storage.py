@@ -26,7 +26,12 @@ CHUNK = 1 << 20
 
 
 class StorageError(TfosError):
-    """A filesystem call failed; the message says why in a user's words (no Java stack)."""
+    """A filesystem call failed; the message says why in a user's words (no Java stack).
+    `missing`: the path does not exist (as opposed to being unreachable or forbidden)."""
+
+    def __init__(self, message: str, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing
 
 
 class HadoopFS:
@@ -421,7 +426,9 @@ def translated(path: str) -> Iterator[None]:
     try:
         yield
     except (Py4JJavaError, OSError) as e:
-        raise StorageError(f"{path}: {reason(e)}") from None
+        missing = isinstance(e, FileNotFoundError) or "java.io.FileNotFoundException" in str(
+            getattr(e, "java_exception", ""))
+        raise StorageError(f"{path}: {reason(e)}", missing=missing) from None
 
 
 @contextlib.contextmanager

@@ -158,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datanodes", type=int, default=1)
     ap.add_argument("--yarn", action="store_true", help="also start a MiniYARNCluster (one NodeManager)")
     ap.add_argument("--nodemanager-mb", type=int, default=4096)
+    ap.add_argument("command", nargs=argparse.REMAINDER,
+                    help="-- CMD ARGS: run this command while HDFS is up ({url} in an argument becomes the "
+                         "NameNode's URL), then stop; exits with the command's status")
     args = ap.parse_args(argv)
+    if args.command:
+        with MiniDFS(args.dir, datanodes=args.datanodes) as dfs:
+            return subprocess.call([a.replace("{url}", dfs.url) for a in args.command[args.command[0] == "--":]])
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGHUP, lambda *_: stop.append(1))

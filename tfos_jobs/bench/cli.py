@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                           "(default: a new temporary directory, deleted at the end)")
     parser.add_argument("--spark-master", default=SPARK_MASTER,
                         help=f"master for prepare, writes and SQL (default {SPARK_MASTER})")
+    parser.add_argument("--remote", metavar="URL",
+                        help="a directory on a Hadoop filesystem the session reaches (hdfs://, s3a://, ...) for P11: "
+                             "training with the dataset there vs on local files, and the model fetch from there; "
+                             "without it P11 is not measured (make bench starts a local HDFS for it)")
     parser.add_argument("--tfos-master", default=TFOS_MASTER,
                         help=f"master for the TFoS training runs, one executor per TF node (default {TFOS_MASTER})")
 
@@ -48,7 +52,7 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     date = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     print(f"tfos bench: {'smoke' if args.smoke else 'full'} run, work directory {work}, report {output}", flush=True)
     bench = Bench(cfg, sizes, work, lambda text: print(text, flush=True),
-                  spark_master=args.spark_master, tfos_master=args.tfos_master)
+                  spark_master=args.spark_master, tfos_master=args.tfos_master, remote=args.remote)
     try:
         result = bench.all()
     finally:

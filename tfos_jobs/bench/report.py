@@ -185,6 +185,18 @@ def _details(run: Run) -> list[str]:
                      f"on the same rows, encoded beforehand: {_figure(codes)}, "
                      f"{fmt(ratio(codes.median, d['P4'].baseline.median))}× `serving_default`; the UDF reaches "
                      f"{fmt(ratio(d['P4'].measured.median, codes.median))}× it.")
+    if "P11" in d:
+        lines.append(
+            f"- **P11** whole runs, start-up, export and publishing included: dataset on local files "
+            f"{_figure(run.details['P11 local files seconds'])}, remote {_figure(run.details['P11 remote seconds'])}; "
+            f"control server start to the first step (each node's shard read through Spark before it) "
+            f"{_figure(run.details['P11 local files first step'])} vs {_figure(run.details['P11 remote first step'])}.")
+    if "model fetch executor" in run.details:
+        lines.append(
+            f"- **Serving a model from the remote filesystem**: `register` (the driver fetches, checks and ships "
+            f"it) {_figure(run.details['model fetch driver'])}; an executor's fetch of the archive and load of the "
+            f"model in a new Python worker (first one-row query minus a warm one) "
+            f"{_figure(run.details['model fetch executor'])}.")
     if "predict rows" in run.details:
         scored, plain = run.details["predict rows"], run.details["write rows"]
         lines.append(f"- **tfos predict** (joins, scoring, Parquet write, output check) runs at {_figure(scored)}; "

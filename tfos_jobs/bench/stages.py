@@ -110,8 +110,9 @@ def bench_config(cfg: Config, sizes: Sizes, work: str, scale: str) -> Config:
 class Bench:
     """Runs the stages in order; each appends its results to `self.run`."""
 
-    def __init__(self, cfg: Config, sizes: Sizes, work: str, log: Log, *, spark_master: str, tfos_master: str):
-        self.sizes, self.work, self.log = sizes, work, log
+    def __init__(self, cfg: Config, sizes: Sizes, work: str, log: Log, *, spark_master: str, tfos_master: str,
+                 remote: str | None = None):
+        self.sizes, self.work, self.log, self.remote = sizes, work, log, remote
         self.spark_master, self.tfos_master = spark_master, tfos_master
         if not sizes.train_batch:  # P7 at the demo's own global batch
             workers = cfg.train.workers if cfg.train.strategy == "multi_worker_mirrored" else 1
@@ -175,6 +176,8 @@ class Bench:
             self.stage("input pipeline", self.input_pipeline)
             self.session(self.tfos_master)
             self.stage("P3 P6 P7 P8 training and scaling", self.training)
+            if self.remote:
+                self.stage("P11 training from a Hadoop filesystem", self.remote_training)
             self.session(self.spark_master)
             self.stage("P4 P5 P9 serving", self.serving)
             self.stage("tfos predict vs a Parquet write", self.predict_vs_write)
@@ -400,6 +403,77 @@ class Bench:
                   "(the slowest run counts; other cluster shapes in the scaling table)",
             Figure("reservation to first step", "s", out["mwms-2"].get("to_first_step_seconds", [])),
             None, 15.0, "<=", worst=True))
+
+    def remote_training(self) -> None:
+        """The demo's two-worker training with the 1x dataset on a Hadoop filesystem (`--remote`,
+        e.g. HDFS) against the same dataset on local files: the nodes get their shards through
+        Spark either way, so the epochs should not differ; what the remote copy adds is the
+        fetch before the first step. Then how long serving takes to fetch the model from there."""
+        from tfos_jobs.driver import train
+        from tfos_jobs.storage import Storage
+
+        storage = Storage(self.spark)
+        remote = f"{storage.qualify(self.remote)}/tfos-bench-{os.getpid()}"
+        storage.delete(remote)
+        storage.replace_dir(self.small.train.dataset, f"{remote}/dataset")
+        datasets = {"local files": self.small.train.dataset, "remote": f"{remote}/dataset"}
+
+        def variant(name: str) -> Callable[[], Sample]:
+            def once() -> Sample:
+                tr = dataclasses.replace(self.small.train, strategy="multi_worker_mirrored", workers=2,
+                                         batch_size=self.sizes.train_batch // 2, dataset=datasets[name],
+                                         model_dir=f"{remote}/model" if name == "remote" else f"{self.work}/model-p11")
+                metrics = train.run(self.spark, dataclasses.replace(self.small, train=tr), overwrite=True,
+                                    log=self.indented)
+                steady = metrics["history"][1:] or metrics["history"]
+                return {"examples_per_sec": statistics.fmean(e["examples_per_sec"] for e in steady),
+                        "seconds": metrics["seconds"], **metrics["startup"]}
+            return once
+
+        out = self.repeat("training from a Hadoop filesystem", {name: variant(name) for name in datasets},
+                          warmup=False, repeats=self.sizes.train_repeats)
+        rate = {name: Figure(f"dataset on {name}", "examples/s", out[name]["examples_per_sec"]) for name in datasets}
+        self.run.results.append(Result(
+            "P11", f"training examples/s: the dataset on {self.remote.split(':', 1)[0]} vs on local files (2 "
+                   "multi_worker_mirrored workers, the shards reach the nodes through Spark both ways)",
+            rate["remote"], rate["local files"], 0.9, ">="))
+        for name in datasets:
+            self.run.details[f"P11 {name} seconds"] = Figure(f"whole run, dataset on {name}", "s", out[name]["seconds"])
+            self.run.details[f"P11 {name} first step"] = Figure(
+                f"control server start to first step, dataset on {name}", "s", out[name].get("to_first_step_seconds", []))
+        self.model_fetch(f"{remote}/model")
+        storage.delete(remote)
+
+    def model_fetch(self, model_dir: str) -> None:
+        """A model on the remote filesystem registered for SQL (the driver fetches, checks and
+        ships it) and scored on one row by a fresh executor (it fetches the archive and loads the
+        model), then scored again (warm): the difference is the executor's fetch and load."""
+        from tfos_jobs.contracts.serving import SAVED_MODEL_FILE
+        from tfos_jobs.features.spec import CategoricalFeature
+        from tfos_jobs.storage import Storage
+        from udfs import register
+
+        storage = Storage(self.spark)
+        registered, first, warm = [], [], []
+        for n in range(self.sizes.repeats):
+            started = time.perf_counter()
+            udf = register(self.spark, f"bench_remote_{n}", model_dir)
+            registered.append(time.perf_counter() - started)
+            features = [udf.spec.get(name) for name in udf.spec.model_inputs]
+            row = self.spark.createDataFrame([tuple(f.default if isinstance(f, CategoricalFeature) else float(f.default)
+                                                    for f in features)], list(udf.spec.model_inputs))
+            for times in (first, warm):
+                started = time.perf_counter()
+                row.select(udf()).collect()
+                times.append(time.perf_counter() - started)
+            # the next repeat: a new version of the model (a new archive to fetch) in new Python workers
+            graph = f"{udf.export_dir}/{SAVED_MODEL_FILE}"
+            storage.write_bytes(graph, storage.read_bytes(graph))
+            self.spark.sparkContext.environment["TFOS_BENCH_FETCH"] = str(n)
+        self.run.details["model fetch driver"] = Figure("register: fetch to the driver, check, ship", "s", registered)
+        self.run.details["model fetch executor"] = Figure(
+            "first query on an executor minus a warm one: fetch the archive, load the model", "s",
+            [a - b for a, b in zip(first, warm)])
 
     def serving(self) -> None:
         import udfs

@@ -62,7 +62,7 @@ def read(root: str, storage: Storage | None = None) -> DatasetMeta:
     try:
         manifest = json.loads(text(f"{root}/{META}/{MANIFEST}"))
     except (FileNotFoundError, StorageError) as e:
-        if isinstance(e, StorageError) and not str(e).endswith(("does not exist", "does not exist)")):
+        if isinstance(e, StorageError) and not e.missing:
             raise InputError(f"{root!r}: {str(e).split(': ', 1)[-1]}") from None
         raise InputError(
             f"{root!r} is not a prepared dataset: {META}/{MANIFEST} is missing "
