@@ -121,11 +121,24 @@ def cmd_generate(cfg, args) -> int:
 
 
 def _generate_fleet(cfg) -> None:
+    """The fleet's files are written on this machine; an output on another filesystem (HDFS,
+    S3, ...) receives them whole afterwards."""
+    import tempfile
+
     from tfos_jobs.data import fleet
+    from tfos_jobs.storage import Storage, named
 
     fl = cfg.fleet
-    counts = fleet.generate(fl.output, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
-                            csv_every=fl.csv_every)
+    remote = "://" in fl.output and not fl.output.startswith("file:")
+    with tempfile.TemporaryDirectory(prefix="tfos-fleet-") as tmp:
+        local = tmp if remote else fl.output
+        counts = fleet.generate(local, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
+                                csv_every=fl.csv_every)
+        if remote:
+            storage = Storage(_session(cfg))
+            with named("fleet.output", fl.output):
+                for part in (fleet.SENSORS_DIR, fleet.ANOMALIES_DIR):
+                    storage.replace_dir(os.path.join(tmp, part), f"{storage.qualify(fl.output)}/{part}")
     print(f"wrote {fl.output}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
 
 
