@@ -23,7 +23,7 @@ from tfos_jobs.storage import Storage
 
 _lock = threading.Lock()
 _cache: dict[str, str] = {}  # version -> local copy on the driver
-_shipped: set[str] = set()  # archive names added to the running application
+_shipped: set[tuple[str, str]] = set()  # (application, archive name) added to it
 _root: list[str] = []
 
 
@@ -58,7 +58,7 @@ def ship(sc, local_copy: str, version: str) -> ShippedModel:
     """Add the model to the application as `tfos-model-<version>.zip`, once."""
     name = f"tfos-model-{version}.zip"
     with _lock:
-        if name not in _shipped:
+        if (sc.applicationId, name) not in _shipped:
             archive = os.path.join(_cache_root(), name)
             with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as zf:
                 for top, _, files in os.walk(local_copy):
@@ -66,7 +66,7 @@ def ship(sc, local_copy: str, version: str) -> ShippedModel:
                         full = os.path.join(top, f)
                         zf.write(full, os.path.relpath(full, local_copy))
             sc.addArchive(archive)
-            _shipped.add(name)
+            _shipped.add((sc.applicationId, name))
     return ShippedModel(name, version)
 
 

@@ -111,6 +111,7 @@ def test_median_rule_stops_the_hopeless_trial_without_exporting_it(grid):
     assert table.loc[3, "val_auc"] < table.loc[1, "val_auc"]
     assert not (sweep_dir / "trial-003" / "saved_model").exists()
     assert (sweep_dir / "trial-001" / "saved_model" / "saved_model.pb").exists()
+    assert not (sweep_dir / "trial-001" / "backup").exists() and not (sweep_dir / "trial-003" / "backup").exists()
 
 
 RANDOM = ('[params."train.learning_rate"]\ntype = "float"\nlow = 0.001\nhigh = 0.05\nscale = "log"\n'

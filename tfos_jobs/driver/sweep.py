@@ -320,11 +320,12 @@ def _reset_trial_dir(storage: Storage, directory: TrialDir) -> bool:
 def _record(ctx: Context, trial: Running, status: TrialStatus, error: str | None, host: str | None = None,
             pid: int | None = None) -> TrialResult:
     """The trial's result row, written to its directory unless it was cancelled (a resumed
-    sweep runs it again), with the traceback of a trial that failed."""
+    sweep runs it again, from its resume state), with the traceback of a trial that failed."""
     result = trial_result(trial.number, trial.settings, trial.progress.lines(), ctx.sweep.metric, status, error,
                           trial.started, host, pid)
     if status != TrialStatus.CANCELLED:
         trial.directory.write_result(ctx.storage, result)
+        ctx.storage.delete(trial.directory.backup)  # a finished trial is never resumed
     traceback_text = ctx.trials.error(trial.number)
     if traceback_text:
         trial.directory.write_error(ctx.storage, traceback_text)

@@ -56,7 +56,8 @@ def write_table(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list
     df = frame(sweep, rows)
     base = f"{sweep_dir}/{RESULTS}"
     with tempfile.TemporaryDirectory(prefix="tfos-results-") as tmp:
-        df.to_parquet(f"{tmp}/t.parquet", index=False)
+        # microsecond timestamps: Spark cannot read pandas' nanosecond ones
+        df.to_parquet(f"{tmp}/t.parquet", index=False, coerce_timestamps="us", allow_truncated_timestamps=True)
         storage.upload_file(f"{tmp}/t.parquet", f"{base}.parquet")
         df.to_csv(f"{tmp}/t.csv", index=False)
         storage.upload_file(f"{tmp}/t.csv", f"{base}.csv")

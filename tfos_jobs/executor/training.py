@@ -8,6 +8,7 @@ progress, resume state, logs, the SavedModel, the result) goes to the driver ove
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import shutil
@@ -139,9 +140,9 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
 
     per_step = args.batch_size * (num_workers if args.strategy == "multi_worker_mirrored" else 1)
     publisher = Publisher(link, workspace) if is_chief else None
-    # Backup first, then its publication (in the background: a relaunch resumes after the last
-    # epoch whose state reached the model directory), then the progress line.
-    callbacks: list = [tf.keras.callbacks.BackupAndRestore(backup_dir=workspace.backup)]
+    # Backup first, then its publication, then the progress line: callbacks run in order, so an
+    # epoch the driver shows is one a relaunch resumes after.
+    callbacks: list = [backup_and_restore(workspace.backup, args.strategy == "parameter_server")]
     if is_chief:
         per_batch = args.strategy != "parameter_server"
         callbacks += [publisher.callback(args.tensorboard),
@@ -160,7 +161,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                                   validation_steps=val_steps, callbacks=callbacks, verbose=0)
     finally:
         if publisher is not None:
-            publisher.finish()  # no backup may land after the run has ended
+            publisher.finish()
     final = {k: float(v[-1]) for k, v in history.history.items()}
     if publisher is not None and args.tensorboard:
         link.publish(cc.LOGS, workspace.logs)
@@ -190,7 +191,8 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         threshold = error_quantile(model, train_files, spec, meta.compression, quantile) if is_chief else 0.0
         anomaly = {"quantile": quantile, "threshold": threshold}
     export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief,
-                       threshold=anomaly["threshold"] if anomaly else None)
+                       threshold=anomaly["threshold"] if anomaly else None,
+                       io_device=CHIEF_DEVICE if args.strategy == "parameter_server" else None)
     if is_chief:
         link.publish(cc.SAVED_MODEL, workspace.saved_model)
         result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
@@ -201,14 +203,63 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     return final
 
 
+# Under ParameterServerStrategy each variable lives on a parameter server, which by default
+# reads and writes its part of a checkpoint or SavedModel on its own host's disk: on a cluster
+# that shares no disk, the chief would find none of it. The chief does all file access instead.
+CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
+
+
+def backup_and_restore(backup_dir: str, parameter_server: bool):
+    """Keras BackupAndRestore; under ParameterServerStrategy its checkpoints are written and
+    read by the chief (`CHIEF_DEVICE`), on the chief's disk."""
+    import tensorflow as tf
+
+    callback = tf.keras.callbacks.BackupAndRestore(backup_dir=backup_dir)
+    if not parameter_server:
+        return callback
+    from tf_keras.src.distribute import worker_training_state
+
+    original = worker_training_state.WorkerTrainingState
+
+    def on_chief(options):
+        """`options` (the checkpoint manager's, which carry its bookkeeping callbacks) with the
+        chief as the device that does the file access."""
+        options = copy.copy(options) if options is not None else tf.train.CheckpointOptions()
+        options.experimental_io_device = CHIEF_DEVICE
+        return options
+
+    class OnTheChief(original):
+        """The training state Keras builds, with every checkpoint read and write on the chief."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for manager in (self.read_checkpoint_manager, self.write_checkpoint_manager):
+                checkpoint = manager._checkpoint
+                write, restore = checkpoint._write, checkpoint.restore
+                checkpoint._write = lambda prefix, options=None, _write=write: _write(prefix, options=on_chief(options))
+                checkpoint.restore = lambda path, options=None, _restore=restore: _restore(path, options=on_chief(options))
+
+    class ChiefBackup(type(callback)):
+        def on_train_begin(self, logs=None):
+            worker_training_state.WorkerTrainingState = OnTheChief
+            try:
+                super().on_train_begin(logs)
+            finally:
+                worker_training_state.WorkerTrainingState = original
+
+    return ChiefBackup(backup_dir=backup_dir)
+
+
 class Publisher:
-    """Publishes the chief's resume state (and TensorBoard logs) after every epoch, from a
-    thread of its own: the next epoch trains while the last one's state travels. A snapshot
-    is taken on the epoch's end; when publishing falls behind, only the newest waits."""
+    """The chief's files the driver keeps in the model directory. The resume state is published
+    at every epoch's end, before the epoch is reported: a relaunch resumes after any epoch the
+    driver has shown. TensorBoard logs are copied at the epoch's end and published from a
+    thread of their own while the next epoch trains (when that falls behind, only the newest
+    copy waits)."""
 
     def __init__(self, link, workspace: Workspace):
         self.link, self.workspace = link, workspace
-        self._pending: tuple[str, bool] | None = None
+        self._pending: str | None = None
         self._cond = threading.Condition()
         self._stopping = False
         self.error: BaseException | None = None
@@ -220,23 +271,27 @@ class Publisher:
 
         publisher = self
 
-        class PublishBackup(tf.keras.callbacks.Callback):
+        class PublishState(tf.keras.callbacks.Callback):
             _supports_tf_logs = True
 
             def on_epoch_end(self, epoch, logs_=None):
-                publisher.snapshot(epoch, logs)
+                publisher.link.publish(cc.BACKUP, publisher.workspace.backup)
+                if logs:
+                    publisher.snapshot_logs(epoch)
 
-        return PublishBackup()
+        return PublishState()
 
-    def snapshot(self, epoch: int, logs: bool) -> None:
+    def snapshot_logs(self, epoch: int) -> None:
         if self.error is not None:
-            raise RuntimeError(f"publishing the resume state failed: {self.error}") from self.error
-        copy = os.path.join(self.workspace.own, f"backup-{epoch}")
-        shutil.copytree(self.workspace.backup, copy)  # the next epoch rewrites the backup in place
+            raise RuntimeError(f"publishing the TensorBoard logs failed: {self.error}") from self.error
+        if not os.path.isdir(self.workspace.logs):
+            return
+        copy = os.path.join(self.workspace.own, f"logs-{epoch}")
+        shutil.copytree(self.workspace.logs, copy)  # the writers go on appending to the originals
         with self._cond:
             if self._pending is not None:
-                shutil.rmtree(self._pending[0], ignore_errors=True)
-            self._pending = (copy, logs)
+                shutil.rmtree(self._pending, ignore_errors=True)
+            self._pending = copy
             self._cond.notify()
 
     def _run(self) -> None:
@@ -246,22 +301,19 @@ class Publisher:
                     self._cond.wait()
                 if self._pending is None:
                     return
-                copy, logs = self._pending
-                self._pending = None
+                copy, self._pending = self._pending, None
             try:
-                self.link.publish(cc.BACKUP, copy)
-                if logs and os.path.isdir(self.workspace.logs):
-                    self.link.publish(cc.LOGS, self.workspace.logs)
+                self.link.publish(cc.LOGS, copy)
             except BaseException as e:  # raised in the training thread at the next epoch's end
                 self.error = e
             finally:
                 shutil.rmtree(copy, ignore_errors=True)
 
     def finish(self) -> None:
-        """Wait for what is being published; drop what still waits (the run has ended)."""
+        """Wait for what is being published; drop what still waits (the end publishes the logs whole)."""
         with self._cond:
             if self._pending is not None:
-                shutil.rmtree(self._pending[0], ignore_errors=True)
+                shutil.rmtree(self._pending, ignore_errors=True)
                 self._pending = None
             self._stopping = True
             self._cond.notify()

@@ -132,18 +132,21 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
 
 
 def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: str, *,
-                       is_chief: bool = True, threshold: float | None = None) -> str | None:
+                       is_chief: bool = True, threshold: float | None = None,
+                       io_device: str | None = None) -> str | None:
     """Save the model with its signatures and the dataset's spec, stats and vocabularies.
 
     Every worker of a multi-worker strategy must call this (saving runs collectives); only the
-    chief's copy is kept. Returns the export directory on the chief, None elsewhere.
+    chief's copy is kept. `io_device`: the device that writes the variables (the chief's, when
+    they live on parameter servers that share no disk with it). Returns the export directory
+    on the chief, None elsewhere.
     """
     export_dir = export_dir.rstrip("/")
     signatures = make_signatures(model, meta.spec, threshold)
     if not is_chief:
         scratch = tempfile.mkdtemp(prefix="tfos-export-")
         try:
-            _save(model, scratch, signatures)
+            _save(model, scratch, signatures, io_device)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
@@ -151,7 +154,7 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
     os.makedirs(os.path.dirname(export_dir) or ".", exist_ok=True)
     tmp = f"{export_dir}.tmp-{uuid.uuid4().hex[:12]}"
     try:
-        _save(model, tmp, signatures)
+        _save(model, tmp, signatures, io_device)
         _copy_meta(meta, tmp)
         _move_into_place(tmp, export_dir)
     finally:
@@ -159,10 +162,13 @@ def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: s
     return export_dir
 
 
-def _save(model: "tf.keras.Model", path: str, signatures: dict[str, Any]) -> None:
+def _save(model: "tf.keras.Model", path: str, signatures: dict[str, Any], io_device: str | None) -> None:
     # No Keras layer traces (serving uses the signatures only; traces slow the save down) and
     # no optimizer state (a serving model does not train).
-    model.save(path, save_format="tf", signatures=signatures, include_optimizer=False, save_traces=False)
+    import tensorflow as tf
+
+    model.save(path, save_format="tf", signatures=signatures, include_optimizer=False, save_traces=False,
+               options=tf.saved_model.SaveOptions(experimental_io_device=io_device) if io_device else None)
 
 
 def _copy_meta(meta: DatasetMeta, export_dir: str) -> None:
