@@ -153,6 +153,7 @@ def s3_job(s3_server, tmp_path_factory):
     return {**json.loads(lines[0].removeprefix("S3-RESULT ")), "url": url}
 
 
+@pytest.mark.slow  # S3 is covered in make test-all, with the whole pipeline on it
 def test_spark_writes_and_reads_parquet_on_s3(s3_server, s3_job):
     assert s3_job["round_trip"] == {"rows": 1000, "id_sum": sum(range(1000)), "max_name": "row-999"}, s3_job
     # the server holds the files (listed over its own API, with the generated credentials)
@@ -163,6 +164,7 @@ def test_spark_writes_and_reads_parquet_on_s3(s3_server, s3_job):
     assert s3_server.request("GET", f"/{s3_server.bucket}/{prefix}_SUCCESS", secret_key="wrong")[0] == 403
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["wrong_secret_read", "wrong_secret_write"])
 def test_s3_with_a_wrong_secret_fails_clearly(s3_server, s3_job, step):
     error = s3_job[step].get("error") if isinstance(s3_job[step], dict) else None
