@@ -52,10 +52,6 @@ class HadoopFS:
     def exists(self, path: str) -> bool:
         return bool(self.fs(path).exists(self._path(path)))
 
-    def is_dir(self, path: str) -> bool:
-        fs = self.fs(path)
-        return bool(fs.exists(self._path(path)) and fs.getFileStatus(self._path(path)).isDirectory())
-
     def delete(self, path: str) -> None:
         self.fs(path).delete(self._path(path), True)
 
@@ -145,12 +141,6 @@ class HadoopFS:
         """`remote` (file or directory) to the local path `local`, without checksum files."""
         self.fs(remote).copyToLocalFile(False, self._path(remote), self._path(local), True)
 
-    def copy(self, src: str, dst: str) -> None:
-        util = self._jvm.org.apache.hadoop.fs.FileUtil
-        if not util.copy(self.fs(src), self._path(src), self.fs(dst), self._path(dst), False, True, self._conf):
-            raise OSError(f"could not copy {src!r} to {dst!r}")
-
-
 class Storage:
     """Driver-side file operations on qualified paths (`qualify` first): local ones with
     Python, the rest with `HadoopFS`. Every failure is a `StorageError` in plain words.
@@ -196,19 +186,12 @@ class Storage:
         with translated(path):
             return self.hadoop.exists(path)
 
-    def is_dir(self, path: str) -> bool:
-        local = self.local(path)
-        if local is not None:
-            return os.path.isdir(local)
-        with translated(path):
-            return self.hadoop.is_dir(path)
-
     def tree(self, directory: str) -> list[tuple[str, int]]:
         """(relative path, bytes) of every file below `directory`; none when it does not exist."""
         local = self.local(directory)
         if local is not None:
             out = []
-            for top, _, files in os.walk(local):
+            for top, _, files in os.walk(local):  # nothing when it does not exist
                 for name in files:
                     full = os.path.join(top, name)
                     out.append((os.path.relpath(full, local), os.path.getsize(full)))
@@ -224,20 +207,13 @@ class Storage:
         with translated(directory):
             return self.hadoop.children(directory) if self.hadoop.exists(directory) else []
 
-    def size(self, path: str) -> int:
-        local = self.local(path)
-        if local is not None:
-            return os.path.getsize(local)
-        with translated(path):
-            return self.hadoop.size(path)
-
     def version(self, path: str) -> str:
         """Changes whenever the file is rewritten: its modification time and size."""
         local = self.local(path)
-        if local is not None:
-            st = os.stat(local)
-            return f"{st.st_mtime_ns}-{st.st_size}"
         with translated(path):
+            if local is not None:
+                st = os.stat(local)
+                return f"{st.st_mtime_ns}-{st.st_size}"
             return f"{self.hadoop.modified(path)}-{self.hadoop.size(path)}"
 
     def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -323,7 +299,8 @@ class Storage:
 
     def replace_dir(self, local_dir: str, remote: str) -> None:
         """Publish a local directory as `remote`, whole or absent: written beside it first, then
-        renamed into place; an earlier `remote` is moved aside and deleted after."""
+        renamed into place; an earlier `remote` is moved aside and deleted after (and put back
+        if the rename fails)."""
         tmp, old = _beside(remote, "tmp"), _beside(remote, "old")
         local_target = self.local(remote)
         with translated(remote):
@@ -332,17 +309,6 @@ class Storage:
             else:
                 self.hadoop.upload(local_dir, tmp)
         self._swap(tmp, old, remote)
-
-    def copy_dir(self, src: str, dst: str) -> None:
-        """`src` to `dst` (replaced whole), both on storage, through the same rename as `replace_dir`."""
-        tmp, old = _beside(dst, "tmp"), _beside(dst, "old")
-        local_src, local_tmp = self.local(src), self.local(tmp)
-        with translated(src):
-            if local_src is not None and local_tmp is not None:
-                shutil.copytree(local_src, local_tmp)
-            else:
-                self.hadoop.copy(src, tmp)
-        self._swap(tmp, old, dst)
 
     def _swap(self, tmp: str, old: str, target: str) -> None:
         moved = False

@@ -16,6 +16,7 @@ from tests.conftest import CENSUS, census_overrides
 from tests.hadoop.fixtures import isolated_cluster, minidfs, s3_server  # noqa: F401
 from tests.hadoop.isolated import IsolatedCluster
 from tests.hadoop.test_pipeline import PEOPLE, TRAIN, sets
+from tests.reliability.test_training_faults import executor_jvm_of
 from tfos_jobs.storage import Storage
 
 pytestmark = pytest.mark.slow
@@ -85,17 +86,6 @@ def test_parameter_server_training_and_a_sweep_of_cluster_trials_on_hdfs(spark, 
             "trial-001/metrics.json", "trial-002/saved_model/saved_model.pb"} <= results
     table = spark.read.parquet(f"{sweep_dir}/results.parquet").orderBy("trial").collect()
     assert [r["status"] for r in table] == ["completed", "completed"] and all(r["val_auc"] > 0.7 for r in table)
-
-
-def executor_jvm_of(pid: int) -> int:
-    """Walk up from a TF node's Python process to the executor JVM that runs it."""
-    while pid > 1:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            if b"CoarseGrainedExecutorBackend" in fh.read():
-                return pid
-        with open(f"/proc/{pid}/stat") as fh:
-            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
-    raise LookupError("no executor JVM above the TF node")
 
 
 def test_an_executor_killed_mid_training_resumes_from_the_state_on_hdfs(spark, minidfs, hdfs_dataset, three_workers):
