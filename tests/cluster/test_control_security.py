@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -171,7 +172,7 @@ def test_pickles_and_garbage_sent_to_every_port_run_nothing(dataset, tmp_path):
 def test_a_node_with_the_wrong_secret_cannot_register(dataset, tmp_path):
     model_dir = tmp_path / "model"
     entry = [sys.executable, "-m", "tests.cluster.wrong_secret"]
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     proc = subprocess.run(command(dataset, model_dir, f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", entry=entry),
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
@@ -183,3 +184,11 @@ def test_a_node_with_the_wrong_secret_cannot_register(dataset, tmp_path):
     assert "attempt 1 of" not in proc.stdout  # a wrong secret is not retried
     assert seconds < 60  # train.reservation_timeout, Spark's start-up included
     assert not (model_dir / "saved_model").exists()
+    # the chief's task was cancelled while it waited for the refused node: its files on the
+    # executor's disk go with it (TF node workspaces are <tmp>/tfos-<run id>/)
+    deadline = time.monotonic() + 15
+    left = [1]
+    while left and time.monotonic() < deadline:
+        left = [p for p in Path(tempfile.gettempdir()).glob("tfos-20*") if p.stat().st_mtime >= started_at]
+        time.sleep(0.5)
+    assert left == [], left

@@ -27,7 +27,8 @@ def wait_until_done(link, max_seconds: float) -> str:
 
 
 def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace) -> None:
-    """A detached process that kills `targets` and clears `workspace` if `watched_pid` dies first.
+    """A detached process that kills `targets` and clears `workspace` if `watched_pid` dies first;
+    it exits once the targets are gone and the workspace has been left.
 
     When Spark cancels a task it SIGKILLs the Python worker: the helper processes it forked
     (TFoS's manager server) would be orphaned and its files left on the executor's disk; the

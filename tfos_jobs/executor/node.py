@@ -101,7 +101,8 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
     node = _current.get()
     manager_pid = _manager_pid()
-    lifecycle.start_reaper(os.getpid(), [manager_pid] if manager_pid else [], node.workspace)
+    if manager_pid:
+        lifecycle.start_reaper(os.getpid(), [manager_pid], node.workspace)
     node.link.started({
         "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
         "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
@@ -161,6 +162,7 @@ def guard(node_fn, launch: Launch, secret: bytes):
         try:
             workspace = Workspace.of(launch.local_dir, launch.run_id, name)
             workspace.enter()
+            lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
             try:
                 inputs.receive(records, launch.inputs[partition], workspace.root)
                 if role == "chief" or launch.strategy == "multi_worker_mirrored":  # BackupAndRestore reads it

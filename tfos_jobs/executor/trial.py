@@ -18,6 +18,7 @@ from typing import Any, Iterator
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.executor import lifecycle
 from tfos_jobs.search.early_stopping import metric_history, should_stop
 from tfos_jobs.search.trials import PREFIX, TrialOutcome, TrialStatus
 
@@ -48,6 +49,7 @@ def run_trial(payload: dict[str, Any], secret: bytes, records: Iterator[tuple[st
         from tfos_jobs.executor import training
 
         workspace.enter()
+        lifecycle.start_reaper(os.getpid(), [], workspace)  # a trial cancelled by the time budget leaves no files
         inputs.receive(records, payload["inputs"], workspace.root)
         link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
         training.configure_threads(args.threads)  # trials share the executors' cores
