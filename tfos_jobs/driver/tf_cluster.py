@@ -16,7 +16,7 @@ Training (`driver.train`) and sweeps with TF-cluster trials both come through `r
 from __future__ import annotations
 
 import contextlib
-import random
+import secrets
 import socket
 import threading
 import time
@@ -68,7 +68,7 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: R
                     tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir, inputs=plans)
     template = {"chief": [0]} | ({"worker": list(range(1, nodes))} if nodes > 1 else {})
     cluster_meta = {
-        "id": random.getrandbits(64), "cluster_template": template, "num_executors": nodes,
+        "id": secrets.randbits(64), "cluster_template": template, "num_executors": nodes,
         "default_fs": "file://", "working_dir": ".", "server_addr": address, "release_port": True,
     }
     group = f"tfos-train-{state.id}"

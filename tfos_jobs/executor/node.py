@@ -198,7 +198,9 @@ def free_port(ports: list[int]) -> int:
     import random
     import socket
 
-    for port in random.sample(ports, len(ports)):
+    # Not the module's generator: training seeds it, and a reused Python worker would then
+    # draw the same ports for every run.
+    for port in random.SystemRandom().sample(ports, len(ports)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("", port))

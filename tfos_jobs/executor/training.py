@@ -98,6 +98,9 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     from tfos_jobs.model.export import export_saved_model
 
     is_chief = role == "chief"
+    # The same seed on every worker and every run: the same initial weights, so a rerun, or
+    # the same data on another filesystem, learns the same model.
+    tf.keras.utils.set_random_seed(args.seed)
     meta = meta_mod.read(workspace.dataset)
     spec = meta.spec
     strategy = make_strategy(args.strategy, num_workers)
