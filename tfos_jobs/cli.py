@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo-warehouse", parents=[common],
                    help="load the embedded tables into a local PostgreSQL and Hive tables, prepare from there, "
                         "and compare the records with those prepared from the Parquet files")
+    pack = sub.add_parser("pack-env", help="pack this virtualenv, with the package, as a .tar.gz for --archives "
+                                            "(YARN containers run the jobs in it)")
+    pack.add_argument("output", help="the archive to write, e.g. tfos-env.tar.gz")
+    sub.add_parser("submit", add_help=False,
+                   help="spark-submit a job with the TFRecord jar and, with --env-archive, the packed environment: "
+                        "tfos submit [spark-submit options] JOB [job options] (--dry-run prints the command)")
     from tfos_jobs.bench import cli as bench_cli
 
     bench_cli.add_arguments(sub.add_parser("bench", parents=[common], help="measure every stage against its baseline"))
@@ -67,7 +73,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["submit"]:  # spark-submit's options are not ours to parse
+        return _submit(argv[1:])
     args = _parser().parse_args(argv)
+    if args.command == "pack-env":
+        return _pack_env(args.output)
     try:
         overrides = list(args.overrides)
         if getattr(args, "people", None) is not None:
@@ -88,6 +99,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         _stop_session()
 
 
+def _submit(argv: list[str]) -> int:
+    from tfos_jobs import submit
+
+    try:
+        return submit.run(argv, sorted(COMMANDS))
+    except TfosError as e:
+        print(f"tfos submit: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _pack_env(output: str) -> int:
+    from tfos_jobs import env_archive
+
+    try:
+        env_archive.pack(output)
+    except TfosError as e:
+        print(f"tfos pack-env: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _stop_session() -> None:
     """Stop Spark before the interpreter exits: local-cluster masters otherwise keep
     relaunching executors while the JVM shuts down."""
@@ -101,9 +133,10 @@ def _stop_session() -> None:
 def _session(cfg):
     """The session; GPU training needs Spark's resource settings before the context starts."""
     from tfos_jobs import session
-    from tfos_jobs.driver.gpu import gpu_conf
+    from tfos_jobs.driver.gpu import discovery_script, gpu_conf
 
-    script = os.path.abspath(cfg.train.gpu_discovery_script or resources.gpu_discovery_script())
+    script = discovery_script(cfg.train.gpu_discovery_script, resources.gpu_discovery_script(),
+                              os.environ.get("PYSPARK_PYTHON", ""))
     return session.build(cfg.spark, gpu_conf(cfg.train, script))
 
 

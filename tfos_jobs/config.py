@@ -249,6 +249,8 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
     Tables merge key by key and the file's values win, except that a `[sources.<name>]` table
     replaces the base's source of that name whole (a path left over from a Parquet source would
     mean nothing to a JDBC one)."""
+    if is_url(str(path)):
+        return _read_remote_config(str(path), _seen)
     path = Path(path).resolve()
     if path in _seen:
         raise ConfigError(f"extends: {str(path)!r} extends itself (through {' -> '.join(map(str, _seen))})")
@@ -258,7 +260,31 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
         return raw
     if not isinstance(base_name, str):
         raise ConfigError(f"extends: expected a file name, got {base_name!r}")
-    base = read_config_file(path.parent / base_name, (*_seen, path))
+    return _extended(read_config_file(path.parent / base_name, (*_seen, path)), raw)
+
+
+def is_url(path: str) -> bool:
+    """A path with a scheme (hdfs://, s3a://, abfs://, gs://, ...) other than file:."""
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.isidentifier() and scheme != "file"
+
+
+def _read_remote_config(url: str, _seen: tuple) -> dict[str, Any]:
+    """A config file on a Hadoop filesystem (shipped to a cluster that way instead of with
+    --files); its `extends` is read from beside it."""
+    if url in _seen:
+        raise ConfigError(f"extends: {url!r} extends itself (through {' -> '.join(map(str, _seen))})")
+    raw = read_toml(url, "config file")
+    base_name = raw.pop("extends", None)
+    if base_name is None:
+        return raw
+    if not isinstance(base_name, str):
+        raise ConfigError(f"extends: expected a file name, got {base_name!r}")
+    base_url = base_name if is_url(base_name) else f"{url.rsplit('/', 1)[0]}/{base_name}"
+    return _extended(_read_remote_config(base_url, (*_seen, url)), raw)
+
+
+def _extended(base: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     sources = {**base.get("sources", {}), **raw.get("sources", {})}
     merged = _merge(base, raw)
     if sources:
@@ -275,13 +301,31 @@ def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     """The parsed file; a missing or malformed one is a ConfigError naming `what` and the path."""
+    if is_url(str(path)):
+        return _parse_toml(_remote_text(str(path), what), what, str(path))
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{what} {str(path)!r} does not exist") from None
+    return _parse_toml(text, what, str(path))
+
+
+def _remote_text(url: str, what: str) -> str:
+    from tfos_jobs.storage import HadoopFS, StorageError, translated
+
+    try:
+        with translated(url):
+            return HadoopFS.before_session(url).read_text(url)
+    except StorageError as e:
+        raise ConfigError(f"{what} {url!r} cannot be read: {e}") from None
+
+
+def _parse_toml(text: str, what: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{what} {str(path)!r} is not valid TOML: {e}") from None
+        raise ConfigError(f"{what} {where!r} is not valid TOML: {e}") from None
 
 
 def from_dict(raw: Mapping[str, Any]) -> Config:

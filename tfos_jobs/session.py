@@ -14,6 +14,9 @@ from tfos_jobs.errors import ConfigError
 
 TFRECORD_JAR = Path(__file__).parent / "jars" / "tfos-tfrecord.jar"
 JAR_LISTS = ("spark.jars", "spark.jars.packages")
+# Where spark-submit puts --jars: spark.jars for standalone, Kubernetes and local masters, and on
+# YARN spark.yarn.dist.jars (in client mode the driver's class path gets them too).
+SUBMITTED_JARS = ("spark.jars", "spark.yarn.dist.jars")
 
 
 def runtime_env() -> dict[str, str]:
@@ -44,16 +47,20 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     if submitted:
         SparkContext._ensure_initialized()  # so that SparkConf() sees spark-submit's settings
     conf = SparkConf()
-    builder = SparkSession.builder.appName(spark_cfg.app_name)
+    # A name given to spark-submit (--name) is the one the cluster manager already shows (YARN in
+    # cluster mode cannot change it); without one spark-submit uses the script's file name.
+    given = conf.get("spark.app.name", "") if submitted else ""
+    builder = SparkSession.builder.appName(given if given and not given.endswith(".py") else spark_cfg.app_name)
     jars = _listed(conf.get("spark.jars", "")) + _listed(spark_cfg.conf.get("spark.jars", ""))
+    submitted_jars = jars_given_to_submit(conf)
     packages = _listed(conf.get("spark.jars.packages", "")) + _listed(spark_cfg.conf.get("spark.jars.packages", ""))
     if submitted:
         # The driver JVM is already running: a jar added now would reach the executors but
         # not the driver, so it must come with --jars (or --packages). The master is spark-submit's.
-        missing = _missing_on_submit(jars, packages, spark_cfg)
+        missing = _missing_on_submit(submitted_jars, packages, spark_cfg)
         if missing:
             raise ConfigError(f"spark-submit was run without {'; '.join(missing)} "
-                              "(scripts/tfos-submit adds the TFRecord jar for you)")
+                              "(`tfos submit` and scripts/tfos-submit add the TFRecord jar for you)")
     else:
         builder = builder.master(spark_cfg.master or "local[*]")
         jars += [str(tfrecord_jar()), *(str(Path(j).resolve()) for j in spark_cfg.jars)]
@@ -88,6 +95,12 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def jars_given_to_submit(conf: SparkConf) -> list[str]:
+    """The jars spark-submit's --jars put on the driver and executors, wherever this cluster
+    manager records them."""
+    return [j for key in SUBMITTED_JARS for j in _listed(conf.get(key, ""))]
 
 
 def _listed(value: str) -> list[str]:

@@ -35,13 +35,30 @@ class StorageError(TfosError):
 
 
 class HadoopFS:
-    """The JVM side: Hadoop's FileSystem for any path, through the session's gateway."""
+    """The JVM side: Hadoop's FileSystem for any path, through the session's gateway (or, with
+    `spark=None`, the gateway spark-submit started, before any session: `before_session`)."""
 
-    def __init__(self, spark):
-        sc = spark.sparkContext
-        self._jvm = sc._jvm
-        self._conf = sc._jsc.hadoopConfiguration()
+    def __init__(self, spark, *, jvm=None, hadoop_conf=None):
+        if spark is not None:
+            jvm, hadoop_conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()
+        self._jvm = jvm
+        self._conf = hadoop_conf
         self._path = self._jvm.org.apache.hadoop.fs.Path
+
+    @classmethod
+    def before_session(cls, url: str) -> "HadoopFS":
+        """The Hadoop configuration a session would get (HADOOP_CONF_DIR and spark.hadoop.* of
+        spark-submit), in spark-submit's JVM: for a file needed before the session is built, such
+        as the job's config. Without spark-submit there is no JVM yet to read `url` with."""
+        if "PYSPARK_GATEWAY_PORT" not in os.environ:
+            raise StorageError(f"{url!r} is on a Hadoop filesystem, which a job reads before its Spark session "
+                               "only under spark-submit: run it with `tfos submit`, or give a local file")
+        from pyspark import SparkContext
+
+        SparkContext._ensure_initialized()
+        jvm = SparkContext._jvm
+        conf = jvm.org.apache.spark.deploy.SparkHadoopUtil.get().newConfiguration(jvm.org.apache.spark.SparkConf(True))
+        return cls(None, jvm=jvm, hadoop_conf=conf)
 
     def fs(self, path: str):
         return self._path(path).getFileSystem(self._conf)

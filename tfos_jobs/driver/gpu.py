@@ -1,6 +1,9 @@
 """Spark resource settings that put each TF node on its own GPUs."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from tfos_jobs.config import TrainConfig
 
 
@@ -17,3 +20,19 @@ def gpu_conf(tr: TrainConfig, discovery_script: str) -> dict[str, str]:
         "spark.worker.resource.gpu.amount": amount,
         "spark.worker.resource.gpu.discoveryScript": discovery_script,
     }
+
+
+def discovery_script(configured: str, shipped: str, executor_python: str) -> str:
+    """The discovery script's path as executors will see it. A configured one is taken as given
+    (relative: from the executor's working directory, e.g. a file shipped with --files). The
+    package's own: inside the environment archive when executors run one (`executor_python` is
+    `./<archive>/bin/python` in every YARN container), else at this installation's path, which
+    must then be the same on every host (one install everywhere, or the image)."""
+    if configured:
+        return configured if configured.startswith("./") else os.path.abspath(configured)
+    if executor_python.startswith("./") and executor_python.endswith("/bin/python"):
+        from tfos_jobs import env_archive
+
+        archive = Path(executor_python[2:-len("/bin/python")])
+        return "./" + str(env_archive.site_packages(archive) / "tfos_jobs" / "resources" / Path(shipped).name)
+    return os.path.abspath(shipped)

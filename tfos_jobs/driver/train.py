@@ -54,6 +54,11 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
     `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
     log to keep (a sweep watches its trials' as they train); by default the model directory's."""
     tr = config.train
+    if tr.strategy != "local":
+        check_fixed_executors(spark.sparkContext.getConf())
+        advice = container_memory_advice(spark.sparkContext.getConf())
+        if advice:
+            log(f"warning: {advice}")
     storage = Storage(spark)
     meta = read_dataset(storage, "train.dataset", tr.dataset)
     try:
@@ -97,6 +102,49 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
         transfers.close()
     printer.poll()
     return _finish(storage, model_dir, state, progress, tr, attempt, time.time() - started, log, rejected)
+
+
+def check_fixed_executors(conf) -> None:
+    """A TF cluster holds one executor per node for the whole run; dynamic allocation would
+    take idle executors away before the nodes start, or leave too few to start them."""
+    if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        raise ConfigError(
+            "spark.dynamicAllocation.enabled = true: a TF cluster needs a fixed set of executors, one per node "
+            "for the whole run; submit training with --conf spark.dynamicAllocation.enabled=false and "
+            "--num-executors (or spark.executor.instances) of at least the number of TF nodes")
+
+
+# What a TF node's Python process takes beside the executor's JVM (TensorFlow, the model, a
+# worker's in-memory shard): roughly, for the models the package builds on the demo's scale.
+TF_NODE_MB = 1536
+
+
+def container_memory_advice(conf) -> str | None:
+    """On YARN a container is killed when its processes outgrow executor memory + overhead; the
+    TF node runs in a Python worker, outside the JVM heap, so only the overhead (default: 10% of
+    the executor memory, at least 384 MB) and spark.executor.pyspark.memory cover it."""
+    if not conf.get("spark.master", "").startswith("yarn"):
+        return None
+    heap = _mb(conf.get("spark.executor.memory", "1g"))
+    overhead = _mb(conf.get("spark.executor.memoryOverhead", "")) or max(384, heap // 10)
+    python = _mb(conf.get("spark.executor.pyspark.memory", ""))
+    if overhead + python >= TF_NODE_MB:
+        return None
+    return (f"each YARN container holds the executor's {heap} MB heap and {overhead + python} MB beside it "
+            f"(spark.executor.memoryOverhead{' + spark.executor.pyspark.memory' if python else ''}), where the "
+            f"TF node's Python process must fit; where YARN enforces memory limits, submit with --conf "
+            f"spark.executor.memoryOverhead=2g or more (the node's peak memory is in the executor logs)")
+
+
+def _mb(size: str) -> int:
+    """A Spark memory setting in MiB ("2g", "1536m", "512"; a bare number is MiB)."""
+    size = size.strip().lower()
+    if not size:
+        return 0
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    number, unit = (size[:-2], size[-2]) if size.endswith("b") and size[-2:-1] in units else (
+        (size[:-1], size[-1]) if size[-1] in units else (size, "m"))
+    return int(float(number) * units[unit])
 
 
 def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
@@ -214,7 +262,7 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
     result = state.result()
     if result is None:
         raise TrainingError("the chief ended without reporting its result (see the executor logs)")
-    nodes = [{k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "manager_pid")}
+    nodes = [{k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "python", "manager_pid")}
              for node in state.records().values()]
     metrics = {
         "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import json
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
         lifecycle.start_reaper(os.getpid(), [manager_pid], node.workspace)
     node.link.started({
         "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
-        "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "python": sys.executable, "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "cluster": cluster, "started": time.time(), "threads": threads,
     })
     status = cc.RUN_FAILED

@@ -1,0 +1,14 @@
+"""spark-submit entry point for every `tfos` command: `spark-submit tfos_jobs/job.py train --config census`
+(`tfos submit train ...` builds that command)."""
+import os
+import sys
+
+# spark-submit puts this file's folder first on sys.path; drop it so that module names in the
+# package (config, session, ...) cannot shadow top-level modules of other libraries.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+from tfos_jobs.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,176 @@
+"""`tfos submit`: spark-submit with what every job needs, from the installed package.
+
+    tfos submit [spark-submit options] JOB [job options]
+    tfos submit --master yarn --deploy-mode cluster --env-archive hdfs:///envs/tfos-env.tar.gz \\
+        --num-executors 2 train --config census --set train.model_dir=hdfs:///models/census
+
+JOB is a `tfos` command (prepare, train, predict, sweep, sql, ...) or a Python file. Added to
+the spark-submit command line:
+- the TFRecord data source jar of this installation (`--jars`, merged with the user's);
+- with `--env-archive A`: `--archives A#tfos-env` and executors (and in cluster mode the
+  driver) on `./tfos-env/bin/python` (`tfos pack-env` makes the archive; `A#name` unpacks it
+  as `./name` instead);
+- on YARN, unless given: `spark.yarn.maxAppAttempts=1` (a failed run is resumed by the
+  package's own attempts from its model directory, and rerunning a whole driver would only
+  repeat the failure), and in cluster mode the driver's environment for TensorFlowOnSpark.
+
+`--dry-run` (before JOB) prints the command instead of running it.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tfos_jobs.errors import ConfigError
+
+ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)
+JOB_SCRIPT = Path(__file__).parent / "job.py"
+# spark-submit options that take no value; every other `--option` takes one
+FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--kill", "--status"})
+# environment the driver needs before Python starts, in cluster mode (client mode: this process's)
+DRIVER_ENV = {"TF_USE_LEGACY_KERAS": "1", "PYARROW_IGNORE_TIMEZONE": "1"}
+
+
+@dataclass
+class Submission:
+    options: list[str]  # spark-submit's, in the order given
+    app: str  # the job's script
+    app_args: list[str]
+    env_archive: str | None = None
+    dry_run: bool = False
+    conf: dict[str, str] = field(default_factory=dict)  # --conf k=v given by the user
+
+    def option(self, name: str) -> str | None:
+        """The last value given for `--name` (spark-submit's rule: a later one wins)."""
+        value = None
+        for i, arg in enumerate(self.options):
+            if arg == name and i + 1 < len(self.options):
+                value = self.options[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+        return value
+
+
+def parse(argv: Sequence[str], commands: Sequence[str]) -> Submission:
+    """Split `tfos submit` arguments into spark-submit's, the job and the job's own."""
+    argv = list(argv)
+    options: list[str] = []
+    env_archive, dry_run = None, False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--env-archive" or arg.startswith("--env-archive="):
+            if "=" in arg:
+                env_archive = arg.split("=", 1)[1]
+            elif i + 1 < len(argv):
+                env_archive, i = argv[i + 1], i + 1
+            else:
+                raise ConfigError("--env-archive needs a value: the archive `tfos pack-env` wrote")
+        elif arg == "--dry-run":
+            dry_run = True
+        elif arg.startswith("-"):
+            options.append(arg)
+            if arg not in FLAGS and "=" not in arg:
+                if i + 1 >= len(argv):
+                    raise ConfigError(f"spark-submit option {arg} needs a value")
+                options.append(argv[i + 1])
+                i += 1
+        else:
+            if arg in commands:
+                app, app_args = str(JOB_SCRIPT), [arg, *argv[i + 1:]]
+            elif arg.endswith(".py"):
+                app, app_args = arg, argv[i + 1:]
+            else:
+                raise ConfigError(f"{arg!r} is neither a job ({', '.join(commands)}) nor a .py file")
+            sub = Submission(options, app, app_args, env_archive, dry_run)
+            sub.conf = _confs(options)
+            return sub
+        i += 1
+    raise ConfigError(f"no job given; name one of {', '.join(commands)} after spark-submit's options")
+
+
+def _confs(options: list[str]) -> dict[str, str]:
+    conf = {}
+    for i, arg in enumerate(options):
+        if arg in ("--conf", "-c") and i + 1 < len(options) and "=" in options[i + 1]:
+            key, value = options[i + 1].split("=", 1)
+            conf[key] = value
+    return conf
+
+
+def command(sub: Submission) -> list[str]:
+    """The spark-submit command line for `sub`."""
+    from tfos_jobs.session import tfrecord_jar
+
+    options = _without(sub.options, "--jars")
+    jars = [str(tfrecord_jar()), *_split(sub.option("--jars"))]
+    extra = ["--jars", ",".join(dict.fromkeys(jars))]
+    master = sub.option("--master") or sub.conf.get("spark.master", "")
+    cluster_mode = (sub.option("--deploy-mode") or sub.conf.get("spark.submit.deployMode", "client")) == "cluster"
+    if sub.env_archive:
+        archive = sub.env_archive if "#" in sub.env_archive else f"{sub.env_archive}#{ENV_LINK}"
+        python = f"./{archive.rsplit('#', 1)[1]}/bin/python"  # in every container's working directory
+        options = _without(options, "--archives")
+        extra += ["--archives", ",".join([*_split(sub.option("--archives")), archive])]
+        extra += _conf(sub, "spark.pyspark.python", python)
+        if cluster_mode:
+            extra += _conf(sub, "spark.yarn.appMasterEnv.PYSPARK_PYTHON", python)
+        else:
+            extra += _conf(sub, "spark.pyspark.driver.python", sys.executable)
+    if master.startswith("yarn"):
+        extra += _conf(sub, "spark.yarn.maxAppAttempts", "1")
+        if cluster_mode:
+            for key, value in DRIVER_ENV.items():
+                extra += _conf(sub, f"spark.yarn.appMasterEnv.{key}", value)
+    if sub.option("--name") is None and sub.app == str(JOB_SCRIPT):
+        extra += ["--name", f"tfos {sub.app_args[0]}"]
+    return [spark_submit(), *extra, *options, sub.app, *sub.app_args]
+
+
+def _conf(sub: Submission, key: str, value: str) -> list[str]:
+    return [] if key in sub.conf else ["--conf", f"{key}={value}"]
+
+
+def _split(value: str | None) -> list[str]:
+    return [v for v in (value or "").split(",") if v]
+
+
+def _without(options: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for arg in options:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            out.append(arg)
+    return out
+
+
+def spark_submit() -> str:
+    """This installation's spark-submit (pyspark's, beside this Python), else the one on PATH."""
+    beside = Path(sys.executable).parent / "spark-submit"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("spark-submit")
+    if not found:
+        raise ConfigError("no spark-submit beside this Python or on PATH: install pyspark or set PATH")
+    return found
+
+
+def run(argv: Sequence[str], commands: Sequence[str]) -> int:
+    sub = parse(argv, commands)
+    cmd = command(sub)
+    if sub.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    # spark-submit finds Spark through this Python's pyspark; the jobs' Python is spark.pyspark.python's
+    env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **DRIVER_ENV}
+    sys.stdout.flush()
+    os.execve(cmd[0], cmd, env)
+    return 0  # not reached
