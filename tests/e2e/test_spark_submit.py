@@ -20,6 +20,7 @@ def run(cmd, expect: int = 0):
     return proc
 
 
+@pytest.mark.slow  # make test submits prepare to YARN and to an isolated standalone cluster
 def test_spark_submit_prepare_on_local_cluster(spark, tmp_path):
     from tfos_jobs.data import synthetic
 

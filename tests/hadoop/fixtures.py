@@ -24,6 +24,11 @@ stops the cluster).
     isolated_cluster  session  tests.hadoop.isolated.IsolatedCluster, running: 2 isolated workers, 1 core
                                and 1536m each; .url (spark://...), .submit([...]), .tfos([...]),
                                .executor_conf, .env(), .executor_logs(), .state()
+    yarn_cluster      session  tests.hadoop.yarn.YarnCluster, running: HDFS and YARN (one NodeManager of
+                               8 GB); .hdfs, .path("/p"), .submit([JOB, ...], deploy_mode=...),
+                               .applications(), .container_pids(app), .container_logs()
+    yarn_env_archive  session  this venv packed by `tfos pack-env`, on the YARN cluster's HDFS (public):
+                               the URL for `tfos submit --env-archive`
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import pytest
 from tests.hadoop.isolated import IsolatedCluster
 from tests.hadoop.minidfs import MiniDFS
 from tests.hadoop.s3 import S3Server
+from tests.hadoop.yarn import YarnCluster
 
 _shared: dict[str, list] = {}  # name -> [service, number of fixture instances using it]
 _counter = itertools.count(1)
@@ -93,3 +99,20 @@ def isolated_cluster(tmp_path_factory) -> Iterator[IsolatedCluster]:
     with shared("isolated_cluster",
                 lambda: IsolatedCluster(tmp_path_factory.mktemp("isolated-cluster")).start()) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def yarn_cluster(tmp_path_factory) -> Iterator[YarnCluster]:
+    with shared("yarn_cluster", lambda: YarnCluster(tmp_path_factory.mktemp("yarn")).start()) as yarn:
+        yield yarn
+
+
+@pytest.fixture(scope="session")
+def yarn_env_archive(yarn_cluster, tmp_path_factory) -> str:
+    from tfos_jobs import env_archive
+
+    local = tmp_path_factory.mktemp("env-archive") / "tfos-env.tar.gz"
+    env_archive.pack(local, log=lambda line: None)
+    remote = yarn_cluster.upload_public(local, "/envs")
+    local.unlink()
+    return remote
