@@ -108,11 +108,17 @@ def yarn_cluster(tmp_path_factory) -> Iterator[YarnCluster]:
 
 
 @pytest.fixture(scope="session")
-def yarn_env_archive(yarn_cluster, tmp_path_factory) -> str:
+def yarn_env_archive(request, tmp_path_factory) -> str:
+    """Packed while the YARN cluster starts (a minute each, on different cores), then uploaded."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from tfos_jobs import env_archive
 
     local = tmp_path_factory.mktemp("env-archive") / "tfos-env.tar.gz"
-    env_archive.pack(local, log=lambda line: None)
-    remote = yarn_cluster.upload_public(local, "/envs")
+    with ThreadPoolExecutor(1) as pool:
+        packed = pool.submit(env_archive.pack, local, log=lambda line: None)
+        yarn = request.getfixturevalue("yarn_cluster")
+        packed.result()
+    remote = yarn.upload_public(local, "/envs")
     local.unlink()
     return remote

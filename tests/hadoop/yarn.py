@@ -174,9 +174,10 @@ class YarnCluster:
         suffix = app_id.split("_", 1)[1]
         ids = [c["id"] for c in self.running_containers() if suffix in c["id"]]
         pids = {}
-        for cid in ids:
-            for pid, cmdline in _processes():
-                if cid in cmdline and cmdline.startswith(("java", "/")) and " -cp " in cmdline and "bash" not in cmdline[:20]:
+        for pid, cmdline in _processes():
+            program = cmdline.split(" ", 1)[0]
+            for cid in ids:
+                if program.endswith("/java") and f"/{cid}" in cmdline:  # its log dir is on the command line
                     pids[cid] = pid
         return pids
 

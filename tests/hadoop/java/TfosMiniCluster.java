@@ -89,6 +89,8 @@ public class TfosMiniCluster {
       y.set("yarn.resourcemanager.scheduler.class",
           "org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler");
       y.setInt("yarn.nodemanager.resource.memory-mb", nmMb);
+      // MiniYARNCluster gives its NodeManagers this one instead (default 4096 MB)
+      y.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, nmMb);
       y.setInt("yarn.nodemanager.resource.cpu-vcores", nmVcores);
       y.setInt("yarn.scheduler.minimum-allocation-mb", 256);
       y.setInt("yarn.scheduler.maximum-allocation-mb", nmMb);
