@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--name", help="SQL name of the prediction function (default: predict.name)")
     query = sql.add_mutually_exclusive_group(required=True)
     query.add_argument("-e", dest="sql", metavar="SQL", help="the query")
-    query.add_argument("-f", dest="file", metavar="FILE", help="a file of SQL statements; the last one's result is shown")
+    query.add_argument("-f", dest="file", metavar="FILE", help="a file of SQL statements, local or on a Hadoop filesystem (hdfs://...); the last one's result is shown")
     sql.add_argument("--output", help="write the result as Parquet here instead of printing it")
     sql.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
     ev = sub.add_parser("evaluate", parents=[common],
@@ -224,15 +224,25 @@ def cmd_predict(cfg, args) -> int:
 def cmd_sql(cfg, args) -> int:
     from tfos_jobs.driver import sql
 
-    if args.file:
+    if args.file and config_mod.is_url(args.file):  # e.g. hdfs://...: read with the session's Hadoop settings
+        from tfos_jobs.storage import Storage, StorageError
+
+        spark = _session(cfg)
         try:
-            with open(args.file, encoding="utf-8") as fh:
-                script = fh.read()
-        except OSError as e:
-            raise ConfigError(f"-f {args.file}: {e.strerror}") from None
+            script = Storage(spark).read_text(args.file)
+        except StorageError as e:
+            raise ConfigError(f"-f {args.file}: {e}") from None
     else:
-        script = args.sql
-    sql.run(_session(cfg), cfg, script, model=args.model, name=args.name, output=args.output, rows=args.rows)
+        if args.file:
+            try:
+                with open(args.file, encoding="utf-8") as fh:
+                    script = fh.read()
+            except OSError as e:
+                raise ConfigError(f"-f {args.file}: {e.strerror}") from None
+        else:
+            script = args.sql
+        spark = _session(cfg)
+    sql.run(spark, cfg, script, model=args.model, name=args.name, output=args.output, rows=args.rows)
     return 0
 
 

@@ -85,9 +85,12 @@ def test_the_archive_holds_the_package_and_not_what_containers_get_elsewhere():
     assert not any(Path(n).name.startswith("__editable__") for n in names)
 
 
-def test_pack_env_refuses_to_write_into_the_venv_it_packs():
+def test_pack_env_refuses_to_write_into_the_venv_it_packs_or_an_unknown_format(tmp_path):
     with pytest.raises(ConfigError, match="would be written into the venv"):
         env_archive.pack(Path(sys.prefix) / "env.tar.gz")
+    with pytest.raises(ConfigError, match=r"'env.zip': the archive's name must end in .tar.gz"):
+        env_archive.pack(tmp_path / "env.zip")
+    assert not list(tmp_path.iterdir())
 
 
 def test_dynamic_allocation_is_refused_for_a_tf_cluster():
