@@ -68,7 +68,7 @@ def test_prepare_train_predict_on_yarn_in_client_mode(spark, yarn_env_archive, y
 @pytest.mark.slow
 def test_prepare_train_predict_on_yarn_in_cluster_mode(spark, yarn_env_archive, yarn_cluster, tmp_path):
     """The driver runs in the YARN application master, from the archive too; the config reaches it
-    shipped with --files (prepare) or read from HDFS (train, predict)."""
+    shipped with --files (prepare) or read from HDFS (train, predict, sql, whose query file is on HDFS too)."""
     root = yarn_cluster.path("/cluster")
     generate(spark, root)
     storage = Storage(spark)
@@ -80,10 +80,15 @@ def test_prepare_train_predict_on_yarn_in_cluster_mode(spark, yarn_env_archive, 
     for job in ("train", "predict"):
         yarn_cluster.submit([job, "--config", f"{root}/conf/census.toml", *paths], deploy_mode="cluster",
                             env_archive=yarn_env_archive, cwd=tmp_path)
+    storage.write_text(f"{root}/conf/count.sql",
+                       "SELECT COUNT(*) AS n, AVG(predict_income(struct(*)).probability) AS p FROM features")
+    yarn_cluster.submit(["sql", "--config", f"{root}/conf/census.toml", *paths, "-f", f"{root}/conf/count.sql",
+                         "--output", f"{root}/sql"], deploy_mode="cluster", env_archive=yarn_env_archive, cwd=tmp_path)
 
-    apps = yarn_cluster.applications()[-3:]
+    apps = yarn_cluster.applications()[-4:]
     assert [(a["name"], a["finalStatus"]) for a in apps] == [
-        ("tfos prepare", "SUCCEEDED"), ("tfos train", "SUCCEEDED"), ("tfos predict", "SUCCEEDED")]
+        ("tfos prepare", "SUCCEEDED"), ("tfos train", "SUCCEEDED"), ("tfos predict", "SUCCEEDED"),
+        ("tfos sql", "SUCCEEDED")]
     train_app = apps[1]["id"]
     driver_out = next(text for name, text in yarn_cluster.container_logs().items()
                       if name.startswith(f"{train_app}/") and "_000001/stdout" in name)
@@ -92,6 +97,8 @@ def test_prepare_train_predict_on_yarn_in_cluster_mode(spark, yarn_env_archive, 
     assert [n["role"] for n in metrics["nodes"]] == ["chief", "worker"] and metrics["eval"]["auc"] > 0.8
     assert all(n["python"].endswith("/tfos-env/bin/python") for n in metrics["nodes"])
     assert spark.read.parquet(f"{root}/predictions").count() == PEOPLE
+    [row] = spark.read.parquet(f"{root}/sql").collect()  # the UDF, serving the model from HDFS in containers
+    assert row["n"] == PEOPLE and 0 < row["p"] < 1
     assert not list(tmp_path.iterdir())  # nothing was written where it was submitted from
 
 
