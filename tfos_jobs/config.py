@@ -243,45 +243,34 @@ def load(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     return from_dict(raw)
 
 
-def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A config file, on top of the file its `extends` key names (relative to it), if any.
+def read_config_file(path: str | Path, _seen: tuple = ()) -> dict[str, Any]:
+    """A config file, on top of the file its `extends` key names (relative to it), if any. The
+    file may be local or on a Hadoop filesystem (hdfs://..., read under spark-submit).
 
     Tables merge key by key and the file's values win, except that a `[sources.<name>]` table
     replaces the base's source of that name whole (a path left over from a Parquet source would
     mean nothing to a JDBC one)."""
-    if is_url(str(path)):
-        return _read_remote_config(str(path), _seen)
-    path = Path(path).resolve()
-    if path in _seen:
-        raise ConfigError(f"extends: {str(path)!r} extends itself (through {' -> '.join(map(str, _seen))})")
-    raw = read_toml(path, "config file")
+    remote = is_url(str(path))
+    where: str | Path = str(path) if remote else Path(path).resolve()
+    if where in _seen:
+        raise ConfigError(f"extends: {str(where)!r} extends itself (through {' -> '.join(map(str, _seen))})")
+    raw = read_toml(where, "config file")
     base_name = raw.pop("extends", None)
     if base_name is None:
         return raw
     if not isinstance(base_name, str):
         raise ConfigError(f"extends: expected a file name, got {base_name!r}")
-    return _extended(read_config_file(path.parent / base_name, (*_seen, path)), raw)
+    if remote:
+        base: str | Path = base_name if is_url(base_name) else f"{str(where).rsplit('/', 1)[0]}/{base_name}"
+    else:
+        base = where.parent / base_name
+    return _extended(read_config_file(base, (*_seen, where)), raw)
 
 
 def is_url(path: str) -> bool:
     """A path with a scheme (hdfs://, s3a://, abfs://, gs://, ...) other than file:."""
     scheme, sep, _ = path.partition("://")
     return bool(sep) and scheme.isidentifier() and scheme != "file"
-
-
-def _read_remote_config(url: str, _seen: tuple) -> dict[str, Any]:
-    """A config file on a Hadoop filesystem (shipped to a cluster that way instead of with
-    --files); its `extends` is read from beside it."""
-    if url in _seen:
-        raise ConfigError(f"extends: {url!r} extends itself (through {' -> '.join(map(str, _seen))})")
-    raw = read_toml(url, "config file")
-    base_name = raw.pop("extends", None)
-    if base_name is None:
-        return raw
-    if not isinstance(base_name, str):
-        raise ConfigError(f"extends: expected a file name, got {base_name!r}")
-    base_url = base_name if is_url(base_name) else f"{url.rsplit('/', 1)[0]}/{base_name}"
-    return _extended(_read_remote_config(base_url, (*_seen, url)), raw)
 
 
 def _extended(base: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
