@@ -19,13 +19,17 @@ JAR_LISTS = ("spark.jars", "spark.jars.packages")
 SUBMITTED_JARS = ("spark.jars", "spark.yarn.dist.jars")
 
 
+# Fixed environment of the driver and every executor, set before Python imports TensorFlow:
+# tf-keras for TFoS, and pandas-on-Arrow without the timezone warning.
+FIXED_ENV = {"TF_USE_LEGACY_KERAS": "1", "PYARROW_IGNORE_TIMEZONE": "1"}
+
+
 def runtime_env() -> dict[str, str]:
-    """Environment the driver and every executor need: the same Python, and tf-keras for TFoS."""
+    """Environment the driver and every executor need: the same Python, and FIXED_ENV."""
     return {
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
-        "TF_USE_LEGACY_KERAS": "1",
         "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        "PYARROW_IGNORE_TIMEZONE": "1",
+        **FIXED_ENV,
     }
 
 

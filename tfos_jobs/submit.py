@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Sequence
 
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.session import FIXED_ENV, tfrecord_jar
 
 ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)
 JOB_SCRIPT = Path(__file__).parent / "job.py"
 # spark-submit options that take no value; every other `--option` takes one
 FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--kill", "--status"})
-# environment the driver needs before Python starts, in cluster mode (client mode: this process's)
-DRIVER_ENV = {"TF_USE_LEGACY_KERAS": "1", "PYARROW_IGNORE_TIMEZONE": "1"}
 
 
 @dataclass
@@ -105,8 +104,6 @@ def _confs(options: list[str]) -> dict[str, str]:
 
 def command(sub: Submission) -> list[str]:
     """The spark-submit command line for `sub`."""
-    from tfos_jobs.session import tfrecord_jar
-
     options = _without(sub.options, "--jars")
     jars = [str(tfrecord_jar()), *_split(sub.option("--jars"))]
     extra = ["--jars", ",".join(dict.fromkeys(jars))]
@@ -125,7 +122,7 @@ def command(sub: Submission) -> list[str]:
     if master.startswith("yarn"):
         extra += _conf(sub, "spark.yarn.maxAppAttempts", "1")
         if cluster_mode:
-            for key, value in DRIVER_ENV.items():
+            for key, value in FIXED_ENV.items():  # before the driver's Python starts
                 extra += _conf(sub, f"spark.yarn.appMasterEnv.{key}", value)
     if sub.option("--name") is None and sub.app == str(JOB_SCRIPT):
         extra += ["--name", f"tfos {sub.app_args[0]}"]
@@ -170,7 +167,7 @@ def run(argv: Sequence[str], commands: Sequence[str]) -> int:
         print(shlex.join(cmd))
         return 0
     # spark-submit finds Spark through this Python's pyspark; the jobs' Python is spark.pyspark.python's
-    env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **DRIVER_ENV}
+    env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **FIXED_ENV}
     sys.stdout.flush()
     os.execve(cmd[0], cmd, env)
     return 0  # not reached

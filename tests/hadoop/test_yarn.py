@@ -33,7 +33,7 @@ def census(root: str, *more: str) -> list[str]:
 
 def generate(spark, root: str) -> None:
     """The raw tables, written onto the cluster's HDFS by this process's own Spark."""
-    syn = config.load("tfos_jobs/resources/conf/census.toml").synthetic
+    syn = config.load(resources.config_path("census")).synthetic
     synthetic.generate(spark, f"{root}/raw", PEOPLE, syn.events_per_person, syn.seed, syn.as_of)
 
 
