@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs.config import SparkConfig
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.tf_import import LEGACY_KERAS
 
 TFRECORD_JAR = Path(__file__).parent / "jars" / "tfos-tfrecord.jar"
 JAR_LISTS = ("spark.jars", "spark.jars.packages")
@@ -21,7 +22,7 @@ SUBMITTED_JARS = ("spark.jars", "spark.yarn.dist.jars")
 
 # Fixed environment of the driver and every executor, set before Python imports TensorFlow:
 # tf-keras for TFoS, and pandas-on-Arrow without the timezone warning.
-FIXED_ENV = {"TF_USE_LEGACY_KERAS": "1", "PYARROW_IGNORE_TIMEZONE": "1"}
+FIXED_ENV = {**LEGACY_KERAS, "PYARROW_IGNORE_TIMEZONE": "1"}
 
 
 def runtime_env() -> dict[str, str]:

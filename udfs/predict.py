@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, SequenceFeature
+from tfos_jobs.tf_import import tensorflow
 
 if TYPE_CHECKING:
     from udfs.shipping import ShippedModel
@@ -52,9 +53,7 @@ class Scorer:
 
     def __init__(self, export_dir: str):
         use_task_gpus()
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-        import tensorflow as tf
-
+        tf = tensorflow()
         from tfos_jobs.model.export import read_spec
 
         self._loaded = tf.saved_model.load(export_dir)  # keeps the function's variables alive

@@ -23,6 +23,7 @@ from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, StorageError, named
+from tfos_jobs.tf_import import tensorflow
 from udfs import shipping
 from udfs.predict import make_udf_function
 
@@ -109,9 +110,7 @@ def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
     if missing:
         where = os.path.dirname(os.path.relpath(contract.vocab_asset(local_dir, missing[0]), local_dir))
         raise ConfigError(f"{export_dir!r} lacks vocabularies for {missing} in {where}/")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    import tensorflow as tf
-
+    tf = tensorflow()
     try:
         signatures = tf.saved_model.load(local_dir).signatures
     except Exception as e:  # TF raises several types for unreadable models

@@ -48,6 +48,7 @@ def trained(spark, tmp_path_factory):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "cuInit" not in proc.stdout + proc.stderr  # no GPU here: TensorFlow's probe stays quiet
     return cfg, root / "model", proc.stdout
 
 

@@ -40,6 +40,7 @@ from tfos_jobs.model import exchange
 from tfos_jobs.model.builder import resolve_model_fn
 from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage, named
+from tfos_jobs.tf_import import tensorflow
 
 __all__ = ["run", "TrainingError"]
 
@@ -204,6 +205,7 @@ def _run_local(spark: SparkSession, tr: TrainConfig, args: NodeArgs, meta: Datas
     from tfos_jobs.executor import training
     from tfos_jobs.executor.control_client import ControlClient, DriverLink
 
+    tensorflow()
     storage = Storage(spark)
     state.mark(LAUNCHED)
     secret = cc.new_secret()

@@ -26,6 +26,7 @@ from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.executor import lifecycle
+from tfos_jobs.tf_import import tensorflow
 
 
 def roles(strategy: str, nodes: int, num_ps: int) -> list[tuple[str, int]]:
@@ -90,7 +91,7 @@ def running(node: Node) -> Iterator[None]:
 
 def main_fun(node_args: dict[str, Any], ctx) -> None:
     """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    tensorflow(devices=False)  # quiet; its devices once CUDA_VISIBLE_DEVICES is settled below
     from tfos_jobs.executor.training import configure_threads
 
     args = NodeArgs.from_dict(node_args)
@@ -100,6 +101,7 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
     if role == "ps":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+    tensorflow()  # the devices, now that CUDA_VISIBLE_DEVICES is settled
     node = _current.get()
     manager_pid = _manager_pid()
     if manager_pid:

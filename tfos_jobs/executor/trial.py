@@ -21,6 +21,7 @@ from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.executor import lifecycle
 from tfos_jobs.search.early_stopping import metric_history, should_stop
 from tfos_jobs.search.trials import PREFIX, TrialOutcome, TrialStatus
+from tfos_jobs.tf_import import tensorflow
 
 
 def task(payload: dict[str, Any], secret: bytes):
@@ -35,8 +36,8 @@ def task(payload: dict[str, Any], secret: bytes):
 
 
 def run_trial(payload: dict[str, Any], secret: bytes, records: Iterator[tuple[str, bytes]]) -> TrialOutcome:
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    os.environ.pop("TF_CONFIG", None)  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
+    os.environ.pop("TF_CONFIG", None)  # before TensorFlow reads it
+    tensorflow()  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
     from tfos_jobs.executor import inputs
     from tfos_jobs.executor.control_client import ControlClient, DriverLink
 
