@@ -6,6 +6,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.data import split as split_mod
 from tfos_jobs.data import transforms
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
@@ -81,15 +82,43 @@ def test_lookup_column_clash_and_duplicate_keys(spark):
 
 def test_hash_split_is_deterministic_and_close_to_the_ratio(spark):
     df = spark.range(0, 20_000).withColumnRenamed("id", "key")
-    split = transforms.split_column(SplitConfig(eval_fraction=0.2), "key")
+    split = split_mod.assign(SplitConfig(eval_fraction=0.2), "key")
     first = df.select("key", split.alias("s"))
     second = spark.range(0, 20_000).withColumnRenamed("id", "key").repartition(7).select("key", split.alias("s"))
     assertDataFrameEqual(first, second)
     share = first.where("s = 'eval'").count() / 20_000
     assert 0.19 < share < 0.21
-    salted = df.select("key", transforms.split_column(SplitConfig(eval_fraction=0.2, salt="b"), "key").alias("s"))
+    salted = df.select("key", split_mod.assign(SplitConfig(eval_fraction=0.2, salt="b"), "key").alias("s"))
     changed = first.join(salted.withColumnRenamed("s", "t"), "key").where("s != t").count()
     assert changed > 1000  # a new salt draws a new split
+
+
+def test_a_split_left_empty_by_the_hash_takes_the_key_nearest_the_boundary(spark):
+    keys = spark.createDataFrame([(f"k{i}",) for i in range(40)], "key string")
+    split = SplitConfig(eval_fraction=0.2)
+    buckets = keys.select("key", split_mod.bucket(split, "key").alias("b")).toPandas().sort_values("b")
+    above = buckets[buckets["b"] >= split_mod.nominal_boundary(split)]
+    train_only = keys.where(keys["key"].isin(above["key"].head(5).tolist()))
+    boundary, note = split_mod.settle(train_only, split, "key", {"train": 5, "eval": 0})
+    assert boundary == int(above["b"].iloc[0]) + 1
+    assert note == "eval_fraction = 0.2 put all 5 values of 'key' in train; the one with the lowest hash went to eval"
+    got = train_only.select("key", split_mod.assign(split, "key", boundary).alias("s"))
+    assert sorted(r["key"] for r in got.where("s = 'eval'").collect()) == [above["key"].iloc[0]]
+
+    everything_eval = SplitConfig(eval_fraction=0.9)
+    below = buckets[buckets["b"] < split_mod.nominal_boundary(everything_eval)]
+    eval_only = keys.where(keys["key"].isin(below["key"].head(4).tolist()))
+    boundary, note = split_mod.settle(eval_only, everything_eval, "key", {"train": 0, "eval": 4})
+    assert note.endswith("the one with the highest hash went to train")
+    got = eval_only.select("key", split_mod.assign(everything_eval, "key", boundary).alias("s"))
+    assert sorted(r["key"] for r in got.where("s = 'train'").collect()) == [below["key"].head(4).iloc[-1]]
+
+    # both splits held keys: the nominal boundary stands
+    assert split_mod.settle(keys, split, "key", {"train": 32, "eval": 8}) == (split_mod.nominal_boundary(split), None)
+    with pytest.raises(InputError, match=r"eval_fraction = 0.2: the usable data holds 1 value\(s\) of the key 'key'"):
+        split_mod.settle(keys.limit(1), split, "key", {"train": 1, "eval": 0})
+    with pytest.raises(InputError, match=r"prepare.split.column 'part': no usable row is 'eval' \(9 train, 0 eval\)"):
+        split_mod.settle(keys, SplitConfig(mode="column", column="part"), None, {"train": 9, "eval": 0})
 
 
 def test_column_split_and_reject_reasons(spark):
@@ -103,7 +132,7 @@ def test_column_split_and_reject_reasons(spark):
          (4, 30, "a", None, "train"), (5, 30, "a", "50K+", "train"), (6, 30, "a", ">50K", "test")],
         "pid long, age int, job string, income string, part string",
     )
-    got = df.select("pid", transforms.split_column(split, "pid").alias("split"),
+    got = df.select("pid", split_mod.assign(split, "pid").alias("split"),
                     transforms.reject_reason(spec, split, df.columns).alias("reason"))
     expected = spark.createDataFrame([
         (1, "train", None), (2, "eval", None), (None, "train", "key 'pid' is null"),

@@ -83,8 +83,8 @@ def summary(manifest: dict[str, Any]) -> str:
         w = manifest["windows"]
         return "\n".join([
             f"dataset {manifest['output']}",
-            "  windows: " + ", ".join(f"{s} {v['records']:,} from {v['assets']:,} assets in {len(v['files'])} files"
-                                      for s, v in splits.items()),
+            "  windows: " + ", ".join(f"{s} {v['records']:,} from {_count(v['assets'], 'asset')} in "
+                                      f"{_count(len(v['files']), 'file')}" for s, v in splits.items()),
             f"  dropped windows: {w['dropped']:,}"
             + "".join(f"\n    {n:,} {reason}" for reason, n in w["dropped_by_reason"].items()),
             "  sources: " + ", ".join(f"{n} ({v['files']} files)" for n, v in manifest["sources"].items()),
@@ -102,3 +102,7 @@ def summary(manifest: dict[str, Any]) -> str:
         "  vocabulary sizes: " + ", ".join(f"{c} {n}" for c, n in manifest["vocabulary_sizes"].items()),
     ]
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

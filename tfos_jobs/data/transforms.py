@@ -1,4 +1,4 @@
-"""The relational part of preparation: joins, activity aggregates, split, rejects, imputation.
+"""The relational part of preparation: joins, activity aggregates, rejects, imputation.
 
 Each function returns a lazy DataFrame or Column; the driver decides when jobs run.
 """
@@ -11,12 +11,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.columns import ACTIVE_DAYS, CORRUPT, CTR, DAYS_SINCE_LAST, EVENT_COUNT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import SPARK_TYPES, CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
-
-HASH_BUCKETS = 1_000_000
-
 
 def join_lookup(main: DataFrame, lookup: DataFrame, left_on: str, right_on: str, source: str) -> DataFrame:
     """Left join a small table by broadcast; the lookup key column itself is not kept."""
@@ -67,15 +65,6 @@ def join_activity(main: DataFrame, activity: DataFrame, main_key: str, act_key: 
     return joined.fillna(0, subset=[EVENT_COUNT, ACTIVE_DAYS])
 
 
-def split_column(split: SplitConfig, key: str | None) -> Column:
-    """"train" or "eval" per row, deterministic: a salted hash of the key, or a column's value."""
-    if split.mode == "column":
-        value = F.lower(F.col(split.column))
-        return F.when(value.isin("train", "eval"), value)
-    bucket = F.pmod(F.xxhash64(F.lit(split.salt), F.col(key)), F.lit(HASH_BUCKETS))
-    return F.when(bucket < int(round(split.eval_fraction * HASH_BUCKETS)), "eval").otherwise("train")
-
-
 def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> Column:
     """Why a row cannot be used (null when it can). Rejected rows are written out and counted."""
     label: Label = spec.label
@@ -97,7 +86,7 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
     elif label.task == "regression":
         checks.append((F.isnan(y.cast("double")), f"label {label.name!r} is NaN"))
     if split.mode == "column":
-        checks.append((split_column(split, None).isNull(), f"split column {split.column!r} is not 'train' or 'eval'"))
+        checks.append((split_mod.assign(split, None).isNull(), f"split column {split.column!r} is not 'train' or 'eval'"))
     reason = F.lit(None).cast("string")
     for cond, text in reversed(checks):
         reason = F.when(cond, F.lit(text)).otherwise(reason)

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from tfos_jobs import __version__
 from tfos_jobs.config import Config
 from tfos_jobs.data import columns, sources, tfrecord, transforms
+from tfos_jobs.data import split as split_mod
 from tfos_jobs.storage import HadoopFS
 from tfos_jobs.data.meta import MANIFEST, META, SPEC, STATS, VOCAB
 from tfos_jobs.errors import InputError, OutputExistsError
@@ -51,20 +52,24 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
 
     table, source_rows = assemble(spark, config)
     key = spec.key.name if spec.key else None
-    table = table.withColumn(columns.SPLIT, transforms.split_column(prep.split, key)) \
-        .withColumn(columns.REJECT, transforms.reject_reason(spec, prep.split, table.columns)) \
+    rows = table.withColumn(columns.REJECT, transforms.reject_reason(spec, prep.split, table.columns)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        table = rows.withColumn(columns.SPLIT, split_mod.assign(prep.split, key))
         profile = _profile(table, spec)
         main_name = prep.main
         source_rows[main_name] = {**source_rows.get(main_name, {}), "rows": profile["rows"]}
         if profile["rows"] == 0:
             raise InputError(f"source {main_name!r} ({config.sources[main_name].location()}) has no rows")
-        if profile["split_rows"]["train"] == 0:
-            raise InputError(
-                f"no usable rows in the train split ({profile['rejected']} of {profile['rows']} rows rejected: "
-                f"{profile['rejected_by_reason']})"
-            )
+        if profile["rows"] == profile["rejected"]:
+            raise InputError(f"no usable rows: all {profile['rows']:,} rows were rejected ({profile['rejected_by_reason']})")
+        usable = rows.where(F.col(columns.REJECT).isNull())
+        eval_below, moved = split_mod.settle(usable, prep.split, key, profile["split_rows"])
+        if moved:
+            log(f"split: {moved}")
+            table = rows.withColumn(columns.SPLIT, split_mod.assign(prep.split, key, eval_below))
+            profile = _profile(table, spec)
+        split_entry = split_mod.describe(prep.split, eval_below, moved)
         if prep.bad_rows == "strict" and profile["malformed"]:
             raise InputError(_first_malformed(spark, table))
         resolved = _resolve_defaults(spec, profile["stats"])
@@ -80,7 +85,8 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
         try:
             split_files = _write_records(fs, staging, table, imputed, resolved, classes, profile, prep, key)
             spark_info = {"master": spark.sparkContext.master, "version": spark.version}
-            manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started)
+            manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started,
+                                 split_entry)
             write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
             publish(fs, staging, out)
         except BaseException:
@@ -89,7 +95,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log=pri
         log(f"prepared {out} in {manifest['seconds']:.1f} s")
         return manifest
     finally:
-        table.unpersist()
+        rows.unpersist()
 
 
 def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = False
@@ -302,8 +308,8 @@ def manifest_header(config: Config, spec: FeatureSpec, out: str, spark_info: dic
 
 def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any],
               source_rows: dict[str, Any], split_files: dict[str, list[tuple[str, int]]],
-              vocab: dict[str, list], spark_info: dict[str, str], started: float) -> dict[str, Any]:
-    prep = config.prepare
+              vocab: dict[str, list], spark_info: dict[str, str], started: float,
+              split_entry: dict[str, Any]) -> dict[str, Any]:
     return {
         **manifest_header(config, spec, out, spark_info, started, "Example"),
         "splits": {
@@ -313,7 +319,7 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
             }
             for split, files in split_files.items()
         },
-        "split": dataclasses.asdict(prep.split),
+        "split": split_entry,
         "sources": source_rows,
         "rejected": {"rows": profile["rejected"], "by_reason": profile["rejected_by_reason"],
                      "path": "_rejects" if profile["rejected"] else None},

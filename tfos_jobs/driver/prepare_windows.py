@@ -2,8 +2,9 @@
 
   1. check every file and read the sources (sensor_sources); rows that did not parse are
      set aside;
-  2. cut every asset's series into windows on the executors (data.windows), mark each
-     window's split by a hash of its asset, so no asset is in both splits; persist;
+  2. cut every asset's series into windows on the executors (data.windows); persist; mark
+     each window's split by a hash of its asset, so no asset is in both splits and neither
+     split is empty (data.split);
   3. one aggregation: windows per split, dropped windows by reason, input problems, and the
      train split's per-sensor statistics;
   4. write rejects and records (one feature list per sensor, context: asset and window
@@ -12,7 +13,6 @@ Nothing is collected to the driver but counts.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import uuid
 from typing import Any
@@ -22,7 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
-from tfos_jobs.data import columns, sensor_sources, tfrecord, transforms, windows
+from tfos_jobs.data import columns, sensor_sources, tfrecord, windows
+from tfos_jobs.data import split as split_mod
 from tfos_jobs.storage import HadoopFS
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.stats import stable
@@ -41,19 +42,25 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         good = rows.where(F.col(columns.CORRUPT).isNull())
-        cut = windows.all_windows(good, spec) \
-            .withColumn(columns.SPLIT, transforms.split_column(prep.split, spec.key.name)) \
-            .persist(StorageLevel.MEMORY_AND_DISK)
+        key = spec.key.name
+        all_cut = windows.all_windows(good, spec).persist(StorageLevel.MEMORY_AND_DISK)
         try:
+            cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key))
             profile = _profile(rows, cut, spec)
             if profile["problem"]:
                 raise InputError(profile["problem"])
             if profile["rows"] == profile["rejected"]:
                 raise InputError(f"no usable rows: all {profile['rows']:,} rows of {prep.main!r} were rejected "
                                  "(see the first ones above; times and sensor values must parse)")
-            if profile["windows"]["train"] == 0:
-                raise InputError(f"no usable window in the train split ({profile['dropped']} dropped); "
-                                 f"windows need {spec.time.window} steps of {spec.time.step_seconds} s")
+            if not sum(profile["windows"].values()):
+                raise InputError(f"no usable window ({sum(profile['dropped'].values()):,} dropped: "
+                                 + ", ".join(f"{n:,} {r}" for r, n in profile["dropped"].items())
+                                 + f"); windows need {spec.time.window} steps of {spec.time.step_seconds} s")
+            eval_below, moved = split_mod.settle(windows.usable(all_cut), prep.split, key, profile["assets"])
+            if moved:
+                log(f"split: {moved}")
+                cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key, eval_below))
+                profile = _profile(rows, cut, spec)
             staging = f"{out}.staging-{uuid.uuid4().hex[:8]}"
             try:
                 if profile["rejected"]:
@@ -68,14 +75,15 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
                                            compression=prep.compression, record_type=RECORD_TYPE)
                 split_files = settle_splits(fs, staging)
                 spark_info = {"master": spark.sparkContext.master, "version": spark.version}
-                manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started)
+                manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started,
+                                     split_mod.describe(prep.split, eval_below, moved))
                 write_meta(fs, staging, spec, profile["stats"], {}, manifest)
                 publish(fs, staging, out)
             except BaseException:
                 fs.delete(staging)
                 raise
         finally:
-            cut.unpersist()
+            all_cut.unpersist()
     finally:
         rows.unpersist()
     log(f"prepared {out} in {manifest['seconds']:.1f} s")
@@ -124,10 +132,9 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
 
 def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any], source_info: dict[str, Any],
               split_files: dict[str, list[tuple[str, int]]], spark_info: dict[str, str],
-              started: float) -> dict[str, Any]:
+              started: float, split_entry: dict[str, Any]) -> dict[str, Any]:
     from tfos_jobs.driver.prepare import manifest_header
 
-    prep = config.prepare
     return {
         **manifest_header(config, spec, out, spark_info, started, RECORD_TYPE),
         "splits": {
@@ -135,7 +142,7 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
                     "files": [{"path": name, "bytes": size} for name, size in files]}
             for split, files in split_files.items()
         },
-        "split": dataclasses.asdict(prep.split),
+        "split": split_entry,
         "sources": source_info,
         "rows": {"read": profile["rows"], "rejected": profile["rejected"]},
         "windows": {"kept": sum(profile["windows"].values()), "dropped": sum(profile["dropped"].values()),

@@ -29,6 +29,7 @@ from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import meta as meta_mod
 from tfos_jobs.data.meta import DatasetMeta
+from tfos_jobs.data.split import SPLITS
 from tfos_jobs.driver import node_inputs
 from tfos_jobs.driver.control_server import ControlServer
 from tfos_jobs.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
@@ -153,9 +154,15 @@ def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
     with named(setting, path):
         root = storage.qualify(path)
     try:
-        return meta_mod.read(root, storage)
+        meta = meta_mod.read(root, storage)
     except InputError as e:
         raise InputError(f"{setting}: {e}") from None
+    empty = [s for s in SPLITS if not meta.manifest["splits"][s]["records"]]
+    if empty:
+        records = ", ".join(f"{s} {meta.manifest['splits'][s]['records']:,}" for s in SPLITS)
+        raise InputError(f"{setting}: {root}: the {' and '.join(empty)} split holds no records ({records}); training "
+                         "needs both: prepare the dataset again (prepare.split says how keys are split)")
+    return meta
 
 
 def targets(model_dir: ModelDir) -> dict[str, str]:

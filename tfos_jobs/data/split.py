@@ -1,0 +1,85 @@
+"""The train/eval split, and the rule that keeps either split from coming out empty.
+
+By hash (the default): a key goes to eval when the salted hash of its value falls below
+`eval_fraction` of the hash range, so each key is in one split only and a re-run draws the same
+split. With few keys the draw can leave a split without any: 10 assets at eval_fraction 0.2 put
+none in eval about one time in nine (0.8^10). Then the key nearest the boundary crosses it: the
+usable key with the lowest hash goes to eval (or, when eval took every key, the one with the
+highest hash goes to train). Both splits therefore hold a key whenever two or more keys are
+usable; with fewer, prepare stops with an error naming the count and the setting. The boundary
+used is kept in the manifest (`split.eval_below`), so whoever later needs a key's split
+(`tfos evaluate`) draws the same one.
+
+By column: a column says "train" or "eval" for each row; a split it leaves empty is an error.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import SplitConfig
+from tfos_jobs.errors import InputError
+
+TRAIN, EVAL = "train", "eval"
+SPLITS = (TRAIN, EVAL)
+HASH_BUCKETS = 1_000_000
+
+
+def nominal_boundary(split: SplitConfig) -> int:
+    """The hash bucket below which a key is eval, as `eval_fraction` says."""
+    return int(round(split.eval_fraction * HASH_BUCKETS))
+
+
+def bucket(split: SplitConfig, key: str) -> Column:
+    return F.pmod(F.xxhash64(F.lit(split.salt), F.col(key)), F.lit(HASH_BUCKETS))
+
+
+def assign(split: SplitConfig, key: str | None, eval_below: int | None = None) -> Column:
+    """"train" or "eval" per row, deterministic: a salted hash of the key below `eval_below`
+    (default: the nominal boundary), or a column's value (null when it is neither)."""
+    if split.mode == "column":
+        value = F.lower(F.col(split.column))
+        return F.when(value.isin(*SPLITS), value)
+    below = nominal_boundary(split) if eval_below is None else eval_below
+    return F.when(bucket(split, key) < below, EVAL).otherwise(TRAIN)
+
+
+def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mapping[str, int]
+           ) -> tuple[int | None, str | None]:
+    """The boundary to split at (None for a column split) and, when the nominal one left a split
+    empty, a sentence saying which key crossed it. `usable`: the rows that will be written;
+    `sizes`: what each split holds of them at the nominal boundary (both empty is the caller's
+    error, raised before)."""
+    if sizes[TRAIN] and sizes[EVAL]:
+        return (None if split.mode == "column" else nominal_boundary(split)), None
+    empty, full = (EVAL, TRAIN) if not sizes[EVAL] else (TRAIN, EVAL)
+    if split.mode == "column":
+        raise InputError(f"prepare.split.column {split.column!r}: no usable row is {empty!r} "
+                         f"({sizes[TRAIN]:,} train, {sizes[EVAL]:,} eval); a model needs both splits")
+    b = bucket(split, key)
+    row = usable.agg(F.countDistinct(key).alias("keys"), F.min(b).alias("lo"), F.max(b).alias("hi")).first()
+    keys = int(row["keys"])
+    if keys < 2:
+        raise InputError(f"prepare.split.eval_fraction = {split.eval_fraction}: the usable data holds {keys} value(s) "
+                         f"of the key {key!r}, all in {full}; a split by key needs at least 2 (one for train, one "
+                         f"for eval): add data, or give the rows a column that says train or eval "
+                         f"(prepare.split.mode = \"column\")")
+    boundary, which = (int(row["lo"]) + 1, "lowest") if empty == EVAL else (int(row["hi"]), "highest")
+    note = (f"eval_fraction = {split.eval_fraction} put all {keys} values of {key!r} in {full}; "
+            f"the one with the {which} hash went to {empty}")
+    return boundary, note
+
+
+def describe(split: SplitConfig, eval_below: int | None, note: str | None) -> dict[str, Any]:
+    """The manifest's `split` entry: the settings, the boundary used, and why it moved, if it did."""
+    return {**dataclasses.asdict(split), "eval_below": eval_below, "adjusted": note}
+
+
+def from_manifest(entry: Mapping[str, Any]) -> tuple[SplitConfig, int | None]:
+    """The split settings and boundary a dataset was prepared with (`describe`'s output)."""
+    fields = {f.name for f in dataclasses.fields(SplitConfig)}
+    split = SplitConfig(**{k: v for k, v in entry.items() if k in fields})
+    return split, entry.get("eval_below")
