@@ -94,6 +94,27 @@ class HadoopFS:
         """Names of the entries directly in `directory`."""
         return sorted(str(s.getPath().getName()) for s in self.fs(directory).listStatus(self._path(directory)))
 
+    def data_files(self, path: str) -> list[str]:
+        """The data files Spark reads at `path`, qualified: the file itself, or every file below
+        the directory (partition directories such as `date=2024-01-01/` included), skipping
+        hidden names as Spark does (`.x`, `_x` unless it holds `=`, `*._COPYING_`)."""
+        fs, root = self.fs(path), self._path(path)
+        if not fs.exists(root):
+            return []
+        if fs.getFileStatus(root).isFile():
+            return [str(fs.makeQualified(root).toString())]
+        out, pending = [], [root]
+        while pending:
+            for status in fs.listStatus(pending.pop()):
+                name = str(status.getPath().getName())
+                if name.startswith(".") or (name.startswith("_") and "=" not in name) or name.endswith("._COPYING_"):
+                    continue
+                if status.isDirectory():
+                    pending.append(status.getPath())
+                else:
+                    out.append(str(status.getPath().toString()))
+        return sorted(out)
+
     def tree(self, directory: str) -> list[tuple[str, int]]:
         """(path relative to `directory`, bytes) of every file below it, checksum files excluded."""
         root = self._path(directory)

@@ -1,10 +1,14 @@
-"""Reading sensor series: one file (or more) per asset, Parquet or CSV, checked file by file.
+"""Reading sensor series from a source of any layout, checked file by file where there are files.
 
-A directory of per-asset files read as one table hides a bad file: Spark takes the schema of
-one file, and a file without a sensor column reads as nulls. So every file's columns are
-checked against the spec first (names and, for Parquet, types), and an error names the file
-and the column. Rows of CSV files that do not parse (a sensor value that is not a number, a
-time that is not one) keep their text in `_corrupt_record`: prepare sets them aside in
+A source is one file, a directory of files (each holding one asset or many; below it may be
+partition directories such as `date=2024-01-01/`), a catalog table (Hive, partitioned or not) or
+a JDBC table: rows are key, time and sensors, and one table may hold any number of assets.
+
+Files read as one table hide a bad file: Spark takes the schema of one file, and a file without
+a sensor column reads as nulls. So every file's columns (with the partition columns of its
+directories) are checked against the spec first (names and, for Parquet, types), and an error
+names the file and the column. Rows of CSV files that do not parse (a sensor value that is not a
+number, a time that is not one) keep their text in `_corrupt_record`: prepare sets them aside in
 `_rejects/` and counts them, and the steps they leave empty count as missing.
 """
 from __future__ import annotations
@@ -12,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -70,11 +76,24 @@ def window_table(spark: SparkSession, config: Config, spec: FeatureSpec, source:
     return windows.as_timestamps(windows.usable(windows.all_windows(good, spec)))
 
 
+@dataclass(frozen=True)
+class SourceFile:
+    """A data file of a source: where it is, the configured path it was found under, its own
+    columns (header or footer) and those its partition directories (`date=.../`) give it."""
+
+    path: str
+    root: str
+    columns: tuple[str, ...]
+    partitions: tuple[str, ...] = ()
+
+
 def _read(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec,
-          files: dict[str, list[str]] | None) -> DataFrame:
+          files: list[SourceFile] | None) -> DataFrame:
     if src.format == "csv" and not src.schema and files:
-        return _read_csv(spark, name, src, spec, files)
-    df = sources.read(spark, name, src)
+        df = _read_csv(spark, name, src, spec, files)
+    else:
+        df = sources.read(spark, name, src)
+    df = _typed_partitions(df, spec, files)
     errors = spec.input_type_errors(sources.column_types(df))
     if errors:
         raise InputError(f"source {name!r} ({src.location()}) does not match the feature spec:\n  "
@@ -82,18 +101,28 @@ def _read(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec,
     return df
 
 
-def _read_csv(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec,
-              files: dict[str, list[str]]) -> DataFrame:
-    """CSV files read by their header's column names, not by position: one read per distinct
-    header, the spec's types for its columns, text for any other column."""
+def _typed_partitions(df: DataFrame, spec: FeatureSpec, files: list[SourceFile] | None) -> DataFrame:
+    """Spec columns that come from partition directories (`asset_id=17/`) take the spec's type:
+    Spark infers one from the directory names, which may say integer for a string key."""
     types = input_types(spec)
-    by_header: dict[tuple[str, ...], list[str]] = {}
-    for path, header in files.items():
-        by_header.setdefault(tuple(header), []).append(path)
+    from_paths = {c for f in files or () for c in f.partitions if c in types}
+    return df.withColumns({c: F.col(c).cast(types[c]) for c in sorted(from_paths)}) if from_paths else df
+
+
+def _read_csv(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec,
+              files: list[SourceFile]) -> DataFrame:
+    """CSV files read by their header's column names, not by position: one read per distinct
+    header (and configured path, the base of its partition directories), the spec's types for
+    its columns, text for any other column."""
+    types = input_types(spec)
+    groups: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    for f in files:
+        groups.setdefault((f.root, f.columns, f.partitions), []).append(f.path)
     parts = []
-    for header, paths in by_header.items():
+    for (root, header, partitions), paths in groups.items():
         ddl = ", ".join(f"`{c}` {types.get(c, 'STRING')}" for c in header)
-        part = dataclasses.replace(src, format="csv", path=",".join(paths), table=None, schema=ddl)
+        options = {**src.options, "basePath": root} if partitions else src.options
+        part = dataclasses.replace(src, format="csv", path=",".join(paths), table=None, schema=ddl, options=options)
         parts.append(sources.read(spark, name, part).select(*spec.stored_columns, SOURCE_FILE, CORRUPT))
     table = parts[0]
     for other in parts[1:]:
@@ -101,51 +130,67 @@ def _read_csv(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSp
     return table
 
 
-def check_files(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec) -> dict[str, list[str]] | None:
-    """Check every file of a Parquet or CSV source; returns {file: its columns} (None for other formats)."""
+def check_files(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec) -> list[SourceFile] | None:
+    """Check every file of a Parquet or CSV source against the spec (None for sources without
+    files: tables, JDBC); an error names the source, the file and the column."""
     if src.format not in CHECKED_FORMATS:
         return None
-    files = list_files(spark, src)
-    if not files:
-        raise InputError(f"source {name!r} ({src.format} {src.location()}): no files")
-    out = {}
-    for path in files:
-        if src.format == "parquet":
-            columns = _parquet_columns(spark, path)
-            errors = spec.input_type_errors(columns)
-        else:
-            columns = dict.fromkeys(_csv_header(spark, path, src.options.get("sep", src.options.get("delimiter", ","))))
-            errors = [(c, m) for c, m in spec.input_type_errors({c: "any" for c in columns}) if "is missing" in m]
-        if errors:
-            raise InputError(f"source {name!r}: file {path}: " + "; ".join(m for _, m in errors))
-        out[path] = list(columns)
-    return out
-
-
-def list_files(spark: SparkSession, src: SourceConfig) -> list[str]:
-    """The data files of a source's paths: files as given, directories' files matching the
-    `pathGlobFilter` option (hidden and marker files excluded)."""
+    fs = HadoopFS(spark)
     pattern = src.options.get("pathGlobFilter", "*")
+    sep = src.options.get("sep", src.options.get("delimiter", ","))
     out = []
-    for path in (p.strip() for p in (src.path or "").split(",") if p.strip()):
-        fs = HadoopFS(spark)
-        qualified = fs.qualify(path)
-        listed = fs.list_files(qualified)
-        if listed:
-            out += [f"{qualified.rstrip('/')}/{n}" for n, _ in listed if fnmatch.fnmatch(n, pattern)]
-        elif fs.exists(qualified):
-            out.append(qualified)
-    return sorted(out)
+    for given in (p.strip() for p in (src.path or "").split(",") if p.strip()):
+        root = fs.qualify(given)
+        for path in fs.data_files(root):
+            if not fnmatch.fnmatch(path.rsplit("/", 1)[-1], pattern):
+                continue
+            partitions = partition_columns(root, path)
+            if src.format == "parquet":
+                own = _parquet_columns(spark, name, path)
+                # a partition column's type is Spark's guess from directory names: cast in _read
+                errors = [(c, m) for c, m in spec.input_type_errors({**own, **dict.fromkeys(partitions, "any")})
+                          if c not in partitions]
+            else:
+                own = dict.fromkeys(_csv_header(fs, path, sep))
+                errors = [(c, m) for c, m in spec.input_type_errors(dict.fromkeys([*own, *partitions], "any"))
+                          if "is missing" in m]
+            if errors:
+                raise InputError(f"source {name!r}: file {path}: " + "; ".join(m for _, m in errors))
+            out.append(SourceFile(path, root, tuple(own), partitions))
+    if not out:
+        raise InputError(f"source {name!r} ({src.format} {src.location()}): no files"
+                         + (f" matching pathGlobFilter {pattern!r}" if pattern != "*" else ""))
+    return sorted(out, key=lambda f: f.path)
 
 
-def _parquet_columns(spark: SparkSession, path: str) -> dict[str, str]:
+def partition_columns(root: str, path: str) -> tuple[str, ...]:
+    """The `name=value` directories between a source's path and one of its files, outermost first."""
+    relative = path[len(root.rstrip("/")) + 1:] if path.startswith(root.rstrip("/") + "/") else ""
+    return tuple(part.split("=", 1)[0] for part in relative.split("/")[:-1] if "=" in part)
+
+
+def _parquet_columns(spark: SparkSession, name: str, path: str) -> dict[str, str]:
     """{column: Spark typeName} from the file's footer: with pyarrow for local files, else Spark."""
     local = path.removeprefix("file:") if path.startswith(("file:", "/")) else None
     if local is not None and os.path.exists(local):
         import pyarrow.parquet as pq
 
-        return {f.name: _spark_type_name(f.type) for f in pq.read_schema(local)}
-    return {f.name: f.dataType.typeName() for f in spark.read.parquet(path).schema.fields}
+        schema = pq.read_schema(local)
+        for field in schema:
+            if _is_nanos(field.type):
+                raise InputError(f"source {name!r}: file {path}: column {field.name!r} holds nanosecond timestamps, "
+                                 f"which Spark cannot read; {sources.NANOS_HINT}")
+        return {f.name: _spark_type_name(f.type) for f in schema}
+    try:
+        return {f.name: f.dataType.typeName() for f in spark.read.parquet(path).schema.fields}
+    except AnalysisException as e:
+        raise InputError(f"source {name!r}: file {path}: {sources.explain(e)}") from None
+
+
+def _is_nanos(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns"
 
 
 def _spark_type_name(arrow_type: Any) -> str:
@@ -169,7 +214,6 @@ def _spark_type_name(arrow_type: Any) -> str:
     return str(arrow_type)
 
 
-def _csv_header(spark: SparkSession, path: str, sep: str) -> list[str]:
-    fs = HadoopFS(spark)
+def _csv_header(fs: HadoopFS, path: str, sep: str) -> list[str]:
     first = fs.read_first_line(path)
     return [c.strip().strip('"') for c in first.split(sep)]

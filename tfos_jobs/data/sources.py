@@ -14,6 +14,10 @@ from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
 from tfos_jobs.errors import ConfigError, InputError
 
 TEXT_FORMATS = ("csv", "json")
+# Spark reads Parquet timestamps in micro- or milliseconds; pandas and pyarrow write nanoseconds.
+NANOS_HINT = ("write it with microsecond timestamps: pandas df.to_parquet(path, coerce_timestamps=\"us\", "
+              "allow_truncated_timestamps=True), pyarrow pq.write_table(table, path, coerce_timestamps=\"us\") "
+              "(Spark and Hive write microseconds already)")
 
 
 def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
@@ -44,7 +48,7 @@ def _read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
             reader = reader.schema(src.schema)
         return reader.load(paths)
     except AnalysisException as e:
-        raise InputError(f"source {name!r} ({src.format} {src.location()}): {_first_line(e)}") from None
+        raise InputError(f"source {name!r} ({src.format} {src.location()}): {explain(e)}") from None
 
 
 def _table(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
@@ -94,6 +98,12 @@ def require_columns(name: str, src: SourceConfig, df: DataFrame, wanted: dict[st
             errs.append(f"column {col!r} has type {types[col]}, expected one of: {', '.join(allowed)}")
     if errs:
         raise InputError(f"source {name!r} ({src.format} {src.location()}): " + "; ".join(errs))
+
+
+def explain(e: Exception) -> str:
+    """Spark's message for a source that cannot be read, with the remedy where one is known."""
+    first = _first_line(e)
+    return f"{first}; {NANOS_HINT}" if "TIMESTAMP(NANOS" in first else first
 
 
 def _first_line(e: Exception) -> str:
