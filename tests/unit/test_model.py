@@ -32,6 +32,7 @@ VOCAB = {"color": ["red", "green", "blue"]}
 STATS = {"x": {"count": 400, "mean": 2.0, "std": 3.0, "min": -7.0, "max": 11.0},
          "flat": {"count": 400, "mean": 5.0, "std": 0.0, "min": 5.0, "max": 5.0},
          "raw": {"count": 400, "mean": 1.0, "std": 1.0, "min": 0.0, "max": 2.0}}
+MANIFEST = {"splits": {"train": {"records": 400}, "eval": {"records": 100}}}
 
 
 def make_spec(label: Label) -> FeatureSpec:
@@ -69,9 +70,10 @@ def write_meta(root: Path, spec: FeatureSpec) -> DatasetMeta:
     (root / "_meta" / "vocab").mkdir(parents=True)
     (root / "_meta" / "feature_spec.json").write_text(spec.to_json())
     (root / "_meta" / "stats.json").write_text(json.dumps(STATS))
+    (root / "_meta" / "manifest.json").write_text(json.dumps(MANIFEST))
     for name, values in VOCAB.items():
         (root / "_meta" / "vocab" / f"{name}.txt").write_text("\n".join(values) + "\n")
-    return DatasetMeta(str(root), spec, STATS, {}, VOCAB)
+    return DatasetMeta(str(root), spec, STATS, MANIFEST, VOCAB)
 
 
 def to_examples(rows: dict[str, np.ndarray]) -> np.ndarray:
@@ -310,6 +312,7 @@ def test_signatures_and_assets_follow_the_spec(exported):
     assert examples.structured_outputs.keys() == {"probability", "class_id", "label"}
     assert read_spec(str(path)) == BINARY
     assert json.loads((path / "assets" / "stats.json").read_text()) == STATS
+    assert json.loads((path / "assets" / "manifest.json").read_text()) == MANIFEST
     assert (path / "assets" / "vocab" / "color.txt").read_text().splitlines() == VOCAB["color"]
     assert not list(path.parent.glob("export.tmp-*")) and not list(path.parent.glob("export.old-*"))
     with pytest.raises(KeyError, match="serving_default, predict_examples|predict_examples, serving_default"):

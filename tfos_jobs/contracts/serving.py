@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tfos_jobs.data.meta import SPEC, STATS, VOCAB
+from tfos_jobs.data.meta import MANIFEST, SPEC, STATS, VOCAB
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
@@ -93,6 +93,12 @@ def spec_asset(export_dir: str) -> str:
 
 def stats_asset(export_dir: str) -> str:
     return f"{export_dir.rstrip('/')}/{ASSETS}/{STATS}"
+
+
+def manifest_asset(export_dir: str) -> str:
+    """The manifest of the dataset the model was trained on: its splits (`tfos evaluate` draws the
+    same eval keys), sources and counts. Models exported before it was kept have none."""
+    return f"{export_dir.rstrip('/')}/{ASSETS}/{MANIFEST}"
 
 
 def vocab_asset(export_dir: str, feature: str) -> str:

@@ -18,7 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.data.meta import META, SPEC, STATS, VOCAB, DatasetMeta
+from tfos_jobs.data.meta import MANIFEST, META, SPEC, STATS, VOCAB, DatasetMeta
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.model.builder import input_dtype
 
@@ -172,9 +172,10 @@ def _save(model: "tf.keras.Model", path: str, signatures: dict[str, Any], io_dev
 
 
 def _copy_meta(meta: DatasetMeta, export_dir: str) -> None:
-    """The dataset's spec, stats and vocabularies into the model's assets (contracts.serving)."""
+    """The dataset's spec, stats, manifest and vocabularies into the model's assets (contracts.serving)."""
     src = f"{meta.root}/{META}"
-    copies = [(f"{src}/{SPEC}", contract.spec_asset(export_dir)), (f"{src}/{STATS}", contract.stats_asset(export_dir))]
+    copies = [(f"{src}/{SPEC}", contract.spec_asset(export_dir)), (f"{src}/{STATS}", contract.stats_asset(export_dir)),
+              (f"{src}/{MANIFEST}", contract.manifest_asset(export_dir))]
     copies += [(f"{src}/{VOCAB}/{f.name}.txt", contract.vocab_asset(export_dir, f.name)) for f in meta.spec.categorical]
     for source, target in copies:
         os.makedirs(os.path.dirname(target), exist_ok=True)

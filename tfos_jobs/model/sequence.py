@@ -32,7 +32,7 @@ def build_autoencoder(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dic
     inputs = {f.name: tf.keras.Input(shape=(steps,), dtype="float32", name=f.name) for f in sensors}
     columns = [layers.Reshape((steps, 1), name=f"steps_{f.name}")(inputs[f.name]) for f in sensors]
     x = columns[0] if len(columns) == 1 else layers.Concatenate(axis=-1, name="window")(columns)
-    mean, variance = zip(*(_moments(stats, f.name) if f.normalize else (0.0, 1.0) for f in sensors))
+    mean, variance = standardisation(spec, stats)
     target = layers.Normalization(axis=-1, mean=list(mean), variance=list(variance), name="standardize")(x)
     # The generic RNN over a cell, not layers.GRU/LSTM: those pin an op to the device they were
     # traced on (`/job:chief/...` under a TF cluster), and the exported model would then not
@@ -58,6 +58,13 @@ def scoring_model(model: "tf.keras.Model") -> "tf.keras.Model":
 def error_as_loss(y_true: "tf.Tensor", y_pred: "tf.Tensor") -> "tf.Tensor":
     """The model's output is the per-window error already; the label is ignored."""
     return y_pred
+
+
+def standardisation(spec: FeatureSpec, stats: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Each sensor's mean and variance, as the model standardises windows (0 and 1 for a sensor
+    the spec does not normalise, variance 1 for a constant one)."""
+    mean, variance = zip(*(_moments(stats, f.name) if f.normalize else (0.0, 1.0) for f in spec.sequences))
+    return mean, variance
 
 
 def _moments(stats: dict[str, Any], name: str) -> tuple[float, float]:
