@@ -34,6 +34,7 @@ from tfos_jobs.driver.control_server import ControlServer
 from tfos_jobs.driver.failure_policy import failure_message, retriable, task_traceback
 from tfos_jobs.driver.run_state import LAUNCHED, RESERVED, RunState
 from tfos_jobs.errors import TrainingError
+from tfos_jobs.tf_import import tensorflow
 
 POLL = 0.5
 # Where the tracebacks of a failed attempt's nodes are kept: node -> (its file, the traceback).
@@ -49,6 +50,7 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: R
     control messages the control server refused; setting `stop` ends the attempt early
     with `TrainingError`. Raises `TrainingError` (retriable or not) on any failure, after
     every node of the attempt has stopped."""
+    tensorflow(devices=False)  # TensorFlowOnSpark imports it: quietly, before it does
     from tensorflowonspark import TFSparkNode
 
     from tfos_jobs.executor.node import guard, main_fun, node_name, roles
