@@ -49,7 +49,7 @@ def prepared_dataset(spark, root: Path, people: int, events_per_person: float, s
     """The embedded data at a small size, generated and prepared under `root`; the dataset's path."""
     from tfos_jobs import config
     from tfos_jobs.data import synthetic
-    from tfos_jobs.driver import prepare
+    from tfos_jobs.jobs import prepare
 
     synthetic.generate(spark, str(root / "raw"), people, events_per_person, seed, "2026-01-01")
     prepare.run(spark, config.load(CENSUS, census_overrides(root / "raw", root / "dataset", people)))

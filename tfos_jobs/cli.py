@@ -133,7 +133,7 @@ def _stop_session() -> None:
 def _session(cfg):
     """The session; GPU training needs Spark's resource settings before the context starts."""
     from tfos_jobs import session
-    from tfos_jobs.driver.gpu import discovery_script, gpu_conf
+    from tfos_jobs.jobs.train.driver.gpu import discovery_script, gpu_conf
 
     script = discovery_script(cfg.train.gpu_discovery_script, resources.gpu_discovery_script(),
                               os.environ.get("PYSPARK_PYTHON", ""))
@@ -176,7 +176,7 @@ def _generate_fleet(cfg) -> None:
 
 
 def cmd_evaluate(cfg, args) -> int:
-    from tfos_jobs.driver import anomaly_report
+    from tfos_jobs.jobs.serve import evaluate as anomaly_report
     from udfs.register import served_spec
 
     spark = _session(cfg)
@@ -195,8 +195,8 @@ def fleet_anomalies() -> str:
 
 
 def cmd_prepare(cfg, args) -> int:
-    from tfos_jobs.data.meta import summary
-    from tfos_jobs.driver import prepare
+    from tfos_jobs.data.dataset import summary
+    from tfos_jobs.jobs import prepare
 
     spark = _session(cfg)
     manifest = prepare.run(spark, cfg, overwrite=args.overwrite)
@@ -205,7 +205,7 @@ def cmd_prepare(cfg, args) -> int:
 
 
 def cmd_train(cfg, args) -> int:
-    from tfos_jobs.driver import train
+    from tfos_jobs.jobs.train.driver import job as train
 
     spark = _session(cfg)
     train.run(spark, cfg, overwrite=args.overwrite)
@@ -213,7 +213,7 @@ def cmd_train(cfg, args) -> int:
 
 
 def cmd_predict(cfg, args) -> int:
-    from tfos_jobs.driver import predict
+    from tfos_jobs.jobs.serve import predict
 
     if args.model:
         cfg = dataclasses.replace(cfg, predict=dataclasses.replace(cfg.predict, model=args.model))
@@ -222,7 +222,7 @@ def cmd_predict(cfg, args) -> int:
 
 
 def cmd_sql(cfg, args) -> int:
-    from tfos_jobs.driver import sql
+    from tfos_jobs.jobs.serve import sql
 
     if args.file and config_mod.is_url(args.file):  # e.g. hdfs://...: read with the session's Hadoop settings
         from tfos_jobs.storage import Storage, StorageError
@@ -248,8 +248,11 @@ def cmd_sql(cfg, args) -> int:
 
 def cmd_demo(cfg, args) -> int:
     from tfos_jobs.data import synthetic
-    from tfos_jobs.data.meta import summary
-    from tfos_jobs.driver import predict, prepare, sql, train
+    from tfos_jobs.data.dataset import summary
+    from tfos_jobs.jobs.serve import predict
+    from tfos_jobs.jobs import prepare
+    from tfos_jobs.jobs.serve import sql
+    from tfos_jobs.jobs.train.driver import job as train
 
     if cfg.features.is_sequence:
         return _demo_fleet(cfg)
@@ -280,8 +283,12 @@ def cmd_demo(cfg, args) -> int:
 
 def _demo_fleet(cfg) -> int:
     from tfos_jobs.contracts.model_dir import ModelDir
-    from tfos_jobs.data.meta import summary
-    from tfos_jobs.driver import anomaly_report, predict, prepare, sql, train
+    from tfos_jobs.data.dataset import summary
+    from tfos_jobs.jobs.serve import evaluate as anomaly_report
+    from tfos_jobs.jobs.serve import predict
+    from tfos_jobs.jobs import prepare
+    from tfos_jobs.jobs.serve import sql
+    from tfos_jobs.jobs.train.driver import job as train
     from udfs.register import served_spec
 
     fl = cfg.fleet
@@ -313,7 +320,7 @@ def _demo_fleet(cfg) -> int:
 
 
 def cmd_sources(cfg, args) -> int:
-    from tfos_jobs.driver import source_report
+    from tfos_jobs.jobs.prepare import source_report
 
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     report = source_report.run(_session(cfg), cfg, args.only, count=args.count, log=log)
@@ -323,13 +330,13 @@ def cmd_sources(cfg, args) -> int:
 
 
 def cmd_demo_warehouse(cfg, args) -> int:
-    from tfos_jobs.driver import warehouse_demo
+    from tfos_jobs.jobs.prepare import warehouse_demo
 
     return warehouse_demo.run(cfg, lambda: _session(cfg))
 
 
 def cmd_sweep(cfg, args) -> int:
-    from tfos_jobs.driver import sweep
+    from tfos_jobs.jobs.sweep.driver import job as sweep
     from tfos_jobs.search import space
 
     definition = space.load(args.space, args.space_overrides, args.config, args.base_overrides)

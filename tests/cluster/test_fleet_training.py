@@ -18,7 +18,7 @@ from tfos_jobs import config
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import fleet
 from tfos_jobs.data.sensor_sources import window_table
-from tfos_jobs.driver import prepare
+from tfos_jobs.jobs import prepare
 
 from tests.conftest import ROOT
 

@@ -15,7 +15,8 @@ from pyspark.sql import functions as F
 
 from tfos_jobs import config
 from tfos_jobs.data import synthetic
-from tfos_jobs.driver import prepare
+from tfos_jobs.data.assemble import assemble
+from tfos_jobs.jobs import prepare
 
 from tests.conftest import CENSUS, ROOT, census_overrides
 
@@ -33,7 +34,7 @@ def dataset(spark, tmp_path_factory):
     synthetic.generate(spark, str(raw), PEOPLE, 3.0, 5, "2026-01-01")
     cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE))
     prepare.run(spark, cfg)
-    features, _ = prepare.assemble(spark, cfg, for_prediction=True)
+    features, _ = assemble(spark, cfg, for_prediction=True)
     return out, features.limit(300).cache()
 
 

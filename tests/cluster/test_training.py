@@ -16,9 +16,9 @@ import pytest
 
 from tfos_jobs import config
 from tfos_jobs.data import synthetic
-from tfos_jobs.driver import prepare
-from tfos_jobs.executor.lifecycle import alive
-from tfos_jobs.model import exchange
+from tfos_jobs.jobs import prepare
+from tfos_jobs.jobs.train.executor.lifecycle import alive
+from tfos_jobs import topology
 
 from tests.conftest import CENSUS, ROOT, prepared_dataset
 
@@ -78,7 +78,7 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     m = metrics(model_dir)
     assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
     assert len({n["executor_id"] for n in m["nodes"]}) == 2
-    assert m["gradient_exchange"] == exchange.ALL_GATHER  # auto, with two workers
+    assert m["gradient_exchange"] == topology.ALL_GATHER  # auto, with two workers
     assert m["epochs"] == 3 and len(m["history"]) == 3
     assert 0 < m["startup"]["to_reserved_seconds"] < m["startup"]["to_first_step_seconds"] < m["seconds"]
     assert m["eval"]["auc"] > 0.8  # the base rate gives 0.5
@@ -176,7 +176,7 @@ def test_exception_in_training_reaches_the_driver_and_nothing_is_left(dataset, t
 
 
 def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
-    from tfos_jobs.driver import train as train_driver
+    from tfos_jobs.jobs.train.driver import job as train_driver
 
     cfg = config.load(CENSUS, [f"train.dataset={dataset}", f"train.model_dir={tmp_path / 'model'}",
                                "train.strategy=local", "train.epochs=2", "train.batch_size=128"])
@@ -188,7 +188,7 @@ def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
 
 
 def test_training_refuses_an_unprepared_dataset_and_a_trained_model_dir(spark, dataset, tmp_path):
-    from tfos_jobs.driver import train as train_driver
+    from tfos_jobs.jobs.train.driver import job as train_driver
     from tfos_jobs.errors import InputError, OutputExistsError
 
     cfg = config.load(CENSUS, [f"train.dataset={tmp_path}", "train.strategy=local"])
@@ -201,7 +201,7 @@ def test_training_refuses_an_unprepared_dataset_and_a_trained_model_dir(spark, d
 
 
 def test_a_model_function_that_cannot_be_imported_is_a_config_error(spark, dataset, tmp_path):
-    from tfos_jobs.driver import train as train_driver
+    from tfos_jobs.jobs.train.driver import job as train_driver
     from tfos_jobs.errors import ConfigError
 
     cfg = config.load(CENSUS, [f"train.dataset={dataset}", f"train.model_dir={tmp_path}", "train.model.kind=nope:build"])

@@ -88,7 +88,7 @@ def test_training_on_hdfs_learns_what_training_on_local_paths_learns(spark, pipe
 
 
 def test_paths_that_cannot_be_used_fail_before_any_tf_node_starts(spark, minidfs, hdfs_dir, tmp_path):
-    from tfos_jobs.driver import train
+    from tfos_jobs.jobs.train.driver import job as train
     from tfos_jobs.errors import ConfigError, InputError
     from udfs import register
 

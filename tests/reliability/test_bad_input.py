@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.data import meta
-from tfos_jobs.driver import prepare
+from tfos_jobs.data import dataset
+from tfos_jobs.jobs import prepare
 from tfos_jobs.errors import InputError
 
 CSV = """person_id,age,job,income
@@ -53,7 +53,7 @@ def load(tmp_path, fmt: str, text: str, mode: str = "quarantine"):
 
 
 def test_malformed_csv_rows_are_quarantined_with_reason_and_file(spark, tmp_path):
-    manifest = prepare.run(spark, load(tmp_path, "csv", CSV))
+    manifest = prepare.run(spark, load(tmp_path, "csv", CSV)).to_dict()
     malformed = "malformed input row (it does not parse as the source's schema)"
     assert manifest["rejected"]["by_reason"] == {malformed: 3}
     rejects = spark.read.json(str(tmp_path / "out" / "_rejects")).orderBy("_raw_record").collect()
@@ -70,7 +70,7 @@ def test_strict_mode_names_the_file_and_line(spark, tmp_path):
 
 
 def test_broken_json_is_quarantined_and_strict_names_it(spark, tmp_path):
-    manifest = prepare.run(spark, load(tmp_path, "json", JSON))
+    manifest = prepare.run(spark, load(tmp_path, "json", JSON)).to_dict()
     assert sum(manifest["rejected"]["by_reason"].values()) == 1
     with pytest.raises(InputError, match=r"people.json, line 2: '\{\"person_id\": 2"):
         prepare.run(spark, load(tmp_path, "json", JSON, mode="strict"), overwrite=True)
@@ -78,7 +78,7 @@ def test_broken_json_is_quarantined_and_strict_names_it(spark, tmp_path):
 
 def test_oversize_strings_are_truncated_and_counted(spark, tmp_path):
     text = CSV.replace("1,30,a,>50K", "1,30,abcdef,>50K")
-    manifest = prepare.run(spark, load(tmp_path, "csv", text))
+    manifest = prepare.run(spark, load(tmp_path, "csv", text)).to_dict()
     assert manifest["truncated"] == {"job": 1}
-    m = meta.read(str(tmp_path / "out"))
+    m = dataset.read(str(tmp_path / "out"))
     assert "ab" in m.vocab["job"] and "abcdef" not in m.vocab["job"]

@@ -6,8 +6,9 @@ import shutil
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.data import meta, reader
-from tfos_jobs.driver import train as train_job
+from tfos_jobs.data import reader
+from tfos_jobs.data import dataset as dataset_dir
+from tfos_jobs.jobs.train.driver import job as train_job
 
 from tests.conftest import CENSUS, prepared_dataset
 
@@ -33,10 +34,10 @@ def damaged_copy(dataset, tmp_path, how: str):
 @pytest.mark.parametrize("how", ["truncate", "flip"])
 def test_find_corrupt_names_the_damaged_file(dataset, tmp_path, how):
     copy, victim = damaged_copy(dataset, tmp_path, how)
-    m = meta.read(str(copy))
+    m = dataset_dir.read(str(copy))
     bad = reader.find_corrupt(m.files("train") + m.files("eval"))
     assert bad is not None and bad[0] == str(victim)
-    assert reader.find_corrupt(meta.read(str(dataset)).files("train")) is None
+    assert reader.find_corrupt(dataset_dir.read(str(dataset)).files("train")) is None
 
 
 def test_training_on_a_damaged_file_names_it(spark, dataset, tmp_path):

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.data import meta, synthetic
-from tfos_jobs.driver import prepare
+from tfos_jobs.data import synthetic
+from tfos_jobs.data import dataset
+from tfos_jobs.jobs import prepare
 from tfos_jobs.errors import InputError
 
 from tests.conftest import CENSUS, ROOT, census_overrides
@@ -28,7 +29,7 @@ SCRIPT = textwrap.dedent("""
     from pyspark.sql import functions as F
     from tfos_jobs import config, session
     from tfos_jobs.data import tfrecord
-    from tfos_jobs.driver import prepare
+    from tfos_jobs.jobs import prepare
 
     raw, out, mode, marks = sys.argv[1:5]
     real_layout = tfrecord.layout
@@ -49,7 +50,7 @@ SCRIPT = textwrap.dedent("""
                  f"sources.events.path={raw}/events", f"prepare.output={out}", "prepare.files_per_split=3",
                  "spark.master=local[2,3]", "spark.conf.spark.ui.showConsoleProgress=false"]
     cfg = config.load(sys.argv[5], overrides)
-    manifest = prepare.run(session.build(cfg.spark), cfg)
+    manifest = prepare.run(session.build(cfg.spark), cfg).to_dict()
     print("RECORDS", manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"])
 """)
 
@@ -81,14 +82,14 @@ def test_a_write_task_that_fails_once_still_gives_a_whole_dataset(raw, tmp_path)
     proc = run_faulty(raw, out, "first-attempt", tmp_path / "marks")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert (tmp_path / "marks" / "attempt-0").exists()  # the fault did happen
-    m = meta.read(str(out))
-    total = sum(m.manifest["splits"][s]["records"] for s in ("train", "eval"))
+    m = dataset.read(str(out))
+    total = sum(m.records(s) for s in ("train", "eval"))
     assert f"RECORDS {total}" in proc.stdout
-    assert total == PEOPLE - m.manifest["rejected"]["rows"]
+    assert total == PEOPLE - m.manifest.rejected["rows"]
     for split in ("train", "eval"):
         files = m.files(split)
         assert len(files) == 3
-        assert tf_records(files) == m.manifest["splits"][split]["records"]  # every shard whole and readable
+        assert tf_records(files) == m.records(split)  # every shard whole and readable
         leftovers = [p for p in os.listdir(out / split) if not p.startswith((".part-", "part-"))]
         assert leftovers == []
     assert (out / "_SUCCESS").exists()
@@ -102,7 +103,7 @@ def test_a_job_that_fails_for_good_leaves_no_dataset(spark, raw, tmp_path):
     assert (tmp_path / "marks" / "attempt-2").exists()  # retried to the limit
     assert not out.exists()
     assert not list(tmp_path.glob("dataset.staging-*"))
-    from tfos_jobs.driver import train
+    from tfos_jobs.jobs.train.driver import job as train
 
     cfg = config.load(CENSUS, [f"train.dataset={out}", "train.strategy=local"])
     with pytest.raises(InputError, match="is not a prepared dataset: _meta/manifest.json is missing"):

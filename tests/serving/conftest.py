@@ -5,8 +5,9 @@ import pytest
 
 from tfos_jobs import config
 from tfos_jobs.data import synthetic
-from tfos_jobs.driver import prepare
-from tfos_jobs.driver import train as train_job
+from tfos_jobs.data.assemble import assemble
+from tfos_jobs.jobs import prepare
+from tfos_jobs.jobs.train.driver import job as train_job
 
 from tests.conftest import CENSUS, census_overrides
 
@@ -23,7 +24,7 @@ def setup(spark, tmp_path_factory):
         "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}"])
     prepare.run(spark, cfg)
     train_job.run(spark, cfg, log=lambda _: None)
-    features, _ = prepare.assemble(spark, cfg, for_prediction=True)
+    features, _ = assemble(spark, cfg, for_prediction=True)
     return cfg, model, features.cache()
 
 

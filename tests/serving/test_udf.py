@@ -15,8 +15,8 @@ from pyspark.testing import assertDataFrameEqual
 
 import udfs
 from tfos_jobs import config
-from tfos_jobs.driver import predict as predict_job
-from tfos_jobs.driver import sql
+from tfos_jobs.jobs.serve import predict as predict_job
+from tfos_jobs.jobs.serve import sql
 from tfos_jobs.errors import ConfigError, InputError, OutputExistsError
 
 from tests.conftest import CENSUS, ROOT, census_overrides

@@ -15,7 +15,7 @@ import pytest
 
 from tfos_jobs import config
 from tfos_jobs.data import fleet
-from tfos_jobs.driver import prepare
+from tfos_jobs.jobs import prepare
 from tfos_jobs.errors import InputError
 
 from tests.conftest import ROOT
@@ -44,7 +44,7 @@ def prepared(utc, tmp_path_factory):
     # a gap of 21 steps (> max_gap 5) and a dropout of 21 values (> fill_limit 5) in one asset
     rewrite(root / "raw" / fleet.SENSORS_DIR / "asset-0000.parquet",
             lambda f: f.drop(index=range(200, 221)).assign(vibration=f["vibration"].mask(f.index.isin(range(600, 621)))))
-    manifest = prepare.run(utc, fleet_config(root / "raw", root / "dataset"), log=lambda _: None)
+    manifest = prepare.run(utc, fleet_config(root / "raw", root / "dataset"), log=lambda _: None).to_dict()
     return root, manifest
 
 
@@ -142,7 +142,7 @@ def test_non_numeric_csv_values_are_quarantined_and_counted(utc, tmp_path):
     frame.to_csv(sensors / "asset-0001.csv", index=False)
     lines = (sensors / "asset-0001.csv").read_text().splitlines()
     out = tmp_path / "out"
-    manifest = prepare.run(utc, fleet_config(tmp_path / "raw", out), log=lambda _: None)
+    manifest = prepare.run(utc, fleet_config(tmp_path / "raw", out), log=lambda _: None).to_dict()
     assert manifest["rows"] == {"read": 600, "rejected": 2}
     rejects = [json.loads(line) for p in sorted((out / "_rejects").glob("*.json")) for line in p.read_text().splitlines()]
     assert sorted(r["_raw_record"] for r in rejects) == sorted([lines[21], lines[41]])

@@ -22,7 +22,10 @@ from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import baselines
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.sensor_sources import window_table
-from tfos_jobs.driver import anomaly_report, predict, prepare, train
+from tfos_jobs.jobs.serve import evaluate as anomaly_report
+from tfos_jobs.jobs.serve import predict
+from tfos_jobs.jobs import prepare
+from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.errors import InputError
 
 from tests.conftest import ROOT

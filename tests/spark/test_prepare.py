@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.data import meta, synthetic
-from tfos_jobs.driver import prepare
+from tfos_jobs.data import synthetic
+from tfos_jobs.data import dataset
+from tfos_jobs.jobs import prepare
 from tfos_jobs.errors import InputError, OutputExistsError
 
 from tests.conftest import CENSUS, census_overrides
@@ -27,7 +28,7 @@ def raw(spark, tmp_path_factory):
 def prepared(spark, raw, tmp_path_factory):
     out = tmp_path_factory.mktemp("ds") / "dataset"
     cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE))
-    manifest = prepare.run(spark, cfg)
+    manifest = prepare.run(spark, cfg).to_dict()
     return cfg, out, manifest
 
 
@@ -54,7 +55,7 @@ def test_manifest_counts_match_the_files(prepared):
 
 def test_meta_holds_spec_vocab_and_stats(prepared):
     cfg, out, manifest = prepared
-    m = meta.read(str(out))
+    m = dataset.read(str(out))
     assert m.spec.stored_columns == cfg.features.stored_columns
     assert m.spec.get("age").default == pytest.approx(m.stats["age"]["mean"])
     assert 30 < m.stats["age"]["mean"] < 45 and m.stats["age"]["min"] >= 17
@@ -88,7 +89,7 @@ def test_reader_shards_files_per_worker(prepared):
     from tfos_jobs.data import reader
 
     _, out, manifest = prepared
-    m = meta.read(str(out))
+    m = dataset.read(str(out))
     keys = []
     for index in range(2):
         ds = reader.make_dataset(m.files("train"), m.spec, 256, num_shards=2, shard_index=index, with_key=True)
@@ -104,7 +105,7 @@ def test_in_memory_reader_gives_each_shard_the_same_rows_reshuffled_every_epoch(
     from tfos_jobs.data import reader
 
     _, out, manifest = prepared
-    m = meta.read(str(out))
+    m = dataset.read(str(out))
     files = m.files("train")
 
     def keys(ds) -> list[int]:
@@ -135,9 +136,9 @@ def test_existing_output_is_refused_then_replaced_with_overwrite(spark, prepared
     cfg, out, manifest = prepared
     with pytest.raises(OutputExistsError, match="exists; pass --overwrite"):
         prepare.run(spark, cfg)
-    again = prepare.run(spark, cfg, overwrite=True)
+    again = prepare.run(spark, cfg, overwrite=True).to_dict()
     assert again["splits"]["train"]["records"] == manifest["splits"]["train"]["records"]
-    assert (out / "_meta" / "vocab" / "education.txt").read_text() == "\n".join(meta.read(str(out)).vocab["education"]) + "\n"
+    assert (out / "_meta" / "vocab" / "education.txt").read_text() == "\n".join(dataset.read(str(out)).vocab["education"]) + "\n"
 
 
 def write_people(spark, path, rows, schema):
@@ -177,7 +178,7 @@ def test_nulls_are_imputed_and_bad_labels_rejected_not_dropped(spark, tmp_path):
              None if i == 5 else ("maybe" if i == 6 else (">50K" if i % 4 == 0 else "<=50K")))
             for i in range(1, 201)]
     write_people(spark, tmp_path / "people", rows, PEOPLE_SCHEMA)
-    manifest = prepare.run(spark, tiny_config(tmp_path, tmp_path / "people"))
+    manifest = prepare.run(spark, tiny_config(tmp_path, tmp_path / "people")).to_dict()
     assert manifest["rejected"]["rows"] == 2
     assert manifest["rejected"]["by_reason"] == {
         "label 'income' is null": 1, "label 'income' is not one of ['>50K', '<=50K']": 1}
@@ -185,7 +186,7 @@ def test_nulls_are_imputed_and_bad_labels_rejected_not_dropped(spark, tmp_path):
     assert sorted(r.person_id for r in rejects.collect()) == [5, 6]
     assert manifest["imputed"]["by_column"] == {"age": 20, "job": 28}  # ids 5 and 6 excluded: 20 nulls, 28 nulls
     assert manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"] == 198
-    m = meta.read(str(tmp_path / "out"))
+    m = dataset.read(str(tmp_path / "out"))
     assert "__missing__" in m.vocab["job"]
 
 
@@ -232,14 +233,14 @@ def test_uci_adult_files_run_through_the_same_pipeline(spark, tmp_path):
         f"sources.people.path={tmp_path}/adult.data,{tmp_path}/adult.test", f"prepare.output={tmp_path}/out",
         "spark.master=local[2]", "prepare.files_per_split=1", "features.native_country.min_count=1",
     ])
-    manifest = prepare.run(spark, cfg)
+    manifest = prepare.run(spark, cfg).to_dict()
     assert manifest["splits"]["train"]["records"] == 4 and manifest["splits"]["eval"]["records"] == 2
     assert manifest["rejected"]["rows"] == 0
     assert manifest["imputed"]["by_column"]["workclass"] == 1
     assert manifest["imputed"]["by_column"]["native_country"] == 1
     import tensorflow as tf
 
-    m = meta.read(str(tmp_path / "out"))
+    m = dataset.read(str(tmp_path / "out"))
     files = m.files("eval")
     batch = next(iter(tf.data.TFRecordDataset(files).batch(10).map(lambda s: tf.io.parse_example(s, m.spec.parse_spec()))))
     assert sorted(batch["income"].numpy().tolist()) == [0, 1]  # "<=50K." and ">50K." with the dot stripped
@@ -274,10 +275,10 @@ def test_csv_json_and_catalog_sources(spark, tmp_path, fmt):
     tiny_config(tmp_path, tmp_path / "people")  # writes tiny.toml
     source = ["sources.people.table=people_view"] if fmt == "table" else []
     cfg = config.load(tmp_path / "tiny.toml", [f"sources.people.format={fmt}", *source])
-    manifest = prepare.run(spark, cfg)
+    manifest = prepare.run(spark, cfg).to_dict()
     assert manifest["sources"]["people"]["rows"] == 100
     assert manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"] == 100
-    m = meta.read(str(tmp_path / "out"))
+    m = dataset.read(str(tmp_path / "out"))
     parse = {"job": tf.io.FixedLenFeature([], tf.string)}
     jobs = [tf.io.parse_single_example(r, parse)["job"].numpy().decode() for r in tf.data.TFRecordDataset(m.files("train"))]
     counts = collections.Counter(jobs)

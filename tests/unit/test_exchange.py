@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from tfos_jobs.model import exchange
+from tfos_jobs import topology
 
 WORKER = textwrap.dedent("""
     import json, os, sys
@@ -23,6 +23,7 @@ WORKER = textwrap.dedent("""
                                           "task": {"type": "worker", "index": index}})
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import numpy as np, tensorflow as tf
+    from tfos_jobs import topology
     from tfos_jobs.model import exchange, steps
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -70,7 +71,7 @@ WORKER = textwrap.dedent("""
     x = np.random.default_rng(42).integers(0, 20, 2048).astype(np.int64)
     y = (x % 3 == 0).astype(np.float32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).shard(len(ports), index).batch(64).repeat()
-    for mode in (exchange.ALL_GATHER, exchange.ALL_REDUCE):
+    for mode in (topology.ALL_GATHER, topology.ALL_REDUCE):
         tf.keras.utils.set_random_seed(3)
         with strategy.scope():
             inp = tf.keras.Input(shape=(), dtype="int64")
@@ -112,15 +113,15 @@ def two_workers() -> list[dict]:
 
 
 def test_auto_gathers_with_two_workers_or_small_gradients():
-    small, big = exchange.GATHER_BYTES, exchange.GATHER_BYTES + 1
-    auto, gather, ring = exchange.AUTO, exchange.ALL_GATHER, exchange.ALL_REDUCE
-    assert exchange.choose(auto, 2, 10 * big) == gather  # the same bytes as the ring, half the transfers
-    assert exchange.choose(auto, 3, small) == gather
-    assert exchange.choose(auto, 3, big) == ring
-    assert exchange.choose(ring, 2, 1) == ring
-    assert exchange.choose(gather, 8, 10 * big) == gather
+    small, big = topology.GATHER_BYTES, topology.GATHER_BYTES + 1
+    auto, gather, ring = topology.AUTO, topology.ALL_GATHER, topology.ALL_REDUCE
+    assert topology.choose_exchange(auto, 2, 10 * big) == gather  # the same bytes as the ring, half the transfers
+    assert topology.choose_exchange(auto, 3, small) == gather
+    assert topology.choose_exchange(auto, 3, big) == ring
+    assert topology.choose_exchange(ring, 2, 1) == ring
+    assert topology.choose_exchange(gather, 8, 10 * big) == gather
     with pytest.raises(ValueError, match="'ring' is not one of auto, all_gather, all_reduce"):
-        exchange.choose("ring", 2, 1)
+        topology.choose_exchange("ring", 2, 1)
 
 
 def test_summed_equals_the_ring_all_reduce_on_every_worker(two_workers):
@@ -145,7 +146,7 @@ def test_training_through_the_gather_ends_with_the_ring_s_weights(two_workers):
     import numpy as np
 
     first, second = two_workers
-    gather, ring = exchange.ALL_GATHER, exchange.ALL_REDUCE
+    gather, ring = topology.ALL_GATHER, topology.ALL_REDUCE
     for a, b in zip(first[gather], first[ring]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     for a, b in zip(first[gather], second[gather]):  # the mirrored variables stay equal

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 from tfos_jobs.config import ModelConfig
-from tfos_jobs.data.meta import DatasetMeta
+from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.features.spec import (BucketizedFeature, CategoricalFeature, CrossedFeature, FeatureSpec,
                                      KeyFeature, Label, NumericFeature)
 from tfos_jobs.model import builder

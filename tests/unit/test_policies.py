@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from tfos_jobs.config import ModelConfig, TrainConfig, node_count
+from tfos_jobs.config import ModelConfig, TrainConfig
 from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.driver.failure_policy import failure_message, retriable, task_traceback
-from tfos_jobs.driver.prepare import stable_name
-from tfos_jobs.executor.node import assign_role, port_share, roles
-from tfos_jobs.executor.training import steps_for
+from tfos_jobs.jobs.train.driver.failure_policy import failure_message, retriable, task_traceback
+from tfos_jobs.data.dataset import stable_name
+from tfos_jobs.jobs.train.executor.node import port_share
+from tfos_jobs.topology import assign_role, roles
+from tfos_jobs.jobs.train.executor.training import steps_for
 from tfos_jobs.search.trials import TrialDir, TrialStatus, summarise, trial_result
 
 PEER_GONE = "Traceback ...\ntensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses"
@@ -62,8 +63,9 @@ def test_parameter_server_roles_take_the_last_workers_as_ps():
     assert assign_role("parameter_server", 1, "worker", 1, cluster) == ("worker", 1, ps_cluster)
     assert assign_role("parameter_server", 1, "worker", 2, cluster) == ("ps", 0, ps_cluster)
     assert assign_role("multi_worker_mirrored", 0, "worker", 2, cluster) == ("worker", 2, cluster)
-    assert node_count(TrainConfig(strategy="parameter_server", workers=2, ps=1)) == 4
-    assert node_count(TrainConfig(strategy="multi_worker_mirrored", workers=3)) == 3
+    assert TrainConfig(strategy="parameter_server", workers=2, ps=1).nodes() == 4
+    assert TrainConfig(strategy="multi_worker_mirrored", workers=3).nodes() == 3
+    assert TrainConfig(strategy="local", workers=3).nodes() == 1
 
 
 def test_the_nodes_of_a_run_take_tf_ports_from_disjoint_shares():
@@ -138,13 +140,15 @@ def test_trial_statuses_print_as_their_value(status):
 
 def test_each_node_is_sent_the_dataset_files_it_reads():
     from tfos_jobs.data import reader
-    from tfos_jobs.data.meta import DatasetMeta
-    from tfos_jobs.driver import node_inputs
+    from tfos_jobs.contracts.dataset import Manifest, SplitFiles
+    from tfos_jobs.data.dataset import DatasetMeta
+    from tfos_jobs.jobs.train.driver import node_inputs
     from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, Label
 
     spec = FeatureSpec((CategoricalFeature(name="c"), Label(name="y")))
-    files = lambda n: [{"path": f"part-{i:05d}.tfrecord", "bytes": 10} for i in range(n)]  # noqa: E731
-    manifest = {"splits": {"train": {"records": 10, "files": files(5)}, "eval": {"records": 2, "files": files(2)}}}
+    files = lambda n: tuple((f"part-{i:05d}.tfrecord", 10) for i in range(n))  # noqa: E731
+    manifest = Manifest(1, "0", "", 0.0, "hdfs://nn:8020/ds", {}, spec.fingerprint(), {},
+                        {"train": SplitFiles(10, files(5)), "eval": SplitFiles(2, files(2))}, {}, {}, {})
     meta = DatasetMeta("hdfs://nn:8020/ds", spec, {}, manifest, {"c": ["a"]})
     meta_files = {"dataset/_meta/manifest.json", "dataset/_meta/feature_spec.json", "dataset/_meta/stats.json",
                   "dataset/_meta/vocab/c.txt"}
@@ -157,7 +161,7 @@ def test_each_node_is_sent_the_dataset_files_it_reads():
     assert sorted(chief) == sorted(f"/ds/{rel[len('dataset/'):]}" for rel in chief.values())  # keyed by path only
     assert node_inputs.qualified(meta, worker)[0].startswith("hdfs://nn:8020/ds/")
     # the same shards the input pipeline opens
-    assert reader.shard_files([f"t/{f['path']}" for f in files(5)], 2, 1) == ["t/part-00001.tfrecord",
+    assert reader.shard_files([f"t/{name}" for name, _ in files(5)], 2, 1) == ["t/part-00001.tfrecord",
                                                                                "t/part-00003.tfrecord"]
     ps = node_inputs.plan(meta, [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)], "parameter_server")
     assert set(ps[0].values()) == meta_files | evals  # the coordinator reads no train file

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tfos_jobs.driver import sweep_report
+from tfos_jobs.jobs.sweep.driver import report as sweep_report
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage
 from tfos_jobs.search import samplers, space
@@ -181,8 +181,8 @@ def test_sweep_overrides_take_dotted_config_keys():
 def test_lost_parameter_server_workers_are_tolerated_until_none_is_left():
     from tfos_jobs import control_channel as cc
     from tfos_jobs.config import TrainConfig
-    from tfos_jobs.driver.run_state import RunState
-    from tfos_jobs.driver.tf_cluster import LostWorkers
+    from tfos_jobs.jobs.train.driver.run_state import RunState
+    from tfos_jobs.jobs.train.driver.tf_cluster import LostWorkers
     from tfos_jobs.errors import TrainingError
 
     lines: list[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.driver import train as train_job
+from tfos_jobs.jobs.train.driver import job as train_job
 
 from tests.conftest import CENSUS
 from tests.warehouse.conftest import PASSWORD_ENV, PEOPLE, WAREHOUSE, pg_sets, tfos

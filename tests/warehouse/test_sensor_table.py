@@ -7,7 +7,7 @@ import json
 
 from tfos_jobs import config
 from tfos_jobs.databases.postgres import JDBC_PACKAGE
-from tfos_jobs.driver import prepare
+from tfos_jobs.jobs import prepare
 
 from tests.spark.test_own_sensor_data import MACHINES, SENSORS, STEPS, machine_names, readings
 from tests.warehouse.conftest import PASSWORD_ENV, jdbc_source, quiet, tfos
@@ -22,7 +22,7 @@ def test_a_jdbc_table_of_many_machines_prepares_like_a_file(pg, spark, tmp_path)
     pg.sql(PG_READINGS + f"COPY readings FROM STDIN WITH (FORMAT csv, HEADER true);\n{csv.getvalue()}\\.\n")
     frame.to_parquet(tmp_path / "readings.parquet", coerce_timestamps="us")
     files = prepare.run(spark, config.load(SENSORS, [f"sources.readings.path={tmp_path / 'readings.parquet'}",
-                                                     f"prepare.output={tmp_path / 'files'}"]), log=lambda _: None)
+                                                     f"prepare.output={tmp_path / 'files'}"]), log=lambda _: None).to_dict()
     sets = [*jdbc_source("readings", pg.url, table="readings"), f"prepare.output={tmp_path / 'jdbc'}",
             f'spark.packages=["{JDBC_PACKAGE}"]', *quiet()]
     tfos("prepare", "--config", str(SENSORS), sets=sets, env={PASSWORD_ENV: pg.password})

@@ -132,7 +132,7 @@ because a process that hosted a TF node cannot host another. Before that, a reus
 reached the first step in 3.4–3.8 s against 11.0 s for a cold one (a run at load average ~6);
 now every run is a cold start, which is what P6 reports (~7 s here, within its goal).
 
-**4. P3: the strategy on a one-node cluster (now in `tfos_jobs/executor/training.py`:
+**4. P3: the strategy on a one-node cluster (now in `tfos_jobs/jobs/train/executor/training.py`:
 `make_strategy` returns the default strategy when the TF cluster has one worker).** Measured
 before the change went in, with patched copies of the package (two runs per version, each 3
 interleaved repeats of local and TFoS, 1,000 steps × 3 epochs, figures from epochs 2–3,

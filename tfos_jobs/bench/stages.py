@@ -30,11 +30,12 @@ from tfos_jobs.bench import cpu, pipeline, serving, writers
 from tfos_jobs.bench.harness import Figure, Log, Result, Sample, interleave, timed
 from tfos_jobs.bench.sizes import Sizes
 from tfos_jobs.config import Config, SparkConfig
-from tfos_jobs.data import meta as meta_mod
+from tfos_jobs.data import dataset
 from tfos_jobs.data import synthetic
+from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import SPARK_TYPES
-from tfos_jobs.model import exchange
+from tfos_jobs.topology import ALL_REDUCE, AUTO, Strategy, examples_per_step
 
 SERVED_MODEL = "model-mwms-2"  # P4 and P5 serve the model the last two-worker run trained
 RING_VARIANT = "mwms-2-all-reduce"  # two workers summing their gradients with the ring all-reduce
@@ -56,15 +57,15 @@ class TrainVariant:
     workers: int
     batch: int  # per worker; under parameter_server per step, each step on one worker
     baseline: str  # the local variant that updates with as many examples per step
-    gradient_exchange: str = exchange.AUTO
+    gradient_exchange: str = AUTO
 
     @property
     def title(self) -> str:
-        if self.strategy == "local":
+        if self.strategy == Strategy.LOCAL:
             return f"local strategy, one process (batch {self.batch:,})"
-        if self.strategy == "parameter_server":
+        if self.strategy == Strategy.PARAMETER_SERVER:
             return f"TFoS parameter_server, {self.workers} workers + 1 ps (batch {self.batch:,} per step)"
-        how = ", ring all-reduce" if self.gradient_exchange == exchange.ALL_REDUCE else ""
+        how = ", ring all-reduce" if self.gradient_exchange == ALL_REDUCE else ""
         return (f"TFoS multi_worker_mirrored, {self.workers} worker{'s' if self.workers > 1 else ''} "
                 f"({self.batch:,} per worker{how})")
 
@@ -115,8 +116,8 @@ class Bench:
         self.sizes, self.work, self.log, self.remote = sizes, work, log, remote
         self.spark_master, self.tfos_master = spark_master, tfos_master
         if not sizes.train_batch:  # P7 at the demo's own global batch
-            workers = cfg.train.workers if cfg.train.strategy == "multi_worker_mirrored" else 1
-            self.sizes = sizes = dataclasses.replace(sizes, train_batch=cfg.train.batch_size * workers)
+            batch = examples_per_step(cfg.train.strategy, cfg.train.batch_size, cfg.train.workers)
+            self.sizes = sizes = dataclasses.replace(sizes, train_batch=batch)
         self.small = bench_config(cfg, sizes, work, "1x")
         self.big = bench_config(cfg, sizes, work, "16x")
         self.spark_conf = {**cfg.spark.conf, **SPARK_CONF}
@@ -197,7 +198,7 @@ class Bench:
             f"{small['people'] + small['events']:,} / {big['people'] + big['events']:,}")
 
     def prepare_scaling(self) -> None:
-        from tfos_jobs.driver import prepare
+        from tfos_jobs.jobs import prepare
 
         def variant(cfg: Config) -> Callable[[], Sample]:
             return lambda: {"seconds": timed(lambda: prepare.run(self.spark, cfg, overwrite=True, log=lambda _: None))}
@@ -208,8 +209,8 @@ class Bench:
                 prepare.run(self.spark, cfg, overwrite=True, log=lambda _: None)
         out = self.repeat("prepare", {"1x": variant(self.small), "16x": variant(self.big)}, warmup=False)
         for scale, cfg in (("1x", self.small), ("16x", self.big)):
-            splits = meta_mod.read(cfg.prepare.output).manifest["splits"]
-            self.run.facts[f"records {scale}"] = {k: v["records"] for k, v in splits.items()}
+            splits = dataset.read(cfg.prepare.output).manifest.splits
+            self.run.facts[f"records {scale}"] = {k: v.records for k, v in splits.items()}
         r1, r16 = self.run.facts["records 1x"], self.run.facts["records 16x"]
         self.run.sizes["prepared records train + eval, 1x / 16x"] = (
             f"{r1['train']:,} + {r1['eval']:,} / {r16['train']:,} + {r16['eval']:,}")
@@ -224,7 +225,7 @@ class Bench:
         from tfos_jobs import config as config_mod
         from tfos_jobs import resources
         from tfos_jobs.data import fleet
-        from tfos_jobs.driver import prepare
+        from tfos_jobs.jobs import prepare
 
         s = self.sizes
         base = config_mod.load(resources.config_path("fleet"))
@@ -244,7 +245,7 @@ class Bench:
             return lambda: {"seconds": timed(lambda: prepare.run(self.spark, cfg, overwrite=True, log=lambda _: None))}
 
         out = self.repeat("windows", {"1x": variant(cfgs["1x"]), "16x": variant(cfgs["16x"])})
-        windows = {scale: meta_mod.read(cfg.prepare.output).manifest["windows"]["kept"] for scale, cfg in cfgs.items()}
+        windows = {scale: dataset.read(cfg.prepare.output).manifest.windows["kept"] for scale, cfg in cfgs.items()}
         self.run.sizes["sensor rows (assets x steps x 8 sensors), 1x / 16x"] = (
             f"{rows['1x']:,} ({s.fleet_assets} x {s.fleet_steps:,}) / {rows['16x']:,} "
             f"({s.fleet_assets * s.scale} x {s.fleet_steps:,}); windows {windows['1x']:,} / {windows['16x']:,}")
@@ -255,7 +256,7 @@ class Bench:
 
     def records_frame(self) -> DataFrame:
         """The 16x data set's records, as prepare wrote them, cached: the DataFrame P1 and P2 write."""
-        meta = meta_mod.read(self.big.prepare.output)
+        meta = dataset.read(self.big.prepare.output)
         schema = ", ".join(f"`{n}` {SPARK_TYPES[c['dtype']]}" for n, c in meta.spec.record_schema().items())
         return self.spark.read.format(self.big.prepare.tfrecord_format).schema(schema) \
             .load([meta.split_dir("train"), meta.split_dir("eval")]).repartition(WRITE_PARTITIONS).cache()
@@ -305,7 +306,7 @@ class Bench:
             tfrecord, Figure("Python per-row writer", "rows/s", out["python"]["rows_per_sec"]), 10.0, ">="))
 
     def input_pipeline(self) -> None:
-        meta = meta_mod.read(self.big.prepare.output)
+        meta = dataset.read(self.big.prepare.output)
         files, spec, batch = meta.files("train"), meta.spec, self.big.train.batch_size
         builders = {"in memory": pipeline.in_memory, "batch then parse": pipeline.batch_then_parse,
                     "parse then batch": pipeline.parse_then_batch}
@@ -332,21 +333,21 @@ class Bench:
         parameter_server, where every step pays a round trip to the parameter servers; its
         baseline is the local strategy at that batch ("local" again when both batches are equal)."""
         g, big = self.sizes.train_batch, self.sizes.ps_batch
-        variants = {"local": TrainVariant("local", 1, g, "local")}
+        variants = {"local": TrainVariant(Strategy.LOCAL, 1, g, "local")}
         for n in self.sizes.scaling_workers:
-            variants[f"mwms-{n}"] = TrainVariant("multi_worker_mirrored", n, g // n, "local")
+            variants[f"mwms-{n}"] = TrainVariant(Strategy.MULTI_WORKER_MIRRORED, n, g // n, "local")
             if n == 2:
-                variants[RING_VARIANT] = TrainVariant("multi_worker_mirrored", 2, g // 2, "local", exchange.ALL_REDUCE)
+                variants[RING_VARIANT] = TrainVariant(Strategy.MULTI_WORKER_MIRRORED, 2, g // 2, "local", ALL_REDUCE)
         if 2 in self.sizes.scaling_workers:
-            variants["local-half"] = TrainVariant("local", 1, g // 2, "local-half")
-            variants["mwms-2-half"] = TrainVariant("multi_worker_mirrored", 2, g // 4, "local-half")
+            variants["local-half"] = TrainVariant(Strategy.LOCAL, 1, g // 2, "local-half")
+            variants["mwms-2-half"] = TrainVariant(Strategy.MULTI_WORKER_MIRRORED, 2, g // 4, "local-half")
         if big != g:
-            variants["local-ps"] = TrainVariant("local", 1, big, "local-ps")
-        variants["ps-2"] = TrainVariant("parameter_server", 2, big, "local-ps" if big != g else "local")
+            variants["local-ps"] = TrainVariant(Strategy.LOCAL, 1, big, "local-ps")
+        variants["ps-2"] = TrainVariant(Strategy.PARAMETER_SERVER, 2, big, "local-ps" if big != g else "local")
         return variants
 
     def training(self) -> None:
-        from tfos_jobs.driver import train
+        from tfos_jobs.jobs.train.driver import job as train
 
         def variant(name: str, v: TrainVariant) -> Callable[[], Sample]:
             def once() -> Sample:
@@ -357,7 +358,7 @@ class Bench:
                 sample = {"examples_per_sec": statistics.fmean(e["examples_per_sec"] for e in steady),
                           "seconds": metrics["seconds"]}
                 sample.update({k: v for k, v in (metrics["step_profile"] or {}).items() if k in STEP_PARTS})
-                if v.strategy != "local":
+                if v.strategy != Strategy.LOCAL:
                     sample.update(metrics["startup"])
                 return sample
             return once
@@ -409,7 +410,7 @@ class Bench:
         e.g. HDFS) against the same dataset on local files: the nodes get their shards through
         Spark either way, so the epochs should not differ; what the remote copy adds is the
         fetch before the first step. Then how long serving takes to fetch the model from there."""
-        from tfos_jobs.driver import train
+        from tfos_jobs.jobs.train.driver import job as train
         from tfos_jobs.storage import Storage
 
         storage = Storage(self.spark)
@@ -420,7 +421,7 @@ class Bench:
 
         def variant(name: str) -> Callable[[], Sample]:
             def once() -> Sample:
-                tr = dataclasses.replace(self.small.train, strategy="multi_worker_mirrored", workers=2,
+                tr = dataclasses.replace(self.small.train, strategy=Strategy.MULTI_WORKER_MIRRORED, workers=2,
                                          batch_size=self.sizes.train_batch // 2, dataset=datasets[name],
                                          model_dir=f"{remote}/model" if name == "remote" else f"{self.work}/model-p11")
                 metrics = train.run(self.spark, dataclasses.replace(self.small, train=tr), overwrite=True,
@@ -480,7 +481,7 @@ class Bench:
         from udfs.predict import settle_heap
         from pyspark.sql.functions import ArrowUDFType, arrow_udf
 
-        from tfos_jobs.driver import prepare, sql
+        from tfos_jobs.jobs.serve import sql
         from tfos_jobs.model.export import load_signature
         from tfos_jobs.contracts.serving import CODES_SIGNATURE, udf_return_type
 
@@ -488,7 +489,7 @@ class Bench:
         udf = udfs.register(spark, pr.name, pr.model, batch_size=pr.batch_size)
         spec, task = udf.spec, udf.spec.label.task
         with_spec = dataclasses.replace(self.big, features=spec)
-        table, _ = prepare.assemble(spark, with_spec, for_prediction=True)
+        table, _ = assemble(spark, with_spec, for_prediction=True)
         inputs = table.select(*spec.model_inputs).repartition(spark.sparkContext.defaultParallelism * 2).cache()
         rows = inputs.count()
         inputs.createOrReplaceTempView("bench_inputs")
@@ -573,13 +574,13 @@ class Bench:
     def predict_vs_write(self) -> None:
         """`tfos predict` (joins, scoring, write, check) against writing the same joined rows to
         Parquet without a model: what scoring adds to a job that has to run anyway."""
-        from tfos_jobs.driver import predict, prepare
+        from tfos_jobs.jobs.serve import predict
         from udfs.register import served_spec
 
         spark, cfg = self.spark, self.big
         spec = served_spec(spark, cfg.predict.model)
         with_spec = dataclasses.replace(cfg, features=spec)
-        rows = prepare.assemble(spark, with_spec, for_prediction=True)[0].count()
+        rows = assemble(spark, with_spec, for_prediction=True)[0].count()
         self.run.sizes["predict rows"] = f"{rows:,} rows (16x people joined with regions and events), Parquet out"
 
         def predicted() -> Sample:
@@ -591,7 +592,7 @@ class Bench:
 
         def written() -> Sample:
             started = time.perf_counter()
-            table, _ = prepare.assemble(spark, with_spec, for_prediction=True)
+            table, _ = assemble(spark, with_spec, for_prediction=True)
             table.write.mode("overwrite").parquet(f"{self.work}/joined-16x")
             return {"rows_per_sec": rows / (time.perf_counter() - started)}
 

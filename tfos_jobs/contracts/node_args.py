@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfos_jobs.config import ModelConfig, TrainConfig
+from tfos_jobs.topology import parameter_servers
 
 MAX_NODE_SECONDS = 7 * 24 * 3600  # no TF node outlives this, whatever happens to the driver
 
@@ -42,7 +43,7 @@ class NodeArgs:
     @classmethod
     def from_train_config(cls, tr: TrainConfig, *, dataset: str) -> "NodeArgs":
         return cls(
-            strategy=tr.strategy, num_ps=tr.ps if tr.strategy == "parameter_server" else 0, dataset=dataset,
+            strategy=tr.strategy, num_ps=parameter_servers(tr.strategy, tr.ps), dataset=dataset,
             epochs=tr.epochs, steps_per_epoch=tr.steps_per_epoch, batch_size=tr.batch_size,
             optimizer=tr.optimizer, learning_rate=tr.learning_rate, early_stopping_patience=tr.early_stopping_patience,
             shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tfos_jobs.data.meta import MANIFEST, SPEC, STATS, VOCAB
+from tfos_jobs.contracts.dataset import MANIFEST, SPEC, STATS, VOCAB
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType

@@ -21,10 +21,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import SplitConfig
+from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.errors import InputError
 
-TRAIN, EVAL = "train", "eval"
-SPLITS = (TRAIN, EVAL)
 HASH_BUCKETS = 1_000_000
 
 
@@ -44,7 +43,7 @@ def assign(split: SplitConfig, key: str | None, eval_below: int | None = None) -
         value = F.lower(F.col(split.column))
         return F.when(value.isin(*SPLITS), value)
     below = nominal_boundary(split) if eval_below is None else eval_below
-    return F.when(bucket(split, key) < below, EVAL).otherwise(TRAIN)
+    return F.when(bucket(split, key) < below, Split.EVAL.value).otherwise(Split.TRAIN.value)
 
 
 def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mapping[str, int]
@@ -53,12 +52,12 @@ def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mappin
     empty, a sentence saying which key crossed it. `usable`: the rows that will be written;
     `sizes`: what each split holds of them at the nominal boundary (both empty is the caller's
     error, raised before)."""
-    if sizes[TRAIN] and sizes[EVAL]:
+    if sizes[Split.TRAIN] and sizes[Split.EVAL]:
         return (None if split.mode == "column" else nominal_boundary(split)), None
-    empty, full = (EVAL, TRAIN) if not sizes[EVAL] else (TRAIN, EVAL)
+    empty, full = (Split.EVAL, Split.TRAIN) if not sizes[Split.EVAL] else (Split.TRAIN, Split.EVAL)
     if split.mode == "column":
         raise InputError(f"prepare.split.column {split.column!r}: no usable row is {empty!r} "
-                         f"({sizes[TRAIN]:,} train, {sizes[EVAL]:,} eval); a model needs both splits")
+                         f"({sizes[Split.TRAIN]:,} train, {sizes[Split.EVAL]:,} eval); a model needs both splits")
     b = bucket(split, key)
     row = usable.agg(F.countDistinct(key).alias("keys"), F.min(b).alias("lo"), F.max(b).alias("hi")).first()
     keys = int(row["keys"])
@@ -67,7 +66,7 @@ def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mappin
                          f"of the key {key!r}, all in {full}; a split by key needs at least 2 (one for train, one "
                          f"for eval): add data, or give the rows a column that says train or eval "
                          f"(prepare.split.mode = \"column\")")
-    boundary, which = (int(row["lo"]) + 1, "lowest") if empty == EVAL else (int(row["hi"]), "highest")
+    boundary, which = (int(row["lo"]) + 1, "lowest") if empty == Split.EVAL else (int(row["hi"]), "highest")
     note = (f"eval_fraction = {split.eval_fraction} put all {keys} values of {key!r} in {full}; "
             f"the one with the {which} hash went to {empty}")
     return boundary, note

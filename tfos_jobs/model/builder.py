@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable
 
-from tfos_jobs.config import SEQUENCE_MODEL, ModelConfig
+from tfos_jobs.config import ModelConfig
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.tasks import ModelKind
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -94,15 +95,16 @@ def make_optimizer(name: str, learning_rate: float) -> "tf.keras.optimizers.Opti
 def resolve_model_fn(kind: str) -> ModelFn:
     """`wide_deep`, `sequence_autoencoder`, or a user function "module:function" with
     build_model's signature that returns an uncompiled model taking the same dict of raw columns."""
-    if kind == "wide_deep":
+    if kind == ModelKind.WIDE_DEEP:
         return build_model
-    if kind == SEQUENCE_MODEL:
+    if kind == ModelKind.SEQUENCE_AUTOENCODER:
         from tfos_jobs.model.sequence import build_autoencoder
 
         return build_autoencoder
     module_name, sep, attr = kind.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"train.model.kind: {kind!r} is not 'wide_deep', '{SEQUENCE_MODEL}' or 'module:function'")
+        raise ValueError(f"train.model.kind: {kind!r} is not '{ModelKind.WIDE_DEEP}', "
+                         f"'{ModelKind.SEQUENCE_AUTOENCODER}' or 'module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -9,26 +9,12 @@ bit for bit and the mirrored variables stay equal. With two workers both ways mo
 bytes; with more, the gather moves (n - 1) times the pack per worker instead of about twice,
 which pays while the pack is small.
 
-`choose` is plain Python (the config validates against `EXCHANGES`); `summed` runs inside a
-MultiWorkerMirrored replica function and imports TensorFlow.
+Which exchange a run uses is the topology's to say (`topology.choose_exchange`); `summed` runs
+inside a MultiWorkerMirrored replica function and imports TensorFlow.
 """
 from __future__ import annotations
 
 from typing import Any
-
-AUTO, ALL_GATHER, ALL_REDUCE = "auto", "all_gather", "all_reduce"  # the setting, and what a run records
-EXCHANGES = (AUTO, ALL_GATHER, ALL_REDUCE)
-GATHER_BYTES = 256 * 1024  # auto: above two workers, packs up to this size are gathered
-
-
-def choose(setting: str, workers: int, gradient_bytes: int) -> str:
-    """The exchange a step uses: `setting` unless it is "auto"."""
-    if setting not in EXCHANGES:
-        raise ValueError(f"gradient exchange {setting!r} is not one of {', '.join(EXCHANGES)}")
-    if setting != AUTO:
-        return setting
-    return ALL_GATHER if workers == 2 or gradient_bytes <= GATHER_BYTES else ALL_REDUCE
-
 
 def summed(gradients: list[Any], variables: list[Any]) -> list[Any]:
     """Each gradient of `variables` summed over all workers; None stays None.

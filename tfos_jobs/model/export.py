@@ -18,7 +18,8 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.data.meta import MANIFEST, META, SPEC, STATS, VOCAB, DatasetMeta
+from tfos_jobs.contracts.dataset import MANIFEST, META, SPEC, STATS, VOCAB
+from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.model.builder import input_dtype
 

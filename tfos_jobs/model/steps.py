@@ -25,13 +25,14 @@ from typing import Any
 import tensorflow as tf
 
 from tfos_jobs.model import exchange
+from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE
 
 
 class StepModel(tf.keras.Model):
     """A functional model with the steps above; build it with `wrap(model, ...)`."""
 
     dense_gradient_limit: int = 0
-    gradient_exchange: str = exchange.ALL_REDUCE  # or ALL_GATHER: `exchange.summed` instead of the optimizer's sum
+    gradient_exchange: str = ALL_REDUCE  # or ALL_GATHER: `exchange.summed` instead of the optimizer's sum
 
     def train_step(self, data: Any) -> dict[str, tf.Tensor]:
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
@@ -40,7 +41,7 @@ class StepModel(tf.keras.Model):
             loss = self.compute_loss(x, y, y_pred, sample_weight)
         variables = self.trainable_variables
         gradients = densify(tape.gradient(loss, variables), variables, self.dense_gradient_limit)
-        if self.gradient_exchange == exchange.ALL_GATHER:
+        if self.gradient_exchange == ALL_GATHER:
             gradients = exchange.summed(gradients, variables)
             # Keras' optimizers (new and legacy) take this to mean: already summed over workers.
             self.optimizer.apply_gradients(zip(gradients, variables), experimental_aggregate_gradients=False)
@@ -54,7 +55,7 @@ class StepModel(tf.keras.Model):
 
 
 def wrap(model: tf.keras.Model, dense_gradient_limit: int,
-         gradient_exchange: str = exchange.ALL_REDUCE) -> tf.keras.Model:
+         gradient_exchange: str = ALL_REDUCE) -> tf.keras.Model:
     """`model` with the steps above, sharing its layers and variables; build and compile the
     result under the strategy's scope. A subclassed (non-functional) user model is returned
     as it is: it trains the same, with Keras' own steps."""

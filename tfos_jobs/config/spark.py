@@ -1,0 +1,27 @@
+"""`[spark]`: the session the jobs build."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """Session settings. `master` applies only when spark-submit did not set one.
+
+    `packages` (Maven coordinates, e.g. JDBC drivers) are fetched from Maven Central when the
+    session starts; `jars` are local jar files, for clusters without access to it. `hive = true`
+    gives the session a Hive metastore catalog: the one `hive-site.xml` or
+    `spark.hadoop.hive.metastore.uris` names, else an embedded Derby metastore kept with the
+    table files under `warehouse`."""
+
+    master: Union[str, None] = None
+    app_name: str = "tfos"
+    conf: Mapping[str, str] = field(default_factory=dict)
+    packages: tuple[str, ...] = ()
+    jars: tuple[str, ...] = ()
+    hive: bool = False
+    warehouse: str = "spark-warehouse"
+
+    def errors(self) -> list[str]:
+        return []

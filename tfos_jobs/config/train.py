@@ -1,0 +1,138 @@
+"""`[train]` and `[train.model]`: the training run, its TF cluster and the model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.tasks import ModelKind
+from tfos_jobs.topology import EXCHANGES, STRATEGIES, Strategy, node_count
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model: `wide_deep` (built from the spec), `sequence_autoencoder` (for sequence
+    features) or a user function given as "module:function".
+
+    Hidden layers of the deep part, as in the census wide & deep sample: `num_layers` layers,
+    the first of `first_layer_size` units, each next one `scale_factor` times the previous.
+    The autoencoder: a `cell` ("gru" or "lstm") encoder of `units` to a `latent_dim` vector, a
+    decoder of the same size; windows whose reconstruction error is above the
+    `anomaly_quantile` of the train windows' errors are flagged as anomalies."""
+
+    kind: str = ModelKind.WIDE_DEEP.value
+    first_layer_size: int = 100
+    num_layers: int = 4
+    scale_factor: float = 0.7
+    dropout: float = 0.0
+    cell: Literal["gru", "lstm"] = "gru"
+    units: int = 32
+    latent_dim: int = 16
+    anomaly_quantile: float = 0.99
+
+    def hidden_units(self) -> tuple[int, ...]:
+        return tuple(max(2, round(self.first_layer_size * self.scale_factor**i)) for i in range(self.num_layers))
+
+    def errors(self, spec: FeatureSpec) -> list[str]:
+        errs = [f"train.model.{k}: must be >= 1, got {v}" for k, v in (
+            ("first_layer_size", self.first_layer_size), ("num_layers", self.num_layers), ("units", self.units),
+            ("latent_dim", self.latent_dim)) if v < 1]
+        if not 0 < self.scale_factor <= 1:
+            errs.append(f"train.model.scale_factor: must be in (0, 1], got {self.scale_factor}")
+        if not 0 <= self.dropout < 1:
+            errs.append(f"train.model.dropout: must be in [0, 1), got {self.dropout}")
+        wide_deep, sequence_model = ModelKind.WIDE_DEEP, ModelKind.SEQUENCE_AUTOENCODER
+        if self.kind not in (wide_deep, sequence_model) and ":" not in self.kind:
+            errs.append(f"train.model.kind: {self.kind!r} is not '{wide_deep}', '{sequence_model}' or 'module:function'")
+        elif spec.is_sequence and self.kind == wide_deep or not spec.is_sequence and self.kind == sequence_model:
+            errs.append(f"train.model.kind: {self.kind!r} does not fit a spec "
+                        + (f"of sequence features; use '{sequence_model}'" if spec.is_sequence
+                           else "without sequence features"))
+        if not 0 < self.anomaly_quantile < 1:
+            errs.append(f"train.model.anomaly_quantile: must be between 0 and 1 (exclusive), got {self.anomaly_quantile}")
+        return errs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: str = "demo-output/dataset"
+    model_dir: str = "demo-output/model"
+    strategy: Literal[STRATEGIES] = Strategy.MULTI_WORKER_MIRRORED.value
+    workers: int = 2  # TF workers, the chief included (parameter_server: workers besides the chief)
+    ps: int = 1  # parameter servers (parameter_server only)
+    gpus_per_worker: int = 0
+    gpu_discovery_script: str = ""  # what Spark runs to find an executor's GPUs; "" = the one the package ships
+    epochs: int = 5
+    steps_per_epoch: Union[int, None] = None  # default: one pass over the train split per epoch
+    batch_size: int = 512  # per worker (parameter_server: per step, each step on one worker)
+    optimizer: Literal["adam", "adagrad", "sgd", "rmsprop", "ftrl"] = "adam"
+    learning_rate: float = 0.001
+    early_stopping_patience: int = 0  # epochs without improvement of val_loss; 0 = off
+    shuffle_buffer: int = 10_000  # records, when a worker's share of the train split streams from its files
+    in_memory_mb: int = 1024  # a worker's share of a split up to this many MB of TFRecords is read once into memory
+    seed: int = 42
+    reservation_timeout: int = 120  # seconds to wait for executors and TF nodes to start
+    step_timeout: int = 600  # seconds without a finished step before the run is declared hung
+    max_attempts: int = 3  # TF cluster launches; a relaunch resumes from the last finished epoch
+    steps_per_execution: int = 20  # training steps per call into TensorFlow (per scheduled function under PS)
+    dense_gradient_limit: int = 262_144  # embedding tables of up to this many values send dense gradients
+    # multi_worker_mirrored: how the gradients are summed across workers (model/exchange.py);
+    # auto = one all-gather with two workers or small gradients, else the ring all-reduce
+    gradient_exchange: Literal[EXCHANGES] = "auto"
+    threads: int = 0  # TensorFlow compute threads per TF node; 0 = the Spark task's CPUs (spark.task.cpus)
+    profile_steps: int = 0  # > 0: after training, time this many steps' parts (metrics.json step_profile)
+    control_bind: str = ""  # reservation server address; "" = spark.driver.bindAddress, else spark.driver.host
+    control_ports: str = ""  # reservation server port or range ("9000-9010"); "" = any free port
+    tf_ports: str = ""  # port range for the TF nodes' gRPC servers ("30000-30999"); "" = any free port
+    tensorboard: bool = True  # event files in <model_dir>/logs
+    # where TF nodes keep their copy of the dataset and their own files on an executor's disk;
+    # "" = the executor's temporary directory. Parameter-server workers need the same path on every host.
+    local_dir: str = ""
+    overwrite: bool = False
+    model: ModelConfig = ModelConfig()
+
+    def nodes(self) -> int:
+        """Processes the run takes (topology.node_count): the TF cluster's nodes, or 1 for `local`."""
+        return node_count(self.strategy, self.workers, self.ps)
+
+    def errors(self, spec: FeatureSpec) -> list[str]:
+        positive = {"workers": self.workers, "epochs": self.epochs, "batch_size": self.batch_size,
+                    "reservation_timeout": self.reservation_timeout, "step_timeout": self.step_timeout,
+                    "max_attempts": self.max_attempts, "steps_per_execution": self.steps_per_execution}
+        errs = [f"train.{k}: must be >= 1, got {v}" for k, v in positive.items() if v < 1]
+        if self.strategy == Strategy.PARAMETER_SERVER and self.ps < 1:
+            errs.append(f"train.ps: parameter_server needs at least 1 parameter server, got {self.ps}")
+        for key in ("control_ports", "tf_ports"):
+            try:
+                ports = parse_ports(getattr(self, key))
+            except ValueError as e:
+                errs.append(f"train.{key}: {e}")
+                continue
+            if key == "tf_ports" and ports != [0] and len(ports) < self.nodes() and self.strategy != Strategy.LOCAL:
+                errs.append(f"train.tf_ports: {self.tf_ports!r} holds {len(ports)} port(s), fewer than the TF "
+                            f"cluster's {self.nodes()} nodes; each node takes a port of its own")
+        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
+            errs.append(f"train.steps_per_epoch: must be >= 1 (or left out for one pass per epoch), got "
+                        f"{self.steps_per_epoch}")
+        if self.learning_rate <= 0:
+            errs.append(f"train.learning_rate: must be > 0, got {self.learning_rate}")
+        for key in ("gpus_per_worker", "early_stopping_patience", "dense_gradient_limit", "threads", "profile_steps",
+                    "in_memory_mb"):
+            if getattr(self, key) < 0:
+                errs.append(f"train.{key}: must be >= 0, got {getattr(self, key)}")
+        return errs + self.model.errors(spec)
+
+
+def parse_ports(spec: str) -> list[int]:
+    """A port setting: "" (any free port: [0]), "9000", or a range "9000-9010"."""
+    spec = spec.strip()
+    if not spec:
+        return [0]
+    low, _, high = spec.partition("-")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        raise ValueError(f"{spec!r} is not a port or a range of ports like 9000-9010") from None
+    if not 0 < first <= last < 65536:
+        raise ValueError(f"{spec!r} is not a port or a range of ports within 1-65535, low-high")
+    return list(range(first, last + 1))

@@ -1,0 +1,118 @@
+"""The layout of a prepared dataset, and its manifest: what prepare writes and what training,
+serving and `tfos evaluate` read.
+
+    <dataset>/
+      train/part-NNNNN.tfrecord   eval/part-NNNNN.tfrecord     the records of each split
+      _rejects/                   rows set aside (JSON), when there are any
+      _meta/feature_spec.json     the spec, with "mean" defaults resolved to numbers
+      _meta/vocab/<name>.txt      one value per line, in vocabulary order
+      _meta/stats.json            per numeric feature or sensor: count, mean, std, min, max (train split)
+      _meta/manifest.json         `Manifest`. Written last: its presence means the dataset is whole.
+      _SUCCESS
+
+A dataset is written beside its place (`staging`) and moved into it whole.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from tfos_jobs.names import Name
+
+META = "_meta"
+MANIFEST = "manifest.json"
+SPEC = "feature_spec.json"
+STATS = "stats.json"
+VOCAB = "vocab"
+REJECTS = "_rejects"
+SUCCESS = "_SUCCESS"
+RECORDS = "_records"  # while writing: Spark's output, one directory per split, before the files settle
+
+
+class Split(Name):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+SPLITS = (Split.TRAIN.value, Split.EVAL.value)
+EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"  # the record types: rows, sensor windows
+
+
+def staging(out: str, tag: str) -> str:
+    """Where a dataset for `out` is written before it is moved into place."""
+    return f"{out}.staging-{tag}"
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    """One split: its records (rows or windows), its files (name and bytes), and for windows
+    the assets they come from."""
+
+    records: int
+    files: tuple[tuple[str, int], ...]
+    assets: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"records": self.records}
+        if self.assets is not None:
+            out["assets"] = self.assets
+        out["files"] = [{"path": name, "bytes": size} for name, size in self.files]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SplitFiles":
+        return cls(int(data["records"]), tuple((f["path"], int(f["bytes"])) for f in data["files"]), data.get("assets"))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """`_meta/manifest.json`. The fields after `rejected` belong to one kind of dataset: rows
+    (imputed, truncated, vocabulary_sizes) or sensor windows (rows, windows); the other kind's
+    stay None and are not written."""
+
+    format_version: int
+    tfos_version: str
+    created_at: str
+    seconds: float
+    output: str
+    spark: Mapping[str, str]
+    spec_fingerprint: str
+    records: Mapping[str, Any]  # format, record_type, compression, columns
+    splits: Mapping[str, SplitFiles]
+    split: Mapping[str, Any]  # the split settings and the boundary used (data.split.describe)
+    sources: Mapping[str, Any]  # per source: location, and rows or files
+    rejected: Mapping[str, Any]  # rows, by_reason, path
+    imputed: Mapping[str, Any] | None = None
+    truncated: Mapping[str, int] | None = None
+    vocabulary_sizes: Mapping[str, int] | None = None
+    rows: Mapping[str, int] | None = None
+    windows: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys of a newer writer, kept as they are
+
+    @property
+    def record_type(self) -> str:
+        return self.records["record_type"]
+
+    @property
+    def compression(self) -> str:
+        return self.records["compression"]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                out.update(value)
+            elif f.name == "splits":
+                out["splits"] = {name: s.to_dict() for name, s in value.items()}
+            elif value is not None:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        known["splits"] = {name: SplitFiles.from_dict(s) for name, s in data["splits"].items()}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})

@@ -1,0 +1,147 @@
+"""The prepare job for sensor windows (driver side): sensor rows -> window SequenceExamples.
+
+  1. check every file and read the sources (sensor_sources); rows that did not parse are
+     set aside;
+  2. cut every asset's series into windows on the executors (data.windows); persist; mark
+     each window's split by a hash of its asset, so no asset is in both splits and neither
+     split is empty (data.split);
+  3. one aggregation: windows per split, dropped windows by reason, input problems, and the
+     train split's per-sensor statistics;
+  4. write rejects and records (one feature list per sensor, context: asset and window
+     bounds) into a staging directory, then `_meta/` (manifest last), and move it into place.
+Nothing is collected to the driver but counts.
+"""
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any, Callable
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import Config
+from tfos_jobs.contracts.dataset import RECORDS, REJECTS, SEQUENCE_EXAMPLE, SPLITS, Manifest, Split, SplitFiles
+from tfos_jobs.contracts.dataset import staging as staging_dir
+from tfos_jobs.data import columns, dataset, sensor_sources, tfrecord, windows
+from tfos_jobs.data import split as split_mod
+from tfos_jobs.errors import InputError
+from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
+from tfos_jobs.features.stats import stable
+from tfos_jobs.storage import HadoopFS
+
+
+def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: float,
+        log: Callable[[str], None]) -> Manifest:
+    """Called by `jobs.prepare.run` once the output is known to be free (or to be replaced)."""
+    prep, spec = config.prepare, config.features
+
+    rows, source_info = sensor_sources.read_rows(spark, config, spec)
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        good = rows.where(F.col(columns.CORRUPT).isNull())
+        key = spec.key.name
+        all_cut = windows.all_windows(good, spec).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key))
+            profile = _profile(rows, cut, spec)
+            if profile["problem"]:
+                raise InputError(profile["problem"])
+            if profile["rows"] == profile["rejected"]:
+                raise InputError(f"no usable rows: all {profile['rows']:,} rows of {prep.main!r} were rejected "
+                                 "(see the first ones above; times and sensor values must parse)")
+            if not sum(profile["windows"].values()):
+                raise InputError(f"no usable window ({sum(profile['dropped'].values()):,} dropped: "
+                                 + ", ".join(f"{n:,} {r}" for r, n in profile["dropped"].items())
+                                 + f"); windows need {spec.time.window} steps of {spec.time.step_seconds} s")
+            eval_below, moved = split_mod.settle(windows.usable(all_cut), prep.split, key, profile["assets"])
+            if moved:
+                log(f"split: {moved}")
+                cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key, eval_below))
+                profile = _profile(rows, cut, spec)
+            staging = staging_dir(out, uuid.uuid4().hex[:8])
+            try:
+                if profile["rejected"]:
+                    rows.where(F.col(columns.CORRUPT).isNotNull()) \
+                        .withColumnRenamed(columns.CORRUPT, "_raw_record").write.json(f"{staging}/{REJECTS}")
+                records = windows.usable(cut).select(
+                    spec.key.name, WINDOW_START, WINDOW_END,
+                    *[F.transform(f.name, lambda v: F.array(v)).alias(f.name) for f in spec.sequences],
+                    columns.SPLIT)
+                tfrecord.write_partitioned(records, f"{staging}/{RECORDS}", columns.SPLIT, files=prep.files_per_split,
+                                           key=spec.key.name, then=(WINDOW_START,), fmt=prep.tfrecord_format,
+                                           compression=prep.compression, record_type=SEQUENCE_EXAMPLE)
+                split_files = dataset.settle(fs, staging)
+                spark_info = {"master": spark.sparkContext.master, "version": spark.version}
+                manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started,
+                                     split_mod.describe(prep.split, eval_below, moved))
+                dataset.write_meta(fs, staging, spec, profile["stats"], {}, manifest)
+                dataset.publish(fs, staging, out)
+            except BaseException:
+                fs.delete(staging)
+                raise
+        finally:
+            all_cut.unpersist()
+    finally:
+        rows.unpersist()
+    log(f"prepared {out} in {manifest.seconds:.1f} s")
+    return manifest
+
+
+def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
+    """Rows read and rejected; windows per split and dropped by reason; the first input
+    problem; per sensor count, sum, sum of squares, min, max over the train windows."""
+    counts = rows.agg(F.count(F.lit(1)).alias("rows"),
+                      F.count(columns.CORRUPT).alias("rejected")).first()
+    kept = F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
+    train = kept & (F.col(columns.SPLIT) == Split.TRAIN)
+    aggs = [F.min(columns.PROBLEM).alias("problem")]
+    for split in SPLITS:
+        aggs.append(F.sum(F.when(kept & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(f"windows_{split}"))
+        aggs.append(F.countDistinct(F.when(kept & (F.col(columns.SPLIT) == split), F.col(spec.key.name)))
+                    .alias(f"assets_{split}"))
+    for reason in windows.DROP_REASONS:
+        aggs.append(F.sum(F.when(F.col(columns.DROP_REASON) == reason, 1).otherwise(0)).alias(f"dropped_{reason}"))
+    for f in spec.sequences:
+        v = F.when(train, F.col(f.name))
+        aggs += [
+            F.sum(F.size(v)).alias(f"{f.name}__n"),
+            F.sum(F.aggregate(v, F.lit(0.0), lambda a, x: a + x)).alias(f"{f.name}__sum"),
+            F.sum(F.aggregate(v, F.lit(0.0), lambda a, x: a + x * x)).alias(f"{f.name}__sumsq"),
+            F.min(F.array_min(v)).alias(f"{f.name}__min"),
+            F.max(F.array_max(v)).alias(f"{f.name}__max"),
+        ]
+    row = cut.agg(*aggs).first()
+    stats = {}
+    for f in spec.sequences:
+        n = int(row[f"{f.name}__n"] or 0)
+        mean = row[f"{f.name}__sum"] / n if n else None
+        var = max(row[f"{f.name}__sumsq"] / n - mean * mean, 0.0) if n else None
+        stats[f.name] = {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
+                         "min": stable(row[f"{f.name}__min"]), "max": stable(row[f"{f.name}__max"])}
+    dropped = {r: int(row[f"dropped_{r}"] or 0) for r in windows.DROP_REASONS}
+    return {
+        "rows": counts["rows"], "rejected": counts["rejected"], "problem": row["problem"],
+        "windows": {s: int(row[f"windows_{s}"] or 0) for s in SPLITS},
+        "assets": {s: int(row[f"assets_{s}"] or 0) for s in SPLITS},
+        "dropped": dropped, "stats": stats,
+    }
+
+
+def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any], source_info: dict[str, Any],
+              split_files: dict[str, list[tuple[str, int]]], spark_info: dict[str, str],
+              started: float, split_entry: dict[str, Any]) -> Manifest:
+    prep = config.prepare
+    return Manifest(
+        **dataset.header(spec, out, spark_info, started, SEQUENCE_EXAMPLE, prep.tfrecord_format, prep.compression),
+        splits={split: SplitFiles(profile["windows"][split], tuple(files), profile["assets"][split])
+                for split, files in split_files.items()},
+        split=split_entry,
+        sources=source_info,
+        rows={"read": profile["rows"], "rejected": profile["rejected"]},
+        windows={"kept": sum(profile["windows"].values()), "dropped": sum(profile["dropped"].values()),
+                 "dropped_by_reason": profile["dropped"], "window": spec.time.window, "stride": spec.time.stride},
+        rejected={"rows": profile["rejected"], "by_reason": {"malformed row": profile["rejected"]}
+                  if profile["rejected"] else {}, "path": REJECTS if profile["rejected"] else None},
+    )

@@ -1,0 +1,86 @@
+"""Batch prediction (driver side): input rows + prediction columns, rows out = rows in.
+
+The input is the main source joined with its lookups and activity exactly as `prepare` does
+it (so serving cannot be fed differently from training), or any configured source that
+already holds the feature columns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import Config
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.data import sources
+from tfos_jobs.jobs.serve import prediction_output as output
+from tfos_jobs.data.assemble import assemble
+from tfos_jobs.errors import ConfigError, InputError
+from udfs import PredictionUdf, register
+
+
+def input_table(spark: SparkSession, config: Config, spec) -> DataFrame:
+    """The rows to score, checked for every model input before any job runs."""
+    name = config.predict.input
+    if spec.is_sequence:
+        from tfos_jobs.data.sensor_sources import window_table
+
+        return window_table(spark, config, spec, name)
+    if name is None:
+        table, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True)
+        return table
+    src = config.sources[name]
+    table = sources.read(spark, name, src)
+    errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs)
+    if errors:
+        raise InputError(f"source {name!r} ({src.location()}) does not fit the model:\n  " + "\n  ".join(m for _, m in errors))
+    return table
+
+
+def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
+    """The table with `predicted_probability` and `predicted_label` (or `prediction`) appended."""
+    task = contract.task_of(udf.spec)
+    scored = table.withColumn("__prediction", udf())
+    if not contract.udf_returns_struct(task):
+        return scored.withColumnRenamed("__prediction", "prediction")
+    if task == contract.AUTOENCODER:  # one row per window: its bounds and scores, not its values again
+        keep = [c for c in table.columns if c not in udf.spec.model_inputs]
+        return scored.select(*keep, *(F.col(f"__prediction.{field}").alias(field)
+                                      for field in contract.UDF_FIELDS[task]))
+    return scored.select("*", *(F.col(f"__prediction.{field}").alias(f"predicted_{field}")
+                                for field in contract.UDF_FIELDS[task])).drop("__prediction")
+
+
+def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Score and write. `overwrite` (the --overwrite flag) turns predict.mode "create" into "overwrite"."""
+    pr = config.predict
+    mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
+    started = time.time()
+    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size)
+    table = input_table(spark, config, udf.spec)
+    missing = [c for c in pr.partition_by if c not in table.columns]
+    if missing:
+        raise ConfigError(f"predict.partition_by: {', '.join(map(repr, missing))} not among the input's columns "
+                          f"({', '.join(table.columns)})")
+    scored = output.Tally(with_predictions(table, udf), pr.partition_by)
+    if pr.output_source:
+        out = output.Database(spark, pr.output_source, config.sources[pr.output_source])
+    elif pr.output_table:
+        out = output.CatalogTable(spark, pr.output_table, pr.partition_by)
+    else:
+        out = output.Files(spark, pr.output, pr.partition_by)
+    rows_out = out.write(scored, mode)
+    summary = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
+               "seconds": round(time.time() - started, 1)}
+    log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")
+    served = {k: v for k, v in summary["counts"].items() if k != "rows"}
+    if served:
+        log("  filled nulls / unseen categories: " + ", ".join(f"{k} {v:,}" for k, v in served.items()))
+    if isinstance(out, output.Files):
+        out.fs.write_text(f"{out.target}/_prediction.json", json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,105 @@
+"""One sweep trial, run as a Spark task on an executor: train in this process and export,
+reporting to the sweep's driver over the control channel.
+
+The task's partition holds the dataset's files (read by Spark from wherever the dataset
+lives); the trial trains from its local copy, reports each epoch, publishes its model and
+resume state through the driver, and returns how it ended. Errors are caught and reported, so
+a trial that fails is recorded as failed and Spark does not retry it; a lost executor, by
+contrast, fails the task, Spark runs it again elsewhere and it resumes from its last
+published epoch.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from typing import Any, Iterator
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.jobs.train.executor import lifecycle
+from tfos_jobs.search.early_stopping import metric_history, should_stop
+from tfos_jobs.search.trials import PREFIX, TrialOutcome, TrialStatus
+from tfos_jobs.tf_import import tensorflow
+from tfos_jobs.topology import Role
+
+
+def task(payload: dict[str, Any], secret: bytes):
+    """The function of a trial's Spark task (`mapPartitions` over its input files). `payload`:
+    plain values (trial number, settings, node args as `NodeArgs.to_dict()`, metric and stopping
+    rule, the control server's address, the input files); `secret` reaches it only here."""
+
+    def run(records: Iterator[tuple[str, bytes]]) -> Iterator[TrialOutcome]:
+        yield run_trial(payload, secret, records)
+
+    return run
+
+
+def run_trial(payload: dict[str, Any], secret: bytes, records: Iterator[tuple[str, bytes]]) -> TrialOutcome:
+    os.environ.pop("TF_CONFIG", None)  # before TensorFlow reads it
+    tensorflow()  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
+    from tfos_jobs.jobs.train.executor import inputs
+    from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink
+
+    number, args = payload["trial"], NodeArgs.from_dict(payload["args"])
+    client = ControlClient(payload["server"], secret)
+    link = DriverLink(client, {cc.SENDER_TRIAL: number})
+    workspace = Workspace.of(payload["local_dir"], payload["run_id"], f"{PREFIX}{number:03d}")
+    error = None
+    try:
+        from tfos_jobs.jobs.train.executor import training
+
+        workspace.enter()
+        lifecycle.start_reaper(os.getpid(), [], workspace)  # a trial cancelled by the time budget leaves no files
+        inputs.receive(records, payload["inputs"], workspace.root)
+        link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
+        training.configure_threads(args.threads)  # trials share the executors' cores
+        stopper = None
+        if payload["early_stopping"]:
+            stopper = median_stop(link, payload["metric"], payload["goal"], payload["warmup_epochs"],
+                                  payload["min_trials"])
+        training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link, workspace=workspace,
+                                extra_callbacks=(stopper,) if stopper else ())
+        status = TrialStatus.PRUNED if stopper is not None and stopper.skip_export else TrialStatus.COMPLETED
+    except Exception as e:
+        status = TrialStatus.FAILED
+        error = f"{type(e).__name__}: {e}".strip()
+        try:
+            link.failed(traceback.format_exc())
+        except Exception:  # the outcome below still says why
+            pass
+    finally:
+        _clear_keras_state()
+        workspace.leave()
+        client.close()
+    return TrialOutcome(status=status.value, error=error, host=socket.gethostname(), pid=os.getpid())
+
+
+def median_stop(link, metric: str, goal: str, warmup_epochs: int, min_trials: int):
+    """A Keras callback that stops this trial by the median rule after each epoch, against the
+    other trials' epochs as the driver has them."""
+    import tensorflow as tf
+
+    class MedianStop(tf.keras.callbacks.Callback):
+        skip_export = False
+
+        def on_epoch_end(self, epoch, logs=None):
+            lines = link.others()
+            own = metric_history(lines["own"], metric)
+            others = [metric_history(other, metric) for other in lines["others"]]
+            if should_stop(own, others, goal, warmup_epochs, min_trials):
+                self.skip_export = True
+                self.model.stop_training = True
+
+    return MedianStop()
+
+
+def _clear_keras_state() -> None:
+    """Python workers are reused: free the model and graph before the next trial comes."""
+    try:
+        import tensorflow as tf
+
+        tf.keras.backend.clear_session()
+    except Exception:
+        pass

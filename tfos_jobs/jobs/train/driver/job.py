@@ -1,0 +1,305 @@
+"""The train job (driver side): the model directory, the attempts, the report.
+
+Each attempt trains either in this process (`local`) or on a TF cluster started on the
+executors (`driver.tf_cluster`). A cluster failure that a relaunch can fix (a lost executor,
+a hang) starts a new attempt, which resumes from the last finished epoch; anything else
+fails the job with the failing node's own message.
+
+The dataset and the model directory may be on any filesystem the session reaches (local,
+HDFS, S3, ...): the driver reads and writes them through `storage.Storage`, the nodes get the
+dataset through Spark and hand back what they produce over the control channel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any, Callable
+
+from pyspark.sql import SparkSession
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.config import Config, TrainConfig, parse_ports
+from tfos_jobs.contracts.dataset import SPLITS, Split
+from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.data import dataset
+from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.jobs.train.driver import node_inputs
+from tfos_jobs.jobs.train.driver.control_server import ControlServer
+from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
+from tfos_jobs.jobs.train.driver.run_state import LAUNCHED, RunState
+from tfos_jobs.jobs.train.driver.tf_cluster import control_address, run_cluster
+from tfos_jobs.jobs.train.driver.transfers import Transfers
+from tfos_jobs.errors import ConfigError, InputError, OutputExistsError, TrainingError
+from tfos_jobs.model.builder import resolve_model_fn
+from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.storage import Storage, named
+from tfos_jobs.tf_import import tensorflow
+from tfos_jobs.topology import ALL_REDUCE, Role, Strategy
+
+__all__ = ["run", "TrainingError"]
+
+POLL = 0.5
+
+
+def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
+        stop: threading.Event | None = None, progress: ProgressLog | None = None) -> dict[str, Any]:
+    """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
+
+    Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
+    `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
+    log to keep (a sweep watches its trials' as they train); by default the model directory's."""
+    tr = config.train
+    if tr.strategy != Strategy.LOCAL:
+        check_fixed_executors(spark.sparkContext.getConf())
+        advice = container_memory_advice(spark.sparkContext.getConf())
+        if advice:
+            log(f"warning: {advice}")
+    storage = Storage(spark)
+    meta = read_dataset(storage, "train.dataset", tr.dataset)
+    try:
+        resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    with named("train.model_dir", tr.model_dir):
+        model_dir = ModelDir(storage.qualify(tr.model_dir))
+    storage.check_writable("train.model_dir", model_dir.path)
+    resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite, log)
+    log(f"training {tr.strategy} on {meta.records(Split.TRAIN):,} records "
+        f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
+    started = time.time()
+    progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
+    printer = ProgressPrinter(progress, log)
+    transfers = Transfers(storage, targets(model_dir))
+    rejected: Counter = Counter()
+    args = NodeArgs.from_train_config(tr, dataset=meta.root)
+    try:
+        for attempt in range(1, tr.max_attempts + 1):
+            run_id = new_run_id()
+            state = RunState(run_id, tr.nodes(), progress, transfers,
+                             keep=_keeper(storage, model_dir, run_id))
+
+            def keep_errors(st: RunState) -> dict[str, tuple[str, str]]:
+                return {node: (model_dir.error_file(st.id, node), text) for node, text in st.errors().items()}
+
+            try:
+                if tr.strategy == Strategy.LOCAL:
+                    _run_local(spark, tr, args, meta, state, printer, keep_errors)
+                else:
+                    run_cluster(spark.sparkContext, tr, args, meta, state, keep_errors, printer.log, printer.poll,
+                                rejected, stop)
+                break
+            except TrainingError as e:
+                if not e.retriable or attempt == tr.max_attempts:
+                    raise
+                log(f"attempt {attempt} of {tr.max_attempts} failed: {e}\nrelaunching the TF cluster; "
+                    "training resumes from the last finished epoch")
+    finally:
+        transfers.close()
+    printer.poll()
+    return _finish(storage, model_dir, state, progress, tr, attempt, time.time() - started, log, rejected)
+
+
+def check_fixed_executors(conf) -> None:
+    """A TF cluster holds one executor per node for the whole run; dynamic allocation would
+    take idle executors away before the nodes start, or leave too few to start them."""
+    if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        raise ConfigError(
+            "spark.dynamicAllocation.enabled = true: a TF cluster needs a fixed set of executors, one per node "
+            "for the whole run; submit training with --conf spark.dynamicAllocation.enabled=false and "
+            "--num-executors (or spark.executor.instances) of at least the number of TF nodes")
+
+
+# What a TF node's Python process takes beside the executor's JVM (TensorFlow, the model, a
+# worker's in-memory shard): roughly, for the models the package builds on the demo's scale.
+TF_NODE_MB = 1536
+
+
+def container_memory_advice(conf) -> str | None:
+    """On YARN a container is killed when its processes outgrow executor memory + overhead; the
+    TF node runs in a Python worker, outside the JVM heap, so only the overhead (default: 10% of
+    the executor memory, at least 384 MB) and spark.executor.pyspark.memory cover it."""
+    if not conf.get("spark.master", "").startswith("yarn"):
+        return None
+    heap = _mb(conf.get("spark.executor.memory", "1g"))
+    overhead = _mb(conf.get("spark.executor.memoryOverhead", "")) or max(384, heap // 10)
+    python = _mb(conf.get("spark.executor.pyspark.memory", ""))
+    if overhead + python >= TF_NODE_MB:
+        return None
+    return (f"each YARN container holds the executor's {heap} MB heap and {overhead + python} MB beside it "
+            f"(spark.executor.memoryOverhead{' + spark.executor.pyspark.memory' if python else ''}), where the "
+            f"TF node's Python process must fit; where YARN enforces memory limits, submit with --conf "
+            f"spark.executor.memoryOverhead=2g or more (the node's peak memory is in the executor logs)")
+
+
+def _mb(size: str) -> int:
+    """A Spark memory setting in MiB ("2g", "1536m", "512"; a bare number is MiB)."""
+    size = size.strip().lower()
+    if not size:
+        return 0
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    number, unit = (size[:-2], size[-2]) if size.endswith("b") and size[-2:-1] in units else (
+        (size[:-1], size[-1]) if size[-1] in units else (size, "m"))
+    return int(float(number) * units[unit])
+
+
+def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
+    """The prepared dataset at `path`, from wherever it lives; errors name `setting`."""
+    with named(setting, path):
+        root = storage.qualify(path)
+    try:
+        meta = dataset.read(root, storage)
+    except InputError as e:
+        raise InputError(f"{setting}: {e}") from None
+    empty = [s for s in SPLITS if not meta.records(s)]
+    if empty:
+        records = ", ".join(f"{s} {meta.records(s):,}" for s in SPLITS)
+        raise InputError(f"{setting}: {root}: the {' and '.join(empty)} split holds no records ({records}); training "
+                         "needs both: prepare the dataset again (prepare.split says how keys are split)")
+    return meta
+
+
+def targets(model_dir: ModelDir) -> dict[str, str]:
+    """Where each file target a node publishes (control_channel.TARGETS) lands in a model directory."""
+    return {cc.SAVED_MODEL: model_dir.saved_model, cc.BACKUP: model_dir.backup, cc.LOGS: model_dir.logs}
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
+
+
+def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool, log: Callable[[str], None]) -> bool:
+    """A trained model is kept unless --overwrite; an interrupted run is resumed from its
+    backup (the progress log goes on; returns True), anything else left behind is cleared."""
+    if storage.exists(model_dir.saved_model) or storage.exists(model_dir.metrics):
+        if not overwrite:
+            raise OutputExistsError(f"model directory {model_dir.path!r} holds a trained model; "
+                                    "pass --overwrite to replace it")
+        storage.delete(model_dir.path)
+    elif storage.tree(model_dir.backup):
+        log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch")
+        return True
+    else:
+        storage.delete(model_dir.progress)
+    storage.makedirs(model_dir.path)
+    return False
+
+
+def _keeper(storage: Storage, model_dir: ModelDir, run_id: str) -> Callable[[str, str, str], None]:
+    """Writes what the nodes of attempt `run_id` report about themselves into the model directory."""
+
+    def keep(kind: str, node: str, text: str) -> None:
+        path = model_dir.node_record(run_id, node) if kind == cc.STARTED else model_dir.error_file(run_id, node)
+        try:
+            storage.write_text(path, text)
+        except Exception:  # the run goes on; the driver still holds it in memory
+            pass
+
+    return keep
+
+
+def _run_local(spark: SparkSession, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: RunState,
+               printer: ProgressPrinter, keep_errors) -> None:
+    """One process, no TF cluster: the driver is the node. It copies the dataset to its own
+    disk and talks to its own control server, as a node on an executor would, in a thread, so
+    progress prints as it goes."""
+    from tfos_jobs.jobs.train.executor import training
+    from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink
+
+    tensorflow()
+    storage = Storage(spark)
+    state.mark(LAUNCHED)
+    secret = cc.new_secret()
+    bind, advertise = control_address(spark.sparkContext.getConf(), tr.control_bind)
+    server = ControlServer(secret, state.handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
+                           log=printer.log)
+    workspace = Workspace.of(tr.local_dir, state.id, "chief-0")
+    failure: list[BaseException] = []
+    try:
+        address = server.start()
+        workspace.enter()
+        copy_dataset(storage, meta, workspace)
+        client = ControlClient(address, secret)
+        link = DriverLink(client, {cc.SENDER_NODE: "chief-0"})
+        link.fetch(cc.BACKUP, workspace.backup)
+
+        def target():
+            try:
+                if args.threads:
+                    training.configure_threads(args.threads)
+                training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link,
+                                        workspace=workspace)
+            except BaseException as e:  # reported below, in the caller's thread
+                failure.append(e)
+
+        thread = threading.Thread(target=target, name="tfos-local-train")
+        thread.start()
+        while thread.is_alive():
+            printer.poll()
+            thread.join(POLL)
+        client.close()
+    finally:
+        server.stop()
+        workspace.leave()
+    if failure:
+        e = failure[0]
+        raise TrainingError(f"local training failed: {type(e).__name__}: {e}") from e
+
+
+def copy_dataset(storage: Storage, meta: DatasetMeta, workspace: Workspace) -> None:
+    """Every file of the dataset into the workspace: linked when it is on this host's disk."""
+    wanted = node_inputs.everything(meta)
+    for path, rel in zip(node_inputs.qualified(meta, wanted), wanted.values()):
+        target = os.path.join(workspace.root, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        local = storage.local(path)
+        if local is not None:
+            os.symlink(os.path.abspath(local), target)
+        else:
+            storage.download(path, target)
+
+
+def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: ProgressLog, tr: TrainConfig,
+            attempts: int, seconds: float, log: Callable[[str], None], rejected: Counter) -> dict[str, Any]:
+    epochs = progress.lines()
+    result = state.result()
+    if result is None:
+        raise TrainingError("the chief ended without reporting its result (see the executor logs)")
+    nodes = [{k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "python", "manager_pid")}
+             for node in state.records().values()]
+    metrics = {
+        "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
+        "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
+        "steps_per_epoch": result["steps_per_epoch"],
+        "gradient_exchange": result.get("gradient_exchange", ALL_REDUCE),
+        "seconds": round(seconds, 1), "startup": state.startup(), "final": result["final"],
+        "lost_nodes": state.lost(),
+        "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
+        "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
+                                       tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
+        "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
+        "history": epochs,
+        "saved_model": model_dir.saved_model,
+    }
+    if result.get("anomaly"):  # an autoencoder: the threshold above which a window is an anomaly
+        metrics["anomaly"] = result["anomaly"]
+    storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
+    storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows
+    if epochs:
+        with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
+            plot_learning_curve(epochs, f"{tmp}/curve.png", f"{tr.strategy}, {len(epochs)} epochs")
+            storage.upload_file(f"{tmp}/curve.png", model_dir.learning_curve)
+    storage.delete(model_dir.runs)  # failed attempts' tracebacks
+    storage.delete(model_dir.backup)  # training ended well: nothing to resume
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics["eval"].items())
+    log(f"trained in {seconds:.1f} s; eval: {shown}")
+    if metrics["step_profile"]:
+        log(format_breakdown(metrics["step_profile"]))
+    log(f"saved model: {metrics['saved_model']}")
+    return metrics

@@ -1,0 +1,71 @@
+"""Which dataset files each TF node gets, and the Spark RDD that hands them over.
+
+A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job
+reads its inputs through Spark: partition i of the node job holds node i's files, read by
+its own task with Hadoop's FileSystem (`SparkContext.binaryFiles`), from wherever the dataset
+lives, and written to the node's local disk (`executor.inputs`). Each node gets what it reads:
+
+  * multi-worker: `_meta/`, the eval split (every worker evaluates all of it) and its shard of
+    the train split (`reader.shard_files`, the same rule the input pipeline applies);
+  * parameter server: the chief `_meta/` and eval (it builds the input functions), each worker
+    all of it (the chief's input function reads the whole train split on every worker);
+  * the chief of an autoencoder also the whole train split (its anomaly threshold is a
+    quantile over all train windows).
+"""
+from __future__ import annotations
+
+from tfos_jobs.contracts.workspace import DATASET
+from tfos_jobs.data import reader
+from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.jobs.train.executor.inputs import key
+from tfos_jobs.topology import Role, Strategy, worker_rank
+
+
+def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list[dict[str, str]]:
+    """Per node (in `roles` order): key of each file it gets -> its place in the node's workspace."""
+    train, evals = meta.files("train"), meta.files("eval")
+    workers = len(roles)
+    out = []
+    for role, index in roles:
+        paths = list(meta.meta_files())
+        if role != Role.PS:
+            paths += evals
+            if strategy == Strategy.PARAMETER_SERVER:
+                paths += train if role == Role.WORKER or meta.spec.is_sequence else []
+            elif role == Role.CHIEF and meta.spec.is_sequence:
+                paths += train
+            else:
+                paths += reader.shard_files(train, workers, worker_rank(role, index))
+        out.append(everything(meta, paths))
+    return out
+
+
+def everything(meta: DatasetMeta, paths: list[str] | None = None) -> dict[str, str]:
+    """`paths` (default: every file of the dataset) as key -> place under the workspace."""
+    if paths is None:
+        paths = [*meta.meta_files(), *meta.files("train"), *meta.files("eval")]
+    root = meta.root.rstrip("/")
+    return {key(p): f"{DATASET}/{p[len(root) + 1:]}" for p in dict.fromkeys(paths)}
+
+
+def qualified(meta: DatasetMeta, wanted: dict[str, str]) -> list[str]:
+    """The storage paths of the planned files, as Spark is to read them."""
+    root = meta.root.rstrip("/")
+    return [f"{root}/{rel[len(DATASET) + 1:]}" for rel in wanted.values()]
+
+
+def rdd(sc, meta: DatasetMeta, plans: list[dict[str, str]]):
+    """Partition i: (path, bytes) of each file of `plans[i]`, read by that partition's task."""
+    parts = []
+    for wanted in plans:
+        paths = qualified(meta, wanted)
+        odd = next((p for p in paths if any(ch in p for ch in GLOB_CHARACTERS)), None)
+        if odd is not None:  # Hadoop splits the list on commas and expands glob patterns
+            raise ConfigError(f"train.dataset: {odd!r} holds one of {GLOB_CHARACTERS!r}, which Spark reads as "
+                              "a list or a pattern; move the dataset to a path without them")
+        parts.append(sc.binaryFiles(",".join(paths)).coalesce(1))
+    return sc.union(parts)
+
+
+GLOB_CHARACTERS = ",{}[]*?\\"

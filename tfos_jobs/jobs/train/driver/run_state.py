@@ -1,0 +1,159 @@
+"""One training attempt as the driver knows it: everything its TF nodes reported over the
+control channel (`control_channel`), kept in memory.
+
+The control server's thread feeds it (`handle`); the supervising loop (`driver.tf_cluster`)
+reads it. No file is shared with the nodes: a cluster shares no disk. What a user may want to
+read while the run goes on (each node's record, a failed node's traceback) is also handed to
+`keep`, which the train job writes into the model directory.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import json
+from typing import Any, Callable
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.jobs.train.driver.transfers import FILE_MESSAGES, Transfers
+from tfos_jobs.progress_log import ProgressLog
+
+LAUNCHED, RESERVED = "launched", "reserved"  # start-up steps the driver times itself; cc.FIRST_STEP the chief's
+
+
+class RunState:
+    def __init__(self, run_id: str, required: int, progress: ProgressLog, transfers: Transfers,
+                 keep: Callable[[str, str, str], None] | None = None):
+        """`keep(kind, node, text)`: kind is cc.STARTED (the record, as JSON) or cc.FAILED (the traceback)."""
+        self.id, self.required = run_id, required
+        self.progress, self.transfers, self.keep = progress, transfers, keep
+        self._lock = threading.Lock()
+        self._reservations: list[dict[str, Any]] = []
+        self._times: dict[str, float] = {}
+        self._last_beat = 0.0
+        self._records: dict[str, dict[str, Any]] = {}
+        self._errors: dict[str, str] = {}
+        self._lost: list[str] = []
+        self._result: dict[str, Any] | None = None
+        self._done: str | None = None
+
+    # -- the control server's side ---------------------------------------------------------------
+
+    def handle(self, kind: str, message: dict[str, Any]) -> Any:
+        if kind in FILE_MESSAGES:
+            return self.transfers.handle(kind, message)
+        if kind == cc.REGISTER:
+            data = message.get("data")
+            if not cc.valid_reservation(data):
+                raise cc.ControlError(f"a reservation needs {', '.join(cc.NODE_FIELDS)} of the right types")
+            with self._lock:
+                self._reservations.append({k: data[k] for k in cc.NODE_FIELDS})
+            return None
+        if kind == cc.QUERY:
+            return self.reserved()
+        if kind == cc.CLUSTER:
+            return self.reservations()
+        if kind == cc.STATUS:
+            return self.done()
+        node = message.get(cc.SENDER_NODE)
+        if not isinstance(node, str) or not node:
+            raise cc.ControlError(f"a {kind!r} report must name its node")
+        with self._lock:
+            if kind == cc.STARTED:
+                record = message.get("record")
+                if not isinstance(record, dict):
+                    raise cc.ControlError("a started report needs the node's record")
+                self._records[node] = record
+            elif kind == cc.FIRST_STEP:
+                self._times.setdefault(cc.FIRST_STEP, time.time())
+            elif kind == cc.BEAT:
+                self._last_beat = time.time()
+            elif kind == cc.FAILED:
+                self._errors[node] = str(message.get("text", ""))
+            elif kind == cc.LOST:
+                if node not in self._lost:
+                    self._lost.append(node)
+            elif kind == cc.RESULT:
+                self._result = message.get("result")
+            elif kind == cc.DONE:
+                self._done = self._done or str(message.get("status"))
+            elif kind != cc.PROGRESS:
+                raise cc.ControlError(f"unknown message type {kind!r}")
+        if self.keep is not None and kind == cc.STARTED:
+            self.keep(kind, node, json.dumps(message["record"]))
+        if self.keep is not None and kind == cc.FAILED:
+            self.keep(kind, node, str(message.get("text", "")))
+        if kind == cc.PROGRESS:
+            line = message.get("line")
+            if not isinstance(line, dict):
+                raise cc.ControlError("a progress report needs its line")
+            self.progress.add(line)
+        return None
+
+    # -- the driver's side -----------------------------------------------------------------------
+
+    def reservations(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._reservations]
+
+    def reserved(self) -> bool:
+        with self._lock:
+            return len(self._reservations) >= self.required
+
+    def remaining(self) -> int:
+        with self._lock:
+            return max(0, self.required - len(self._reservations))
+
+    def mark(self, step: str) -> None:
+        with self._lock:
+            self._times[step] = time.time()
+
+    def startup(self) -> dict[str, float]:
+        """Seconds from starting the control server (executors already there) to every node
+        reserved, and to the chief's first finished step."""
+        with self._lock:
+            launched = self._times.get(LAUNCHED)
+            if launched is None:
+                return {}
+            return {key: round(self._times[step] - launched, 3)
+                    for step, key in ((RESERVED, "to_reserved_seconds"), (cc.FIRST_STEP, "to_first_step_seconds"))
+                    if step in self._times}
+
+    def last_beat(self) -> float:
+        """When the chief last reported finished steps; 0 before the first."""
+        with self._lock:
+            return self._last_beat
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Node name -> what it was given, in name order."""
+        with self._lock:
+            return dict(sorted(self._records.items()))
+
+    def errors(self) -> dict[str, str]:
+        """Node name -> the traceback it reported, in name order."""
+        with self._lock:
+            return dict(sorted(self._errors.items()))
+
+    def task_failed(self, node: str, text: str) -> None:
+        """What Spark recorded for a node's failed task, when the node itself reported nothing."""
+        with self._lock:
+            if node in self._errors:
+                return
+            self._errors[node] = text
+        if self.keep is not None:
+            self.keep(cc.FAILED, node, text)
+
+    def lost(self) -> list[str]:
+        with self._lock:
+            return sorted(self._lost)
+
+    def result(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self._result
+
+    def mark_done(self, status: str) -> None:
+        with self._lock:
+            self._done = self._done or status
+
+    def done(self) -> str | None:
+        with self._lock:
+            return self._done

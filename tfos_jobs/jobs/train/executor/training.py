@@ -1,0 +1,430 @@
+"""Build, fit and export the model on one TF node (or in one process for `local`).
+
+Everything comes from `args` (plain values) and the dataset's `_meta/`: the spec, vocabularies
+and statistics the model is built from are the ones the records were written with. The node
+reads and writes its local workspace only (`contracts.workspace`); what must outlive it (epoch
+progress, resume state, logs, the SavedModel, the result) goes to the driver over `link`.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import shutil
+import threading
+import time
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.dataset import Split
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.data import dataset
+from tfos_jobs.data import reader
+from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
+
+
+def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
+    """Steps per epoch: as configured, else one pass over the train split.
+
+    A multi-worker step consumes one batch on every worker; a parameter-server step one
+    batch on one worker."""
+    if args.steps_per_epoch:
+        return int(args.steps_per_epoch)
+    return max(1, records // examples_per_step(args.strategy, args.batch_size, num_workers))
+
+
+def configure_threads(threads: int) -> int:
+    """Size TensorFlow's compute (intra-op) pool to `threads`, or to the Spark task's CPUs when
+    0: TensorFlow would otherwise size it to the whole machine, and on a shared host every node
+    oversubscribes the cores. Inter-op threads stay TensorFlow's: parameter servers and
+    workers block on some of them while they wait for peers. Returns the size set (0: the
+    pool was already running, or there is no task to read the CPUs of)."""
+    import tensorflow as tf
+
+    if threads <= 0:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        threads = task.cpus() if task is not None else 0
+    if threads <= 0:
+        return 0
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    except RuntimeError:  # TensorFlow already runs in this process: keep what it has
+        return 0
+    return threads
+
+
+def make_strategy(name: str, num_workers: int = 1):
+    """A one-worker cluster has nothing to all-reduce with: it trains as one process does,
+    without MultiWorkerMirrored's per-step collectives."""
+    import tensorflow as tf
+
+    if name == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        # Otherwise every step all-reduces whether each worker still has a batch, to end an
+        # epoch together on uneven data: one more collective per step (a quarter of a
+        # two-worker step here), and never needed, since training and validation data repeat.
+        strategy.extended.experimental_enable_get_next_as_optional = False
+        return strategy
+    if name == Strategy.PARAMETER_SERVER:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.ParameterServerStrategy(resolver)
+    return tf.distribute.get_strategy()
+
+
+def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> str:
+    """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where
+    nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
+    optimizer's own aggregation in place."""
+    if args.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
+        return ALL_REDUCE
+    gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
+    return choose_exchange(args.gradient_exchange, num_workers, gradient_bytes)
+
+
+def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
+                   extra_callbacks: tuple = ()) -> dict[str, float]:
+    """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
+    and publishes it through `link` (an `executor.control_client.DriverLink`).
+
+    A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
+    early stopping) ends the run without an export."""
+    import tensorflow as tf
+
+    from tfos_jobs.model import steps as steps_mod
+    from tfos_jobs.model.builder import compile_model, resolve_model_fn
+    from tfos_jobs.model.export import export_saved_model
+
+    is_chief = role == Role.CHIEF
+    # The same seed on every worker and every run: the same initial weights, so a rerun, or
+    # the same data on another filesystem, learns the same model.
+    tf.keras.utils.set_random_seed(args.seed)
+    meta = dataset.read(workspace.dataset)
+    spec = meta.spec
+    strategy = make_strategy(args.strategy, num_workers)
+    # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
+    crossing = args.strategy == Strategy.PARAMETER_SERVER or (args.strategy == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1)
+    model_cfg = args.model
+    with strategy.scope():
+        model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
+        gradient_exchange = gradient_exchange_for(args, num_workers, model.trainable_variables)
+        trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0, gradient_exchange)
+        compile_model(trainer, spec, args.optimizer, args.learning_rate,
+                      steps_per_execution=args.steps_per_execution)
+
+    steps = steps_for(args, meta.records(Split.TRAIN), num_workers)
+    val_steps = max(1, math.ceil(meta.records(Split.EVAL) / args.batch_size))
+    train_files, eval_files = meta.files(Split.TRAIN), meta.files(Split.EVAL)
+    common = dict(spec=spec, batch_size=args.batch_size, compression=meta.compression)
+
+    def fits(split: str, shards: int, index: int) -> bool:
+        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= args.in_memory_mb * 2**20
+
+    def train_input(shards: int, index: int):
+        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args.shuffle_buffer,
+                                   seed=args.seed + index, repeat=True, num_shards=shards, shard_index=index,
+                                   in_memory=fits("train", shards, index), **common)
+
+    def named():
+        return _naming_corrupt_files(train_files + eval_files, meta.compression, workspace.dataset, args.dataset)
+
+    with named():  # in-memory shards are read here
+        if args.strategy == Strategy.PARAMETER_SERVER:
+            train_data = tf.keras.utils.experimental.DatasetCreator(
+                lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
+        else:
+            train_data = _no_autoshard(train_input(num_workers, worker_index))
+        # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
+        eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits("eval", 1, 0), **common))
+
+    per_step = examples_per_step(args.strategy, args.batch_size, num_workers)
+    publisher = Publisher(link, workspace) if is_chief else None
+    # Backup first, then its publication, then the progress line: callbacks run in order, so an
+    # epoch the driver shows is one a relaunch resumes after.
+    callbacks: list = [backup_and_restore(workspace.backup, args.strategy == Strategy.PARAMETER_SERVER)]
+    if is_chief:
+        per_batch = args.strategy != Strategy.PARAMETER_SERVER
+        callbacks += [publisher.callback(args.tensorboard),
+                      epoch_progress(link, args.epochs, steps, per_step),
+                      first_step(link, per_batch=per_batch),
+                      heartbeat(link, per_batch=per_batch)]
+    if args.tensorboard:
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=workspace.logs))
+    if args.early_stopping_patience:
+        callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.early_stopping_patience))
+    callbacks.extend(extra_callbacks)
+
+    try:
+        with named():
+            history = trainer.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, validation_data=eval_data,
+                                  validation_steps=val_steps, callbacks=callbacks, verbose=0)
+    finally:
+        if publisher is not None:
+            publisher.finish()
+    final = {k: float(v[-1]) for k, v in history.history.items()}
+    if publisher is not None and args.tensorboard:
+        link.publish(cc.LOGS, workspace.logs)
+    if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
+        return final
+    parameter_server = args.strategy == Strategy.PARAMETER_SERVER
+    profile = None
+    if args.profile_steps and (is_chief or not parameter_server):
+        from tfos_jobs.jobs.train.executor import step_profile
+
+        def build_copy():
+            copy = steps_mod.wrap(resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg), 0)
+            return compile_model(copy, spec, args.optimizer, args.learning_rate,
+                                 steps_per_execution=args.steps_per_execution)
+
+        workers = num_workers - 1 if parameter_server else num_workers  # PS: the chief only coordinates
+        profile = step_profile.measure(
+            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.profile_steps,
+            make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
+            steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers,
+            gradient_exchange=gradient_exchange)
+    anomaly = None
+    if spec.is_sequence:  # the threshold is a constant of the exported graph; only the chief's export is kept
+        from tfos_jobs.model.sequence import error_quantile
+
+        quantile = model_cfg.anomaly_quantile
+        threshold = error_quantile(model, train_files, spec, meta.compression, quantile) if is_chief else 0.0
+        anomaly = {"quantile": quantile, "threshold": threshold}
+    export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief,
+                       threshold=anomaly["threshold"] if anomaly else None,
+                       io_device=CHIEF_DEVICE if args.strategy == Strategy.PARAMETER_SERVER else None)
+    if is_chief:
+        link.publish(cc.SAVED_MODEL, workspace.saved_model)
+        result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
+                  "gradient_exchange": gradient_exchange,
+                  "step_profile": profile, "anomaly": anomaly,
+                  "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
+        link.result(result)
+    return final
+
+
+# Under ParameterServerStrategy each variable lives on a parameter server, which by default
+# reads and writes its part of a checkpoint or SavedModel on its own host's disk: on a cluster
+# that shares no disk, the chief would find none of it. The chief does all file access instead.
+CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
+
+
+def backup_and_restore(backup_dir: str, parameter_server: bool):
+    """Keras BackupAndRestore; under ParameterServerStrategy its checkpoints are written and
+    read by the chief (`CHIEF_DEVICE`), on the chief's disk."""
+    import tensorflow as tf
+
+    callback = tf.keras.callbacks.BackupAndRestore(backup_dir=backup_dir)
+    if not parameter_server:
+        return callback
+    from tf_keras.src.distribute import worker_training_state
+
+    original = worker_training_state.WorkerTrainingState
+
+    def on_chief(options):
+        """`options` (the checkpoint manager's, which carry its bookkeeping callbacks) with the
+        chief as the device that does the file access."""
+        options = copy.copy(options) if options is not None else tf.train.CheckpointOptions()
+        options.experimental_io_device = CHIEF_DEVICE
+        return options
+
+    class OnTheChief(original):
+        """The training state Keras builds, with every checkpoint read and write on the chief."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for manager in (self.read_checkpoint_manager, self.write_checkpoint_manager):
+                checkpoint = manager._checkpoint
+                write, restore = checkpoint._write, checkpoint.restore
+                checkpoint._write = lambda prefix, options=None, _write=write: _write(prefix, options=on_chief(options))
+                checkpoint.restore = lambda path, options=None, _restore=restore: _restore(path, options=on_chief(options))
+
+    class ChiefBackup(type(callback)):
+        def on_train_begin(self, logs=None):
+            worker_training_state.WorkerTrainingState = OnTheChief
+            try:
+                super().on_train_begin(logs)
+            finally:
+                worker_training_state.WorkerTrainingState = original
+
+    return ChiefBackup(backup_dir=backup_dir)
+
+
+class Publisher:
+    """The chief's files the driver keeps in the model directory. The resume state is published
+    at every epoch's end, before the epoch is reported: a relaunch resumes after any epoch the
+    driver has shown. TensorBoard logs are copied at the epoch's end and published from a
+    thread of their own while the next epoch trains (when that falls behind, only the newest
+    copy waits)."""
+
+    def __init__(self, link, workspace: Workspace):
+        self.link, self.workspace = link, workspace
+        self._pending: str | None = None
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tfos-publisher", daemon=True)
+        self._thread.start()
+
+    def callback(self, logs: bool):
+        import tensorflow as tf
+
+        publisher = self
+
+        class PublishState(tf.keras.callbacks.Callback):
+            _supports_tf_logs = True
+
+            def on_epoch_end(self, epoch, logs_=None):
+                publisher.link.publish(cc.BACKUP, publisher.workspace.backup)
+                if logs:
+                    publisher.snapshot_logs(epoch)
+
+        return PublishState()
+
+    def snapshot_logs(self, epoch: int) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"publishing the TensorBoard logs failed: {self.error}") from self.error
+        if not os.path.isdir(self.workspace.logs):
+            return
+        copy = os.path.join(self.workspace.own, f"logs-{epoch}")
+        shutil.copytree(self.workspace.logs, copy)  # the writers go on appending to the originals
+        with self._cond:
+            if self._pending is not None:
+                shutil.rmtree(self._pending, ignore_errors=True)
+            self._pending = copy
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._stopping:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                copy, self._pending = self._pending, None
+            try:
+                self.link.publish(cc.LOGS, copy)
+            except BaseException as e:  # raised in the training thread at the next epoch's end
+                self.error = e
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+
+    def finish(self) -> None:
+        """Wait for what is being published; drop what still waits (the end publishes the logs whole)."""
+        with self._cond:
+            if self._pending is not None:
+                shutil.rmtree(self._pending, ignore_errors=True)
+                self._pending = None
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+
+def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict:
+    """The trained model's outputs on a few eval rows, kept with the rows, so the exported
+    SavedModel can be checked against the model that was actually trained."""
+    features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
+    outputs = model(features, training=False)
+    decode = lambda t: [v.decode() if isinstance(v, bytes) else v for v in t.numpy().tolist()]
+    return {"rows": {name: decode(t) for name, t in features.items()}, "outputs": outputs.numpy().tolist()}
+
+
+@contextlib.contextmanager
+def _naming_corrupt_files(files: list[str], compression: str, local_root: str, dataset: str):
+    """TensorFlow reports a damaged record without its file: find the file and name it, as it
+    is named on storage (`files` are local copies under `local_root` of `dataset`'s files)."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        bad = reader.find_corrupt([f for f in files if os.path.exists(f)], compression)
+        where = f"{dataset}{bad[0][len(local_root):]} ({bad[1]})" if bad else f"one of the files of {dataset}"
+        raise reader.CorruptRecordsError(f"corrupt TFRecord file: {where}; prepare the dataset again") from e
+
+
+def _no_autoshard(ds):
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
+def epoch_progress(link, epochs: int, steps: int, examples_per_step: int):
+    """A callback with which the chief reports one line per finished epoch to the driver, which
+    shows it at once and keeps it in `progress.jsonl`.
+
+    `examples_per_sec` counts the training steps' time only (epoch start to the start of
+    validation); `eval_seconds` is the validation that follows, `seconds` the whole epoch."""
+    import tensorflow as tf
+
+    class EpochProgress(tf.keras.callbacks.Callback):
+        _supports_tf_logs = True  # no batch hooks; epoch logs arrive as numbers anyway
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.time()
+            self.eval_start = None
+
+        def on_test_begin(self, logs=None):
+            if getattr(self, "start", None) is not None and self.eval_start is None:
+                self.eval_start = time.time()
+
+        def on_epoch_end(self, epoch, logs=None):
+            end = time.time()
+            trained = (self.eval_start or end) - self.start
+            line = {"epoch": epoch + 1, "epochs": epochs, "seconds": round(end - self.start, 3),
+                    "eval_seconds": round(end - (self.eval_start or end), 3),
+                    "examples_per_sec": round(steps * examples_per_step / max(trained, 1e-9), 1),
+                    "time": end, **{k: float(v) for k, v in (logs or {}).items()}}
+            link.progress(line)
+
+    return EpochProgress()
+
+
+def first_step(link, per_batch: bool = True):
+    """Reports the first finished training step, once: the driver reports cluster start-up as
+    reservation to first step. Without batch callbacks (parameter servers) it is the end of
+    the first epoch."""
+    import tensorflow as tf
+
+    class FirstStep(tf.keras.callbacks.Callback):
+        written = False
+        _supports_tf_logs = True  # it reads no logs: Keras need not fetch them per batch
+
+        def _write(self, *_):
+            if not self.written:
+                self.written = True
+                link.first_step()
+
+        if per_batch:
+            on_train_batch_end = _write
+        else:
+            on_epoch_end = _write
+
+    return FirstStep()
+
+
+def heartbeat(link, every: float = 2.0, per_batch: bool = True):
+    """Beats at most every `every` seconds while steps finish: the driver declares the run hung
+    when the beats stop (train.step_timeout). ParameterServerStrategy allows no batch-level
+    callbacks, so there it beats once per epoch."""
+    import tensorflow as tf
+
+    class Heartbeat(tf.keras.callbacks.Callback):
+        last = 0.0
+        _supports_tf_logs = True  # it reads no logs: Keras need not fetch them per batch
+
+        def _beat(self, *_):
+            now = time.time()
+            if now - self.last >= every:
+                self.last = now
+                link.beat()
+
+        on_train_begin = on_epoch_begin = on_epoch_end = _beat
+
+    class BatchHeartbeat(Heartbeat):
+        on_train_batch_end = on_test_batch_end = Heartbeat._beat
+
+    return BatchHeartbeat() if per_batch else Heartbeat()
