@@ -13,6 +13,25 @@ from typing import Any
 
 from tfos_jobs.storage import Storage
 
+# A line holds the model's metrics (loss, auc, val_loss, ...) and these:
+EPOCH, EPOCHS = "epoch", "epochs"  # this epoch (from 1) of how many
+SECONDS = "seconds"  # the whole epoch, validation included
+EVAL_SECONDS = "eval_seconds"  # the validation at its end
+EXAMPLES_PER_SEC = "examples_per_sec"  # over the training steps' time only
+TIME = "time"  # when it ended, seconds since the epoch
+BOOKKEEPING = (EPOCH, EPOCHS, SECONDS, EVAL_SECONDS, EXAMPLES_PER_SEC, TIME)
+
+
+def epoch_line(epoch: int, epochs: int, seconds: float, eval_seconds: float, examples_per_sec: float, time: float,
+               metrics: dict[str, float]) -> dict[str, Any]:
+    return {EPOCH: epoch, EPOCHS: epochs, SECONDS: seconds, EVAL_SECONDS: eval_seconds,
+            EXAMPLES_PER_SEC: examples_per_sec, TIME: time, **metrics}
+
+
+def metrics_of(line: dict[str, Any]) -> dict[str, Any]:
+    """The model's metrics of a line, without the bookkeeping."""
+    return {k: v for k, v in line.items() if k not in BOOKKEEPING}
+
 
 def parse(text: str) -> list[dict[str, Any]]:
     """The complete lines of a progress file's text."""

@@ -95,7 +95,7 @@ def to_examples(rows: dict[str, np.ndarray]) -> np.ndarray:
 
 def tiny_user_model(spec, vocab, stats, model_cfg):
     """A user model function ("module:function"): same inputs, different architecture."""
-    inputs = {n: tf.keras.Input(shape=(), dtype=builder.input_dtype(spec, n), name=n) for n in spec.model_inputs}
+    inputs = {n: tf.keras.Input(shape=(), dtype=spec.input_dtype(n), name=n) for n in spec.model_inputs}
     parts = []
     for f in spec.numeric:
         parts.append(tf.keras.layers.Reshape((1,))(inputs[f.name]))

@@ -1,8 +1,13 @@
-"""The package's own rules about structure, checked on its source."""
+"""The package's own rules about structure, checked on its source: names with one owner, no
+import cycle, no import into a lower layer, small modules, no prose in code."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from tfos_jobs.contracts.dataset import Split
+from tfos_jobs.tasks import ModelKind, Task
+from tfos_jobs.topology import Role, Strategy
 
 from tests.conftest import ROOT
 
@@ -11,6 +16,15 @@ PACKAGES = ("tfos_jobs", "udfs")
 
 def sources() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
 
 
 def test_no_module_imports_a_private_name_of_another():
@@ -37,7 +51,8 @@ def test_nothing_on_the_driver_or_a_node_shares_a_file_with_the_other():
     """A cluster shares no disk: the control channel carries everything between driver and nodes,
     so no module opens a model, run or dataset path with Python's file calls or TensorFlow's gfile
     except the storage layer (driver) and the node's own workspace."""
-    allowed = {"tfos_jobs/storage.py", "tfos_jobs/contracts/workspace.py", "tfos_jobs/jobs/train/executor/inputs.py"}
+    allowed = {"tfos_jobs/storage/__init__.py", "tfos_jobs/storage/hadoop.py", "tfos_jobs/contracts/workspace.py",
+               "tfos_jobs/jobs/train/executor/inputs.py"}
     found = []
     for path in sources():
         rel = str(path.relative_to(ROOT))
@@ -46,3 +61,157 @@ def test_nothing_on_the_driver_or_a_node_shares_a_file_with_the_other():
         text = path.read_text()
         found += [f"{rel}: {call}" for call in ("tf.io.gfile", "gfile.GFile", "glob.glob(") if call in text]
     assert found == []
+
+
+# -- names with one owner ----------------------------------------------------------------------
+
+OWNERS = {
+    **{s.value: "tfos_jobs/topology.py" for s in (*Strategy, *Role)},
+    **{t.value: "tfos_jobs/tasks.py" for t in (*Task, *ModelKind)},
+    **{s.value: "tfos_jobs/contracts/dataset.py" for s in Split},
+}
+# Where one of these words means something else, and what it means there.
+OTHER_MEANINGS = {
+    ("tfos_jobs/cli.py", "train"): "the command",
+    ("tfos_jobs/train.py", "train"): "the command this entry point runs",
+    ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
+    ("tfos_jobs/jobs/train/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
+}
+
+
+def retyped_names(where: str, source: str) -> list[str]:
+    """String literals in `source` (the module `where`) that spell a strategy, role, task, model
+    kind or split instead of taking it from its owner."""
+    nodes = sorted((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant)
+                    and isinstance(n.value, str) and n.value in OWNERS), key=lambda n: (n.lineno, n.col_offset))
+    return [f"{where}:{n.lineno}: {n.value!r} (owned by {OWNERS[n.value]})" for n in nodes
+            if where != OWNERS[n.value] and (where, n.value) not in OTHER_MEANINGS]
+
+
+def test_strategy_role_task_and_split_names_are_typed_only_by_their_owners():
+    assert [f for p in sources() for f in retyped_names(rel(p), p.read_text())] == []
+    # a name typed again is found, wherever it stands
+    planted = 'if args.strategy == "parameter_server":\n    role = {"chief": 0}["chief"]\nsplit = ("train", "eval")\n'
+    assert retyped_names("tfos_jobs/x.py", planted) == [
+        "tfos_jobs/x.py:1: 'parameter_server' (owned by tfos_jobs/topology.py)",
+        "tfos_jobs/x.py:2: 'chief' (owned by tfos_jobs/topology.py)",
+        "tfos_jobs/x.py:2: 'chief' (owned by tfos_jobs/topology.py)",
+        "tfos_jobs/x.py:3: 'train' (owned by tfos_jobs/contracts/dataset.py)",
+        "tfos_jobs/x.py:3: 'eval' (owned by tfos_jobs/contracts/dataset.py)"]
+    assert retyped_names("tfos_jobs/tasks.py", 'REGRESSION = "regression"') == []
+
+
+# -- imports -----------------------------------------------------------------------------------
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """The package modules `path` imports, at the top or inside a function."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = {f"{node.module}.{a.name}" for a in node.names}
+            submodules = names & known
+            out |= submodules if submodules == names else submodules | {node.module}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out & known
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = {module_name(p) for p in sources()}
+    return {module_name(p): imported(p, known) - {module_name(p)} for p in sources()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a loop (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_modules_import_each_other():
+    assert cycles(import_graph()) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Lowest first: a module imports from its own layer or a lower one, never from a higher one.
+LAYERS = (
+    ("tfos_jobs", "tfos_jobs.errors", "tfos_jobs.names", "tfos_jobs.tasks", "tfos_jobs.topology",
+     "tfos_jobs.tf_import", "tfos_jobs.control_channel", "tfos_jobs.resources"),  # plain names and rules
+    ("tfos_jobs.features", "tfos_jobs.storage"),  # the feature spec; files on any filesystem
+    ("tfos_jobs.config",),
+    ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
+    ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases", "tfos_jobs.session",
+     "tfos_jobs.env_archive"),  # the libraries the jobs are made of
+    ("tfos_jobs.jobs", "udfs"),  # the four jobs, and the UDF's executor side
+    ("tfos_jobs.cli", "tfos_jobs.bench", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
+     "tfos_jobs.predict", "tfos_jobs.sweep"),  # the commands and entry points
+)
+
+
+def layer(module: str) -> int:
+    """The layer of the longest prefix of `module` LAYERS names."""
+    matches = [(len(prefix), i) for i, names in enumerate(LAYERS) for prefix in names
+               if module == prefix or module.startswith(prefix + ".")]
+    if not matches:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} -> {d}" for m in sorted(graph) for d in sorted(graph[m]) if layer(d) > layer(m)]
+
+
+def test_no_module_imports_from_a_higher_layer():
+    assert upward_imports(import_graph()) == []
+    assert upward_imports({"tfos_jobs.config.train": {"tfos_jobs.model.exchange", "tfos_jobs.topology"}}) == [
+        "tfos_jobs.config.train -> tfos_jobs.model.exchange"]
+
+
+# -- size and prose ----------------------------------------------------------------------------
+
+MAX_LINES = 400
+PROSE_LINES = 40  # in text blocks that are no docstring: more, and the text belongs in docs/
+
+
+def prose_lines(source: str) -> int:
+    """Lines of the module's multi-line string literals (three lines or more) besides docstrings:
+    text kept in code, where a message or a query is one line or a few."""
+    tree = ast.parse(source)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    blocks = [n.value.count("\n") + 1 for n in ast.walk(tree)
+              if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+    return sum(lines for lines in blocks if lines >= 3)
+
+
+def test_modules_are_small_and_hold_code_not_prose():
+    too_long = [f"{rel(p)}: {n} lines" for p in sources() if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    prose = [f"{rel(p)}: {n} lines of text" for p in sources() if (n := prose_lines(p.read_text())) > PROSE_LINES]
+    assert too_long == [] and prose == []
+    assert prose_lines('"""A docstring\nof three\nlines."""\nNOTES = """\none\ntwo\n"""\nerror = "a\\nb"\n') == 4

@@ -12,7 +12,8 @@ import time
 
 from tfos_jobs.bench import machine, report
 from tfos_jobs.bench.sizes import FULL, SMOKE
-from tfos_jobs.bench.stages import Bench, cleanup
+from tfos_jobs.bench.context import Bench, cleanup
+from tfos_jobs.bench.run import run_all
 from tfos_jobs.config import Config
 from tfos_jobs.tf_import import tensorflow
 
@@ -56,7 +57,7 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     bench = Bench(cfg, sizes, work, lambda text: print(text, flush=True),
                   spark_master=args.spark_master, tfos_master=args.tfos_master, remote=args.remote)
     try:
-        result = bench.all()
+        result = run_all(bench)
     finally:
         if not args.workdir:
             cleanup(work)

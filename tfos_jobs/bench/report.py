@@ -1,15 +1,18 @@
 """`docs/benchmarks.md` and its plots, from one run's figures.
 
-Everything in the file comes from the run, except the tuning log (notes.py), which records
-what was changed and the figures measured before and after."""
+Everything in the file comes from the run. What was changed for speed, with the figures measured
+before and after, is kept by hand in `docs/tuning.md` (TUNING_LOG), which the file links."""
 from __future__ import annotations
 
 import os
 from typing import Mapping
 
-from tfos_jobs.bench import notes
 from tfos_jobs.bench.harness import Figure, Result, fmt, ratio
-from tfos_jobs.bench.stages import Run
+from tfos_jobs.bench.context import Run
+from tfos_jobs.topology import Role, Strategy
+
+
+TUNING_LOG = "tuning.md"  # beside docs/benchmarks.md
 
 
 def plots_dir(output: str) -> str:
@@ -77,8 +80,9 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
     lines += _scaling_section(run, images[2])
     lines += _input_section(run, images[1])
     lines += _details(run)
-    lines += ["## Tuning: what was changed, before and after", "", notes.TUNING.strip(), ""]
-    lines += ["## What bounds the ratios", "", notes.BOUNDS.strip(), ""]
+    lines += ["## Tuning: what was changed, before and after", "",
+              f"The changes made for speed, each with its figures before and after, and what bounds the ratios "
+              f"that sit near their goals: [{TUNING_LOG}]({TUNING_LOG}).", ""]
     lines += ["## Machine and versions", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine.items()]
     lines += ["", "## Sizes", "", "| | |", "|---|---|"]
@@ -94,7 +98,7 @@ def _scaling_section(run: Run, image: str) -> list[str]:
     """Examples/s and where a step's time goes, per TF cluster shape, against one process."""
     d, baselines = run.details, run.facts.get("training baselines", {})
     rows = [n for n in baselines if f"train {n}" in d]
-    if "local" not in rows or len(rows) < 2:
+    if Strategy.LOCAL not in rows or len(rows) < 2:
         return []
     lines = [
         "## Scaling: one process, 1–3 workers, parameter server",
@@ -105,7 +109,7 @@ def _scaling_section(run: Run, image: str) -> list[str]:
         "the model, *exchange* the step's communication alone (the gradients' sum across workers, or the "
         "parameter servers' reads and updates), *other* the rest of the measured step (dispatch, waiting for the "
         "slowest worker, the cores shared with the other nodes); *input* is one batch from the node's input "
-        "pipeline alone, which overlaps the step (`executor/step_profile.py`). Milliseconds, medians; "
+        "pipeline alone, which overlaps the step (`jobs/train/executor/step_profile.py`). Milliseconds, medians; "
         "*start* is reservation to the first finished step.",
         "",
         "| configuration | examples/s | ÷ local (same batch) | step | compute | exchange | other | input | start (s) |",
@@ -339,7 +343,8 @@ def plot_scaling(run: Run, path: str) -> str:
         xs = list(range(len(rows)))
         errors = [[f.median - f.low for f in figs], [f.high - f.median for f in figs]]
         left.bar(xs, [f.median for f in figs], yerr=errors, capsize=5,
-                 color=["tab:gray" if n.startswith("local") else "tab:orange" if n.startswith("ps") else "tab:blue" for n in rows])
+                 color=["tab:gray" if n.startswith(Strategy.LOCAL) else "tab:orange" if n.startswith(Role.PS) else
+                        "tab:blue" for n in rows])
         left.set_xticks(xs)
         left.set_xticklabels(rows, fontsize=7, rotation=30, ha="right")
         left.set_ylabel("examples/s")

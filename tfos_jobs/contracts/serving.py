@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tfos_jobs.contracts.dataset import MANIFEST, SPEC, STATS, VOCAB
+from tfos_jobs.tasks import Task
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
@@ -36,21 +37,30 @@ LATENT = "latent"  # autoencoder: the encoder's output, a vector per window
 RECONSTRUCTION_ERROR = "reconstruction_error"  # autoencoder: mean squared error of the standardised window
 IS_ANOMALY = "is_anomaly"  # autoencoder: reconstruction_error above the threshold fixed in training
 
-# What a model predicts: its label's task, or AUTOENCODER for sensor windows.
-AUTOENCODER = "autoencoder"
+# What a model predicts (tasks.Task): its label's task, or AUTOENCODER for sensor windows.
+AUTOENCODER = Task.AUTOENCODER
 
 # Both signatures' outputs, per label task.
 SIGNATURE_OUTPUTS = {
-    "binary": (PROBABILITY, CLASS_ID, LABEL),
-    "multiclass": (PROBABILITIES, PROBABILITY, CLASS_ID, LABEL),
-    "regression": (VALUE,),
+    Task.BINARY: (PROBABILITY, CLASS_ID, LABEL),
+    Task.MULTICLASS: (PROBABILITIES, PROBABILITY, CLASS_ID, LABEL),
+    Task.REGRESSION: (VALUE,),
     AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY),
 }
 # The Keras model's output layer, per task: the signature output of the same meaning.
-MODEL_OUTPUT = {"binary": PROBABILITY, "multiclass": PROBABILITIES, "regression": VALUE}
+MODEL_OUTPUT = {Task.BINARY: PROBABILITY, Task.MULTICLASS: PROBABILITIES, Task.REGRESSION: VALUE}
 # What the SQL function returns: a struct of these (classification), or a bare double (regression).
-UDF_FIELDS = {"binary": (PROBABILITY, LABEL), "multiclass": (PROBABILITY, LABEL), "regression": (VALUE,),
+UDF_FIELDS = {Task.BINARY: (PROBABILITY, LABEL), Task.MULTICLASS: (PROBABILITY, LABEL), Task.REGRESSION: (VALUE,),
               AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY)}
+
+# `tfos predict`'s output: the input rows with the UDF's fields as `predicted_<field>` columns, or
+# a regression's value as `prediction`; sensor windows keep their fields' own names.
+PREDICTION = "prediction"
+
+
+def predicted(field: str) -> str:
+    return f"predicted_{field}"
+
 
 # The asset layout: the dataset's `_meta/` files the model was trained on, inside the model.
 ASSETS = "assets"
@@ -65,13 +75,13 @@ def task_of(spec: "FeatureSpec") -> str:
 def class_names(spec: "FeatureSpec") -> list[str]:
     """A classifier's LABEL output for each CLASS_ID: the label's names, negative first."""
     label = spec.label
-    if label.task == "binary":
+    if label.task == Task.BINARY:
         return [label.negative[0], label.positive[0]] if label.positive else ["0", "1"]
     return list(label.classes)
 
 
 def udf_returns_struct(task: str) -> bool:
-    return task != "regression"
+    return task != Task.REGRESSION
 
 
 def udf_return_type(task: str) -> "DataType":

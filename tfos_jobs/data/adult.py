@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
 
 COLUMNS = (
@@ -31,7 +32,7 @@ def read(spark: SparkSession, paths: list[str]) -> DataFrame:
     return raw.select(
         F.xxhash64(*[F.coalesce(F.col(c).cast("string"), F.lit("?")) for c in names]).alias("person_id"),
         *[F.regexp_replace("income", r"\.$", "").alias(c) if c == "income" else F.col(c) for c in names],
-        F.when(F.input_file_name().endswith(".test"), "eval").otherwise("train").alias("source_split"),
+        F.when(F.input_file_name().endswith(".test"), Split.EVAL.value).otherwise(Split.TRAIN.value).alias("source_split"),
         F.col(CORRUPT),
         F.input_file_name().alias(SOURCE_FILE),
     )

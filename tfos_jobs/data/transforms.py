@@ -15,6 +15,7 @@ from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.columns import ACTIVE_DAYS, CORRUPT, CTR, DAYS_SINCE_LAST, EVENT_COUNT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import SPARK_TYPES, CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
+from tfos_jobs.tasks import Task
 
 def join_lookup(main: DataFrame, lookup: DataFrame, left_on: str, right_on: str, source: str) -> DataFrame:
     """Left join a small table by broadcast; the lookup key column itself is not kept."""
@@ -75,15 +76,15 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
     if spec.key is not None:
         checks.append((F.col(spec.key.name).isNull(), f"key {spec.key.name!r} is null"))
     checks.append((y.isNull(), f"label {label.name!r} is null"))
-    if label.task == "binary":
+    if label.task == Task.BINARY:
         if label.positive:
             known = list(label.positive) + list(label.negative)
             checks.append((~y.cast("string").isin(known), f"label {label.name!r} is not one of {known}"))
         else:
             checks.append((~y.cast("long").isin(0, 1), f"label {label.name!r} is not 0 or 1"))
-    elif label.task == "multiclass" and label.classes:
+    elif label.task == Task.MULTICLASS and label.classes:
         checks.append((~y.cast("string").isin(list(label.classes)), f"label {label.name!r} is not one of {list(label.classes)}"))
-    elif label.task == "regression":
+    elif label.task == Task.REGRESSION:
         checks.append((F.isnan(y.cast("double")), f"label {label.name!r} is NaN"))
     if split.mode == "column":
         checks.append((split_mod.assign(split, None).isNull(), f"split column {split.column!r} is not 'train' or 'eval'"))
@@ -127,9 +128,9 @@ def record_columns(spec: FeatureSpec, classes: tuple[str, ...] = ()) -> list[Col
 
 def encode_label(label: Label, classes: tuple[str, ...]) -> Column:
     y = F.col(label.name)
-    if label.task == "regression":
+    if label.task == Task.REGRESSION:
         return y.cast("float")
-    if label.task == "binary":
+    if label.task == Task.BINARY:
         if label.positive:
             return F.when(y.cast("string").isin(list(label.positive)), 1).otherwise(0).cast("long")
         return y.cast("long")

@@ -11,136 +11,19 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Mapping
 
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.features.kinds import (FEATURE_KINDS, SPARK_TYPES, WINDOW_END, WINDOW_START, BucketizedFeature,
+                                      CategoricalFeature, CrossedFeature, Feature, KeyFeature, Label, NumericFeature,
+                                      RecordDtype, SequenceFeature, TimeFeature, accepted_input_types)
+from tfos_jobs.tasks import Task
 
+__all__ = ["FEATURE_KINDS", "SPARK_TYPES", "WINDOW_END", "WINDOW_START", "BucketizedFeature", "CategoricalFeature",
+           "CrossedFeature", "Feature", "FeatureSpec", "KeyFeature", "Label", "NumericFeature", "SequenceFeature",
+           "TimeFeature"]
 FORMAT_VERSION = 1
-Task = Literal["binary", "multiclass", "regression"]
-RecordDtype = Literal["int64", "float32", "string"]
-# The Spark SQL type a column of each record dtype is written from and read back as.
-SPARK_TYPES: dict[str, str] = {"int64": "long", "float32": "float", "string": "string"}
-
-
-@dataclass(frozen=True)
-class KeyFeature:
-    """An example identifier: written to the records, used for the split, never a model input."""
-
-    name: str
-    dtype: Literal["int64", "string"] = "int64"
-    kind: Literal["key"] = "key"
-
-
-@dataclass(frozen=True)
-class NumericFeature:
-    """A number. `default` replaces nulls: a value, or "mean" (of the train split, fixed at prepare)."""
-
-    name: str
-    normalize: bool = True
-    default: Union[float, Literal["mean"]] = "mean"
-    kind: Literal["numeric"] = "numeric"
-
-
-@dataclass(frozen=True)
-class CategoricalFeature:
-    """A string category looked up in a vocabulary computed at prepare time."""
-
-    name: str
-    top_k: Union[int, None] = None
-    min_count: int = 1
-    num_oov_buckets: int = 1
-    embedding_dim: int = 8
-    default: str = "__missing__"
-    max_length: Union[int, None] = None  # longer values are cut to this many characters (and counted)
-    kind: Literal["categorical"] = "categorical"
-
-
-@dataclass(frozen=True)
-class CrossedFeature:
-    """A hashed cross of categorical features, for the wide (linear) part of a model."""
-
-    name: str
-    columns: tuple[str, ...]
-    hash_buckets: int = 1000
-    kind: Literal["crossed"] = "crossed"
-
-
-@dataclass(frozen=True)
-class BucketizedFeature:
-    """A numeric feature cut at fixed boundaries, one-hot in the wide part."""
-
-    name: str
-    source: str
-    boundaries: tuple[float, ...]
-    kind: Literal["bucketized"] = "bucketized"
-
-
-@dataclass(frozen=True)
-class Label:
-    """The target. Binary labels in a string column name their positive and negative values."""
-
-    name: str
-    task: Task = "binary"
-    positive: tuple[str, ...] = ()
-    negative: tuple[str, ...] = ()
-    classes: tuple[str, ...] = ()
-    kind: Literal["label"] = "label"
-
-
-@dataclass(frozen=True)
-class TimeFeature:
-    """The time column of sensor series, and how they are cut into windows.
-
-    Rows of one asset (the key feature) are placed on a grid of `step_seconds`. A window is
-    `window` consecutive steps; one starts every `stride` steps from the asset's first row.
-    Up to `max_gap` missing steps (absent rows) in a row are filled forward, a longer gap drops
-    every window it touches; a sensor's nulls are filled forward up to `fill_limit` steps in a
-    row, else the window is dropped. Dropped windows are counted by reason."""
-
-    name: str
-    step_seconds: int = 60
-    window: int = 64
-    stride: int = 64
-    max_gap: int = 0
-    fill_limit: int = 0
-    kind: Literal["time"] = "time"
-
-
-@dataclass(frozen=True)
-class SequenceFeature:
-    """A float sensor stepped over time: one value per step, a window of them per record.
-    `normalize`: standardised (in the model's graph) by the train split's mean and std."""
-
-    name: str
-    normalize: bool = True
-    kind: Literal["sequence"] = "sequence"
-
-
-Feature = Union[KeyFeature, NumericFeature, CategoricalFeature, CrossedFeature, BucketizedFeature, Label,
-                TimeFeature, SequenceFeature]
-FEATURE_KINDS: dict[str, type] = {
-    "key": KeyFeature,
-    "numeric": NumericFeature,
-    "categorical": CategoricalFeature,
-    "crossed": CrossedFeature,
-    "bucketized": BucketizedFeature,
-    "label": Label,
-    "time": TimeFeature,
-    "sequence": SequenceFeature,
-}
-# What a window record holds besides its sensors: the asset (the key feature) and the
-# window's first and last step, as seconds since the epoch (SequenceExample context).
-WINDOW_START = "window_start"
-WINDOW_END = "window_end"
-_TIMESTAMP = ("timestamp", "timestamp_ntz")
-
-# Spark SQL type names each stored kind accepts on input (DataType.typeName()).
-_INTEGRAL = ("byte", "short", "integer", "long")
-_NUMERIC = _INTEGRAL + ("float", "double", "decimal")
-_STRING = ("string",)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 @dataclass(frozen=True)
 class FeatureSpec:
     features: tuple[Feature, ...]
@@ -245,13 +128,13 @@ class FeatureSpec:
                 if not f.boundaries or list(f.boundaries) != sorted(set(f.boundaries)):
                     errs.append(f"{where}.boundaries: need strictly increasing values, got {list(f.boundaries)}")
             elif isinstance(f, Label):
-                if f.task == "binary" and bool(f.positive) != bool(f.negative):
+                if f.task == Task.BINARY and bool(f.positive) != bool(f.negative):
                     errs.append(f"{where}: a binary label with string values needs both positive and negative")
                 if set(f.positive) & set(f.negative):
                     errs.append(f"{where}: values {sorted(set(f.positive) & set(f.negative))} are both positive and negative")
-                if f.task != "binary" and (f.positive or f.negative):
+                if f.task != Task.BINARY and (f.positive or f.negative):
                     errs.append(f"{where}: positive/negative apply to task = \"binary\" only")
-                if f.task != "multiclass" and f.classes:
+                if f.task != Task.MULTICLASS and f.classes:
                     errs.append(f"{where}.classes: applies to task = \"multiclass\" only")
         return errs
 
@@ -290,33 +173,13 @@ class FeatureSpec:
         errs = []
         for name in names or self.stored_columns:
             f = self.get(name)
-            allowed = self._accepted_input_types(f)
+            allowed = accepted_input_types(f)
             if name not in column_types:
                 errs.append((name, f"column {name!r} ({f.kind} feature) is missing"))
             elif column_types[name] not in allowed:
                 errs.append((name, f"column {name!r} ({f.kind} feature) has type {column_types[name]}, "
                                    f"expected one of: {', '.join(allowed)}"))
         return errs
-
-    @staticmethod
-    def _accepted_input_types(f: Feature) -> tuple[str, ...]:
-        if isinstance(f, KeyFeature):
-            return _INTEGRAL if f.dtype == "int64" else _STRING
-        if isinstance(f, NumericFeature):
-            return _NUMERIC
-        if isinstance(f, CategoricalFeature):
-            return _STRING + _INTEGRAL
-        if isinstance(f, TimeFeature):
-            return _TIMESTAMP
-        if isinstance(f, SequenceFeature):
-            return _NUMERIC
-        if isinstance(f, Label):
-            if f.task == "regression":
-                return _NUMERIC
-            if f.task == "binary" and not f.positive:
-                return _INTEGRAL + ("boolean",)
-            return _STRING + _INTEGRAL
-        raise TypeError(f"{f.kind} features are not stored")
 
     # -- what the records hold -----------------------------------------------------------------
 
@@ -337,7 +200,7 @@ class FeatureSpec:
             elif isinstance(f, CategoricalFeature):
                 out[name] = "string"
             else:
-                out[name] = "float32" if f.task == "regression" else "int64"
+                out[name] = "float32" if f.task == Task.REGRESSION else "int64"
         return out
 
     def record_schema(self) -> dict[str, dict[str, Any]]:
@@ -412,6 +275,10 @@ class FeatureSpec:
     @classmethod
     def from_json(cls, text: str) -> "FeatureSpec":
         return cls.from_dict(json.loads(text))
+
+    def input_dtype(self, name: str) -> str:
+        """The dtype of a model input: float32 for numeric features, string for categorical ones."""
+        return "float32" if self.get(name).kind == "numeric" else "string"
 
     def fingerprint(self) -> str:
         """A hash of the spec's meaning: equal specs give equal fingerprints."""

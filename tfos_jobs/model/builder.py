@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.tasks import ModelKind
+from tfos_jobs.tasks import ModelKind, Task
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -26,15 +26,10 @@ ModelFn = Callable[[FeatureSpec, "dict[str, list[str]]", "dict[str, Any]", Model
 OPTIMIZERS = ("adam", "adagrad", "sgd", "rmsprop", "ftrl")
 
 
-def input_dtype(spec: FeatureSpec, name: str) -> str:
-    """The dtype of a model input: float32 for numeric features, string for categorical ones."""
-    return "float32" if spec.get(name).kind == "numeric" else "string"
-
-
 def num_outputs(spec: FeatureSpec) -> int:
     """Logit units: one for binary and regression, one per class for multiclass."""
     label = spec.label
-    if label.task != "multiclass":
+    if label.task != Task.MULTICLASS:
         return 1
     if len(label.classes) < 2:
         raise ValueError(f"features.{label.name}.classes: a multiclass label needs its classes listed "
@@ -63,10 +58,10 @@ def compile_model(model: "tf.keras.Model", spec: FeatureSpec, optimizer: str, le
                       steps_per_execution=steps_per_execution)
         return model
     task = spec.label.task
-    if task == "binary":
+    if task == Task.BINARY:
         loss: Any = tf.keras.losses.BinaryCrossentropy()
         metrics: list[Any] = [tf.keras.metrics.AUC(name="auc"), tf.keras.metrics.BinaryAccuracy(name="accuracy")]
-    elif task == "multiclass":
+    elif task == Task.MULTICLASS:
         loss = tf.keras.losses.SparseCategoricalCrossentropy()
         metrics = [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
     else:

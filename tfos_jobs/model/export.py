@@ -7,7 +7,7 @@ serves the model reads the spec it was trained on from the model itself.
 
 The chief exports on its own disk, to `<export_dir>.tmp-<random>`, and renames it into place:
 an export directory is complete or absent. It is then published to the model directory,
-wherever that lives, through the driver (`executor.control_client.DriverLink.publish`).
+wherever that lives, through the driver (`jobs.train.executor.control_client.DriverLink.publish`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts.dataset import MANIFEST, META, SPEC, STATS, VOCAB
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.model.builder import input_dtype
+from tfos_jobs.tasks import Task
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -41,7 +41,7 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float
     parse_spec = spec.parse_spec(names)
 
     # Positional arguments: the TensorSpec names become the signature's input names.
-    @tf.function(input_signature=[tf.TensorSpec([None], input_dtype(spec, n), name=n) for n in names])
+    @tf.function(input_signature=[tf.TensorSpec([None], spec.input_dtype(n), name=n) for n in names])
     def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(dict(zip(names, columns)), training=False))
 
@@ -105,7 +105,7 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
     import tensorflow as tf
 
     label = spec.label
-    if label.task == "binary":
+    if label.task == Task.BINARY:
         names = contract.class_names(spec)
 
         def binary(y: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -115,7 +115,7 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
                     contract.LABEL: tf.gather(tf.constant(names), class_id)}
 
         return binary
-    if label.task == "multiclass":
+    if label.task == Task.MULTICLASS:
         classes = contract.class_names(spec)
 
         def multiclass(y: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import LATENT, RECONSTRUCTION_ERROR
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.tasks import ModelKind
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -44,7 +45,7 @@ def build_autoencoder(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dic
     decoded = layers.RNN(cell(model_cfg.units), return_sequences=True, name="decoder")(repeated)
     reconstruction = layers.TimeDistributed(layers.Dense(len(sensors)), name="reconstruction")(decoded)
     error = ReconstructionError(name=RECONSTRUCTION_ERROR)([reconstruction, target])
-    return tf.keras.Model(inputs=inputs, outputs=error, name="sequence_autoencoder")
+    return tf.keras.Model(inputs=inputs, outputs=error, name=ModelKind.SEQUENCE_AUTOENCODER.value)
 
 
 def scoring_model(model: "tf.keras.Model") -> "tf.keras.Model":

@@ -22,6 +22,7 @@ from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import MODEL_OUTPUT
 from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec
 from tfos_jobs.model.layers import SharedEmbedding
+from tfos_jobs.tasks import ModelKind, Task
 
 ATTRIBUTE = "tfos_wide_deep"  # the WideDeep behind a Keras model `model()` built
 _COMBINATIONS = 2**62  # a cross of fewer id combinations than this is computed on the distinct ones
@@ -85,19 +86,18 @@ class WideDeep:
         self.wide = (SharedEmbedding(list(self.sizes.values()), units, combiner="sum", embeddings_initializer="zeros",
                                      name="wide") if self.sizes else None)
         self.add = layers.Add(name="logits")
-        activation = {"binary": "sigmoid", "multiclass": "softmax", "regression": "linear"}[spec.label.task]
+        activation = {Task.BINARY: "sigmoid", Task.MULTICLASS: "softmax", Task.REGRESSION: "linear"}[spec.label.task]
         self.activation = layers.Activation(activation, name=MODEL_OUTPUT[spec.label.task])
 
     # -- the two ways in -------------------------------------------------------------------
 
     def model(self) -> tf.keras.Model:
         """The Keras model over the raw columns; it keeps this object as `ATTRIBUTE`."""
-        from tfos_jobs.model.builder import input_dtype
-
-        inputs = {name: tf.keras.Input(shape=(), dtype=input_dtype(self.spec, name), name=name)
+        inputs = {name: tf.keras.Input(shape=(), dtype=self.spec.input_dtype(name), name=name)
                   for name in self.spec.model_inputs}
         ids = {f.name: self.lookup[f.name](inputs[f.name]) for f in self.categorical}
-        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows), name="wide_deep")
+        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows),
+                               name=ModelKind.WIDE_DEEP.value)
         setattr(model, ATTRIBUTE, self)  # a plain object: Keras neither tracks nor saves it
         return model
 

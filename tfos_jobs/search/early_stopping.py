@@ -14,6 +14,8 @@ import math
 import statistics
 from typing import Iterable
 
+from tfos_jobs.progress_log import EPOCH
+
 
 def should_stop(own: list[float], others: Iterable[list[float]], goal: str, warmup_epochs: int,
                 min_trials: int) -> bool:
@@ -41,5 +43,5 @@ def metric_history(lines: list[dict], metric: str) -> list[float]:
     by_epoch: dict[int, float] = {}
     for line in lines:
         if metric in line:
-            by_epoch[int(line["epoch"])] = float(line[metric])
+            by_epoch[int(line[EPOCH])] = float(line[metric])
     return [by_epoch[e] for e in sorted(by_epoch)]

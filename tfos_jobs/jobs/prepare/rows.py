@@ -29,6 +29,7 @@ from tfos_jobs.features import stats as stats_mod
 from tfos_jobs.features import vocab as vocab_mod
 from tfos_jobs.features.spec import FeatureSpec, NumericFeature
 from tfos_jobs.storage import HadoopFS
+from tfos_jobs.tasks import Task
 
 
 def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: float,
@@ -168,7 +169,7 @@ def _numeric_defaults(spec: FeatureSpec) -> dict[str, float]:
 def _label_classes(spec: FeatureSpec, imputed: DataFrame) -> tuple[str, ...]:
     """Multiclass labels: the configured classes, else every class seen, by count then value."""
     label = spec.label
-    if label.task != "multiclass":
+    if label.task != Task.MULTICLASS:
         return ()
     if label.classes:
         return label.classes

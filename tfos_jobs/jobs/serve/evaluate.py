@@ -40,6 +40,7 @@ from tfos_jobs.storage import Storage
 TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIND)  # and the key; sensor optional
 KIND, SENSOR = columns.ANOMALY_KIND, columns.ANOMALY_SENSOR
 ANOMALOUS = "anomalous"
+EVAL, ALL = Split.EVAL.value, "all"  # the windows a figure is over: the eval assets', or every scored one
 PLOTTED_ASSETS = 3
 # The scores compared, in report order: the model's, then the baselines'.
 SCORES = (contract.RECONSTRUCTION_ERROR, *baselines.NAMES)
@@ -132,7 +133,7 @@ def _report(rows: pd.DataFrame, not_computed: dict[str, str]) -> dict[str, Any]:
     aucs: dict[str, dict[str, float | None]] = {}
     for name in SCORES:
         aucs[name] = {}
-        for part, subset, what in (("eval", ev, "the eval assets' windows"), ("all", rows, "the scored windows")):
+        for part, subset, what in ((EVAL, ev, "the eval assets' windows"), (ALL, rows, "the scored windows")):
             known = subset[subset[name].notna()]
             auc = roc_auc(known[ANOMALOUS].to_numpy(), known[name].to_numpy(dtype=np.float64))
             aucs[name][part] = auc
@@ -148,9 +149,9 @@ def _report(rows: pd.DataFrame, not_computed: dict[str, str]) -> dict[str, Any]:
         why["is_anomaly recall (eval)"] = _no_auc(ev, "the eval assets' windows")
     model = aucs[contract.RECONSTRUCTION_ERROR]
     return {
-        "anomaly_auc": model["eval"],
-        "anomaly_auc_all": model["all"],
-        "windows": {"eval": len(ev), "all": len(rows), "anomalous_eval": int(actual.sum()),
+        "anomaly_auc": model[EVAL],
+        "anomaly_auc_all": model[ALL],
+        "windows": {EVAL: len(ev), ALL: len(rows), "anomalous_eval": int(actual.sum()),
                     "anomalous_all": int(rows[ANOMALOUS].sum())},
         "is_anomaly_eval": {"flagged": int(flagged.sum()), "precision": precision, "recall": recall},
         "recall_by_kind_eval": {str(kind): round(float(g[contract.IS_ANOMALY].mean()), 4)
@@ -172,13 +173,13 @@ def _no_auc(windows: pd.DataFrame, what: str) -> str:
 def describe(report: dict[str, Any]) -> list[str]:
     """The report as console lines: the scores side by side, then what could not be computed."""
     w = report["windows"]
-    lines = [f"windows: {w['eval']:,} of eval assets ({w['anomalous_eval']:,} overlap a true anomaly), "
-             f"{w['all']:,} in all ({w['anomalous_all']:,})",
-             f"  {'ROC AUC of':<40} {'eval':>7} {'all':>7}"]
-    aucs = {contract.RECONSTRUCTION_ERROR: {"eval": report["anomaly_auc"], "all": report["anomaly_auc_all"]},
+    lines = [f"windows: {w[EVAL]:,} of eval assets ({w['anomalous_eval']:,} overlap a true anomaly), "
+             f"{w[ALL]:,} in all ({w['anomalous_all']:,})",
+             f"  {'ROC AUC of':<40} {EVAL:>7} {ALL:>7}"]
+    aucs = {contract.RECONSTRUCTION_ERROR: {EVAL: report["anomaly_auc"], ALL: report["anomaly_auc_all"]},
             **report["baselines"]}
     for name in SCORES:
-        lines.append(f"  {SCORE_TITLES[name]:<40} {_figure(aucs[name]['eval']):>7} {_figure(aucs[name]['all']):>7}")
+        lines.append(f"  {SCORE_TITLES[name]:<40} {_figure(aucs[name][EVAL]):>7} {_figure(aucs[name][ALL]):>7}")
     pr = report["is_anomaly_eval"]
     lines.append(f"is_anomaly on the eval assets: {pr['flagged']:,} flagged, precision {_figure(pr['precision'])}, "
                  f"recall {_figure(pr['recall'])}")

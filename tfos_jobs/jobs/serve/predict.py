@@ -46,12 +46,12 @@ def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
     task = contract.task_of(udf.spec)
     scored = table.withColumn("__prediction", udf())
     if not contract.udf_returns_struct(task):
-        return scored.withColumnRenamed("__prediction", "prediction")
+        return scored.withColumnRenamed("__prediction", contract.PREDICTION)
     if task == contract.AUTOENCODER:  # one row per window: its bounds and scores, not its values again
         keep = [c for c in table.columns if c not in udf.spec.model_inputs]
         return scored.select(*keep, *(F.col(f"__prediction.{field}").alias(field)
                                       for field in contract.UDF_FIELDS[task]))
-    return scored.select("*", *(F.col(f"__prediction.{field}").alias(f"predicted_{field}")
+    return scored.select("*", *(F.col(f"__prediction.{field}").alias(contract.predicted(field))
                                 for field in contract.UDF_FIELDS[task])).drop("__prediction")
 
 

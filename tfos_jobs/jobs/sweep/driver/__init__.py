@@ -1,0 +1,1 @@
+"""The sweep job's driver side."""

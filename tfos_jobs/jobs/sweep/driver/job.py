@@ -4,7 +4,7 @@ them, and report.
 `<sweep_dir>/` holds everything, so a sweep can be resumed and inspected, on any filesystem
 the session reaches (the driver writes it all):
   sweep.json                  the sweep's definition (a different sweep refuses the dir)
-  trial-<n>/                  one trial (search.trials.TrialDir)
+  trial-<n>/                  one trial (contracts.sweep_dir.TrialDir)
   results.parquet/.csv, sweep.png, best/saved_model
 Each single-process trial is one Spark job of one task, in its own job group, started from
 a driver thread: Spark places it on a free executor slot, hands it the dataset's files, and
@@ -28,6 +28,7 @@ from tfos_jobs import config as config_mod
 from tfos_jobs import control_channel as cc
 from tfos_jobs.config import parse_ports
 from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.jobs.train.driver import node_inputs
 from tfos_jobs.jobs.sweep.driver import report as sweep_report
@@ -36,10 +37,11 @@ from tfos_jobs.jobs.train.driver.tf_cluster import control_address
 from tfos_jobs.jobs.train.driver.job import new_run_id, read_dataset, targets
 from tfos_jobs.jobs.train.driver.transfers import FILE_MESSAGES, Transfers
 from tfos_jobs.errors import ConfigError, OutputExistsError
-from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.progress_log import EPOCH, EPOCHS, EXAMPLES_PER_SEC, ProgressLog
 from tfos_jobs.search import samplers
 from tfos_jobs.search.space import ParamValue, SweepConfig, trial_config
-from tfos_jobs.search.trials import FINISHED, TrialDir, TrialResult, TrialStatus, trial_result
+from tfos_jobs.contracts.sweep_dir import SweepDir, TrialDir
+from tfos_jobs.search.trials import FINISHED, TrialResult, TrialStatus, trial_result
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Strategy
 
@@ -151,7 +153,7 @@ def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sw
     with named("sweep.dir", sweep.dir):
         sweep_dir = storage.qualify(sweep.dir)
     storage.check_writable("sweep.dir", sweep_dir)
-    _open_dir(storage, sweep_dir, sweep, config_mod.to_dict(base)["train"])
+    _open_dir(storage, sweep_dir, sweep, dataclasses.asdict(base.train))
     sampler = samplers.make(sweep)
     known = {n: {"settings": d.read_params(storage), "result": d.read_result(storage), "directory": d}
              for n, d in TrialDir.all_in(storage, sweep_dir).items()}
@@ -228,7 +230,7 @@ def _cancel(sc, trials) -> None:
 def _open_dir(storage: Storage, sweep_dir: str, sweep: SweepConfig, base_train: dict[str, Any]) -> None:
     """A new dir gets `sweep.json`; an existing one must hold the same sweep (resume): the
     same space, metric and algorithm over the same training settings."""
-    path = f"{sweep_dir}/sweep.json"
+    path = SweepDir(sweep_dir).definition
     fingerprint = hashlib.sha256(f"{sweep.fingerprint()}{json.dumps(base_train, sort_keys=True)}".encode()).hexdigest()[:16]
     if storage.exists(path):
         try:
@@ -270,10 +272,10 @@ def _launch(ctx: Context, n: int, settings: dict[str, ParamValue]) -> Running:
     else:
         tr = dataclasses.replace(cfg.train, strategy=Strategy.LOCAL, tensorboard=False)
         wanted = node_inputs.everything(ctx.meta)
-        payload = {"trial": n, "settings": settings, "metric": sweep.metric, "goal": sweep.goal,
-                   "early_stopping": sweep.early_stopping == "median", "warmup_epochs": sweep.warmup_epochs,
-                   "min_trials": sweep.min_trials, "args": NodeArgs.from_train_config(tr, dataset=ctx.meta.root).to_dict(),
-                   "server": ctx.server, "run_id": ctx.run_id, "local_dir": tr.local_dir, "inputs": wanted}
+        payload = TrialPayload(trial=n, settings=settings, metric=sweep.metric, goal=sweep.goal,
+                               early_stopping=sweep.early_stopping == "median", warmup_epochs=sweep.warmup_epochs,
+                               min_trials=sweep.min_trials, args=NodeArgs.from_train_config(tr, dataset=ctx.meta.root),
+                               server=ctx.server, run_id=ctx.run_id, local_dir=tr.local_dir, inputs=wanted)
         sc = ctx.spark.sparkContext
 
         def target():
@@ -354,8 +356,8 @@ def _show_epochs(sweep: SweepConfig, trial: Running, log: Callable[[str], None])
     for line in lines[trial.epochs_shown:]:
         value = line.get(sweep.metric)
         shown = f"{sweep.metric} {value:.4f}" if isinstance(value, (int, float)) else ""
-        log(f"  trial {trial.number:03d} epoch {line['epoch']}/{line['epochs']}  {shown}  "
-            f"loss {line.get('loss', float('nan')):.4f}  {line.get('examples_per_sec', 0):,.0f} ex/s")
+        log(f"  trial {trial.number:03d} epoch {line[EPOCH]}/{line[EPOCHS]}  {shown}  "
+            f"loss {line.get('loss', float('nan')):.4f}  {line.get(EXAMPLES_PER_SEC, 0):,.0f} ex/s")
     trial.epochs_shown = max(trial.epochs_shown, len(lines))
 
 
@@ -387,10 +389,10 @@ def _report(storage: Storage, sweep_dir: str, sweep: SweepConfig, results: dict[
     counts = {s: sum(r["status"] == s for r in rows) for s in TrialStatus}
     log(f"sweep finished in {seconds:.0f} s: " + ", ".join(f"{v} {k.value}" for k, v in counts.items() if v)
         + (f"; {total - len(rows)} not run" if len(rows) < total else ""))
-    log(f"results: {table}.parquet, {table}.csv; plot: {sweep_dir}/{sweep_report.PLOT}")
+    log(f"results: {table}.parquet, {table}.csv; plot: {SweepDir(sweep_dir).plot}")
     if best:
         log(f"best: trial {best['trial']:03d}, {sweep.metric} {best['value']:.4f}; "
-            f"model: {sweep_dir}/{sweep_report.BEST}/saved_model")
+            f"model: {SweepDir(sweep_dir).best_model}")
     else:
         log("no trial completed: no best model")
     return {"best": best, "results": rows}

@@ -8,10 +8,10 @@ import tempfile
 from typing import Any
 
 from tfos_jobs.search.space import SweepConfig
-from tfos_jobs.search.trials import TrialDir, TrialStatus
+from tfos_jobs.contracts.sweep_dir import SweepDir
+from tfos_jobs.search.trials import TrialStatus
 from tfos_jobs.storage import Storage
 
-RESULTS, PLOT, BEST = "results", "sweep.png", "best"  # in the sweep directory: results.parquet/.csv, the plot, best/
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
 
 
@@ -54,7 +54,7 @@ def frame(sweep: SweepConfig, rows: list[dict[str, Any]]):
 def write_table(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
     """`results.parquet` and `results.csv`, replaced whole each time."""
     df = frame(sweep, rows)
-    base = f"{sweep_dir}/{RESULTS}"
+    base = SweepDir(sweep_dir).results
     with tempfile.TemporaryDirectory(prefix="tfos-results-") as tmp:
         # microsecond timestamps: Spark cannot read pandas' nanosecond ones
         df.to_parquet(f"{tmp}/t.parquet", index=False, coerce_timestamps="us", allow_truncated_timestamps=True)
@@ -144,10 +144,10 @@ def plot(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[s
     failed = sum(r["status"] == TrialStatus.FAILED for r in rows)
     fig.suptitle(f"{sweep.algorithm} sweep, {len(rows)} trials ({failed} failed): {sweep.goal} {sweep.metric}")
     fig.tight_layout()
-    path = f"{sweep_dir}/{PLOT}"
+    path = SweepDir(sweep_dir).plot
     with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
-        fig.savefig(f"{tmp}/{PLOT}", dpi=110)
-        storage.upload_file(f"{tmp}/{PLOT}", path)
+        fig.savefig(f"{tmp}/plot.png", dpi=110)
+        storage.upload_file(f"{tmp}/plot.png", path)
     plt.close(fig)
     return path
 
@@ -162,10 +162,12 @@ def export_best(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list
     top = best(sweep, rows)
     if top is None:
         return None
-    source = TrialDir.of(sweep_dir, top["trial"]).saved_model
+    directory = SweepDir(sweep_dir)
     with tempfile.TemporaryDirectory(prefix="tfos-best-") as tmp:
-        storage.download(source, os.path.join(tmp, "saved_model"))
-        with open(os.path.join(tmp, "trial.json"), "w", encoding="utf-8") as fh:
+        local = SweepDir(tmp)  # best/ laid out here, then published whole
+        os.makedirs(local.best)
+        storage.download(directory.trial(top["trial"]).saved_model, local.best_model)
+        with open(local.best_row, "w", encoding="utf-8") as fh:
             json.dump({"metric": sweep.metric, "goal": sweep.goal, **top}, fh, indent=2)
-        storage.replace_dir(tmp, f"{sweep_dir}/{BEST}")
+        storage.replace_dir(local.best, directory.best)
     return top

@@ -13,22 +13,22 @@ from __future__ import annotations
 import os
 import socket
 import traceback
-from typing import Any, Iterator
+from typing import Iterator
 
 from tfos_jobs import control_channel as cc
-from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.sweep_dir import TrialDir
+from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.jobs.train.executor import lifecycle
 from tfos_jobs.search.early_stopping import metric_history, should_stop
-from tfos_jobs.search.trials import PREFIX, TrialOutcome, TrialStatus
+from tfos_jobs.search.trials import TrialOutcome, TrialStatus
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role
 
 
-def task(payload: dict[str, Any], secret: bytes):
-    """The function of a trial's Spark task (`mapPartitions` over its input files). `payload`:
-    plain values (trial number, settings, node args as `NodeArgs.to_dict()`, metric and stopping
-    rule, the control server's address, the input files); `secret` reaches it only here."""
+def task(payload: TrialPayload, secret: bytes):
+    """The function of a trial's Spark task (`mapPartitions` over its input files); `secret`
+    reaches it only here."""
 
     def run(records: Iterator[tuple[str, bytes]]) -> Iterator[TrialOutcome]:
         yield run_trial(payload, secret, records)
@@ -36,29 +36,28 @@ def task(payload: dict[str, Any], secret: bytes):
     return run
 
 
-def run_trial(payload: dict[str, Any], secret: bytes, records: Iterator[tuple[str, bytes]]) -> TrialOutcome:
+def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str, bytes]]) -> TrialOutcome:
     os.environ.pop("TF_CONFIG", None)  # before TensorFlow reads it
     tensorflow()  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
     from tfos_jobs.jobs.train.executor import inputs
     from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink
 
-    number, args = payload["trial"], NodeArgs.from_dict(payload["args"])
-    client = ControlClient(payload["server"], secret)
+    number, args = payload.trial, payload.args
+    client = ControlClient(payload.server, secret)
     link = DriverLink(client, {cc.SENDER_TRIAL: number})
-    workspace = Workspace.of(payload["local_dir"], payload["run_id"], f"{PREFIX}{number:03d}")
+    workspace = Workspace.of(payload.local_dir, payload.run_id, TrialDir.name(number))
     error = None
     try:
         from tfos_jobs.jobs.train.executor import training
 
         workspace.enter()
         lifecycle.start_reaper(os.getpid(), [], workspace)  # a trial cancelled by the time budget leaves no files
-        inputs.receive(records, payload["inputs"], workspace.root)
+        inputs.receive(records, payload.inputs, workspace.root)
         link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
         training.configure_threads(args.threads)  # trials share the executors' cores
         stopper = None
-        if payload["early_stopping"]:
-            stopper = median_stop(link, payload["metric"], payload["goal"], payload["warmup_epochs"],
-                                  payload["min_trials"])
+        if payload.early_stopping:
+            stopper = median_stop(link, payload.metric, payload.goal, payload.warmup_epochs, payload.min_trials)
         training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link, workspace=workspace,
                                 extra_callbacks=(stopper,) if stopper else ())
         status = TrialStatus.PRUNED if stopper is not None and stopper.skip_export else TrialStatus.COMPLETED

@@ -1,0 +1,1 @@
+"""The train job's driver side."""

@@ -3,7 +3,7 @@
 It replaces TensorFlowOnSpark's `reservation.Server` (which unpickles whatever reaches it, on
 every interface) with the authenticated JSON channel of `tfos_jobs.control_channel`, bound to
 the driver's cluster-facing address. What a message means is the handler's business (a training
-run's `driver.run_state.RunState`, a sweep's trials); the server only authenticates, decodes and
+run's `jobs.train.driver.run_state.RunState`, a sweep's trials); the server only authenticates, decodes and
 answers. A message that fails authentication or decoding is dropped and its connection closed;
 the first such message from each address is logged with the address, every one is counted
 (`rejected`). A handler's own error (a file that cannot be published, say) is answered as an

@@ -1,7 +1,7 @@
 """The train job (driver side): the model directory, the attempts, the report.
 
 Each attempt trains either in this process (`local`) or on a TF cluster started on the
-executors (`driver.tf_cluster`). A cluster failure that a relaunch can fix (a lost executor,
+executors (`jobs.train.driver.tf_cluster`). A cluster failure that a relaunch can fix (a lost executor,
 a hang) starts a new attempt, which resumes from the last finished epoch; anything else
 fails the job with the failing node's own message.
 
@@ -38,7 +38,7 @@ from tfos_jobs.jobs.train.driver.tf_cluster import control_address, run_cluster
 from tfos_jobs.jobs.train.driver.transfers import Transfers
 from tfos_jobs.errors import ConfigError, InputError, OutputExistsError, TrainingError
 from tfos_jobs.model.builder import resolve_model_fn
-from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.progress_log import EPOCH, ProgressLog
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import ALL_REDUCE, Role, Strategy
@@ -275,7 +275,7 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
              for node in state.records().values()]
     metrics = {
         "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
-        "epochs": max((e["epoch"] for e in epochs), default=result["epochs_run"]),
+        "epochs": max((e[EPOCH] for e in epochs), default=result["epochs_run"]),
         "steps_per_epoch": result["steps_per_epoch"],
         "gradient_exchange": result.get("gradient_exchange", ALL_REDUCE),
         "seconds": round(seconds, 1), "startup": state.startup(), "final": result["final"],
@@ -283,7 +283,7 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
         "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
         "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
                                        tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
-        "eval": {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
+        Split.EVAL.value: {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
         "history": epochs,
         "saved_model": model_dir.saved_model,
     }
@@ -297,7 +297,7 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
             storage.upload_file(f"{tmp}/curve.png", model_dir.learning_curve)
     storage.delete(model_dir.runs)  # failed attempts' tracebacks
     storage.delete(model_dir.backup)  # training ended well: nothing to resume
-    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics["eval"].items())
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.EVAL].items())
     log(f"trained in {seconds:.1f} s; eval: {shown}")
     if metrics["step_profile"]:
         log(format_breakdown(metrics["step_profile"]))

@@ -3,7 +3,7 @@
 A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job
 reads its inputs through Spark: partition i of the node job holds node i's files, read by
 its own task with Hadoop's FileSystem (`SparkContext.binaryFiles`), from wherever the dataset
-lives, and written to the node's local disk (`executor.inputs`). Each node gets what it reads:
+lives, and written to the node's local disk (`jobs.train.executor.inputs`). Each node gets what it reads:
 
   * multi-worker: `_meta/`, the eval split (every worker evaluates all of it) and its shard of
     the train split (`reader.shard_files`, the same rule the input pipeline applies);
@@ -14,6 +14,7 @@ lives, and written to the node's local disk (`executor.inputs`). Each node gets 
 """
 from __future__ import annotations
 
+from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.contracts.workspace import DATASET
 from tfos_jobs.data import reader
 from tfos_jobs.data.dataset import DatasetMeta
@@ -24,7 +25,7 @@ from tfos_jobs.topology import Role, Strategy, worker_rank
 
 def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list[dict[str, str]]:
     """Per node (in `roles` order): key of each file it gets -> its place in the node's workspace."""
-    train, evals = meta.files("train"), meta.files("eval")
+    train, evals = meta.files(Split.TRAIN), meta.files(Split.EVAL)
     workers = len(roles)
     out = []
     for role, index in roles:
@@ -44,7 +45,7 @@ def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list
 def everything(meta: DatasetMeta, paths: list[str] | None = None) -> dict[str, str]:
     """`paths` (default: every file of the dataset) as key -> place under the workspace."""
     if paths is None:
-        paths = [*meta.meta_files(), *meta.files("train"), *meta.files("eval")]
+        paths = [*meta.meta_files(), *(path for split in SPLITS for path in meta.files(split))]
     root = meta.root.rstrip("/")
     return {key(p): f"{DATASET}/{p[len(root) + 1:]}" for p in dict.fromkeys(paths)}
 

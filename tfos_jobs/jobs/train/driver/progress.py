@@ -4,17 +4,17 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.progress_log import EPOCH, EPOCHS, EVAL_SECONDS, EXAMPLES_PER_SEC, SECONDS, ProgressLog
 
 SHOWN = ("loss", "auc", "accuracy", "rmse", "val_loss", "val_auc", "val_accuracy", "val_rmse")
 BAR = 24
 
 
 def format_epoch(e: dict[str, Any]) -> str:
-    done = round(BAR * e["epoch"] / e["epochs"])
+    done = round(BAR * e[EPOCH] / e[EPOCHS])
     metrics = "  ".join(f"{k} {e[k]:.4f}" for k in SHOWN if k in e)
-    return (f"epoch {e['epoch']:>3}/{e['epochs']} [{'#' * done}{'.' * (BAR - done)}] {metrics}  "
-            f"{e['examples_per_sec']:,.0f} ex/s  {e['seconds']:.1f} s")
+    return (f"epoch {e[EPOCH]:>3}/{e[EPOCHS]} [{'#' * done}{'.' * (BAR - done)}] {metrics}  "
+            f"{e[EXAMPLES_PER_SEC]:,.0f} ex/s  {e[SECONDS]:.1f} s")
 
 
 class ProgressPrinter:
@@ -33,14 +33,14 @@ class ProgressPrinter:
 
 def step_breakdown(epochs: list[dict[str, Any]], profile: dict[str, Any] | None, steps_per_epoch: int,
                    parallel_steps: int) -> dict[str, Any] | None:
-    """The nodes' step profile (executor.step_profile) with the step time measured in training
+    """The nodes' step profile (jobs.train.executor.step_profile) with the step time measured in training
     added: the mean over the epochs after the first (which traces the functions). A step is
     one batch on one worker; with `parallel_steps` workers taking steps independently
     (parameter_server) a worker's step lasts that many intervals between steps."""
     if not profile or not epochs:
         return None
     steady = epochs[1:] or epochs
-    seconds = sum(e["seconds"] - e.get("eval_seconds", 0.0) for e in steady) / len(steady)
+    seconds = sum(e[SECONDS] - e.get(EVAL_SECONDS, 0.0) for e in steady) / len(steady)
     step_ms = 1000 * seconds / steps_per_epoch * parallel_steps
     other = step_ms - profile["compute_ms"] - profile["exchange_ms"]
     return {**profile, "step_ms": round(step_ms, 3), "other_ms": round(other, 3)}
@@ -61,7 +61,7 @@ def plot_learning_curve(epochs: list[dict[str, Any]], path: str, title: str) -> 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    x = [e["epoch"] for e in epochs]
+    x = [e[EPOCH] for e in epochs]
     metric = next((m for m in ("auc", "accuracy", "rmse") if m in epochs[0]), None)
     panels = [("loss", "loss")] + ([(metric, metric)] if metric else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)

@@ -1,7 +1,7 @@
 """One training attempt as the driver knows it: everything its TF nodes reported over the
 control channel (`control_channel`), kept in memory.
 
-The control server's thread feeds it (`handle`); the supervising loop (`driver.tf_cluster`)
+The control server's thread feeds it (`handle`); the supervising loop (`jobs.train.driver.tf_cluster`)
 reads it. No file is shared with the nodes: a cluster shares no disk. What a user may want to
 read while the run goes on (each node's record, a failed node's traceback) is also handed to
 `keep`, which the train job writes into the model directory.

@@ -2,16 +2,16 @@
 
 TFoS's `TFCluster.run/shutdown` stop the SparkContext and `sys.exit` on any error and wait
 for tasks in fixed 5-second polls, so this uses TFoS's node runtime (`TFSparkNode.run`) with
-its own control server (authenticated, `driver.control_server`) and supervision:
+its own control server (authenticated, `jobs.train.driver.control_server`) and supervision:
   * it waits for enough executors first, and fails with a clear message after
     `reservation_timeout` seconds if the cluster is too small;
-  * each node's task gets the node's dataset files through Spark (`driver.node_inputs`), so
+  * each node's task gets the node's dataset files through Spark (`jobs.train.driver.node_inputs`), so
     the dataset may live on any filesystem Spark reads; the nodes report over the network;
   * the node job runs in a job group; when any node fails, the group is cancelled at once
     (a retried TF node could never rejoin its cluster) and the node's own traceback is reported;
   * the chief (or, on failure, the driver) ends the run, on which parameter servers and PS
     workers return, so no task outlives the run.
-Training (`driver.train`) and sweeps with TF-cluster trials both come through `run_cluster`.
+Training (`jobs.train.driver.job`) and sweeps with TF-cluster trials both come through `run_cluster`.
 """
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def _failed_tasks(sc, group: str) -> int:
 class LostWorkers:
     """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
     the lost worker's steps to the others. A failed node task is a lost worker once its retry
-    has reported it lost (executor.node.guard); the retry may first wait for a free executor,
+    has reported it lost (jobs.train.executor.node.guard); the retry may first wait for a free executor,
     for up to `train.reservation_timeout` seconds. Any other failure, or the loss of every
     worker, fails the attempt."""
 

@@ -1,0 +1,1 @@
+"""The train job's executor side: what runs in a TF node's Python worker."""

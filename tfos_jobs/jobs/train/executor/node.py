@@ -6,7 +6,7 @@ CUDA_VISIBLE_DEVICES (from the GPU addresses Spark assigned the task), and calls
 
 Before TFoS starts the node, `guard` writes the node's input files (handed over by Spark) to
 the node's local workspace and fetches the run's resume state from the driver; the node then
-reports to the driver over the control channel only (`executor.control_client.DriverLink`).
+reports to the driver over the control channel only (`jobs.train.executor.control_client.DriverLink`).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from tfos_jobs.topology import Role, Strategy, assign_role, node_name, roles, tr
 class Node:
     """What `guard` gives the node function it starts: its line to the driver and its workspace."""
 
-    link: Any  # executor.control_client.DriverLink
+    link: Any  # jobs.train.executor.control_client.DriverLink
     workspace: Workspace
 
 
@@ -90,7 +90,7 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
 
 def guard(node_fn, launch: Launch, secret: bytes):
     """Wraps TFoS's node function for `mapPartitionsWithIndex` over the node job's inputs
-    (`driver.node_inputs`); it yields nothing.
+    (`jobs.train.driver.node_inputs`); it yields nothing.
 
     The node connects to the driver's control server with this run's `secret` (it reaches the
     node only in this closure), writes its input files to its local workspace, fetches the

@@ -1,0 +1,44 @@
+"""The benchmark run: generate the data, then measure each stage against its baseline.
+
+Three Spark sessions, one after the other, in this one process:
+  1. `local[2]`: generate the 1x and 16x data sets, prepare both (P5), write the prepared
+     records three ways (P1, P2), and read them with tf.data in this driver (input pipeline);
+  2. `local-cluster[4,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
+     trains in this driver while the executors idle, against TF clusters of 1, 2 and 3
+     multi_worker_mirrored workers and a parameter-server cluster, all on the same global
+     batch (P3, P6, P7, P8, scaling);
+  3. `local[2]` again: the SQL UDF against the in-process model call (P4), SQL at 1x and
+     16x (P5).
+Every figure of one comparison comes from the same session, alternating repeat by repeat.
+"""
+from __future__ import annotations
+
+from tfos_jobs.bench.context import Bench, Run
+from tfos_jobs.bench.stages import data, serving, training, writes
+
+
+def run_all(bench: Bench) -> Run:
+    s = bench.sizes
+    bench.run.sizes["people (1x / 16x)"] = f"{s.people:,} / {s.big_people:,}"
+    bench.run.sizes["events per person"] = f"{s.events_per_person:g}"
+    bench.run.sizes["repeats per figure"] = f"{s.repeats}, training {s.train_repeats}, P4 and P9 {s.serving_repeats}" + (
+        " (after one unrecorded warm-up run of each variant; none for training, where each TFoS run's "
+        "start-up is a P6 sample)" if s.warmup else "")
+    try:
+        bench.session(bench.spark_master)
+        bench.stage("generate", lambda: data.generate(bench))
+        bench.stage("P5 prepare at 1x and 16x", lambda: data.prepare_scaling(bench))
+        bench.stage("P10 sensor windows at 1x and 16x", lambda: data.windowing_scaling(bench))
+        bench.stage("P1 P2 record writes", lambda: writes.writes(bench))
+        bench.stage("input pipeline", lambda: writes.input_pipeline(bench))
+        bench.session(bench.tfos_master)
+        bench.stage("P3 P6 P7 P8 training and scaling", lambda: training.training(bench))
+        if bench.remote:
+            bench.stage("P11 training from a Hadoop filesystem", lambda: training.remote_training(bench))
+        bench.session(bench.spark_master)
+        bench.stage("P4 P5 P9 serving", lambda: serving.serving(bench))
+        bench.stage("tfos predict vs a Parquet write", lambda: serving.predict_vs_write(bench))
+    finally:
+        bench.stop()
+    bench.run.results.sort(key=lambda r: r.id)
+    return bench.run

@@ -1,0 +1,162 @@
+"""Serving: the SQL UDF against the model called in one process and against Spark's own
+predict_batch_udf (P4, P9), SQL at two sizes (P5b), `tfos predict` against a plain write."""
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from typing import Any, Callable
+
+from tfos_jobs.bench import cpu, scoring
+from tfos_jobs.bench.context import Bench
+from tfos_jobs.bench.harness import Figure, Result, Sample
+from tfos_jobs.config import Config
+from tfos_jobs.data.assemble import assemble
+
+
+def serving(bench: Bench) -> None:
+    from pyspark.sql.functions import ArrowUDFType, arrow_udf
+
+    import udfs
+    from tfos_jobs.contracts.serving import CODES_SIGNATURE, udf_return_type
+    from tfos_jobs.jobs.serve import sql
+    from tfos_jobs.model.export import load_signature
+    from udfs.predict import settle_heap
+
+    spark, pr = bench.spark, bench.big.predict
+    udf = udfs.register(spark, pr.name, pr.model, batch_size=pr.batch_size)
+    spec, task = udf.spec, udf.spec.label.task
+    with_spec = dataclasses.replace(bench.big, features=spec)
+    table, _ = assemble(spark, with_spec, for_prediction=True)
+    inputs = table.select(*spec.model_inputs).repartition(spark.sparkContext.defaultParallelism * 2).cache()
+    rows = inputs.count()
+    inputs.createOrReplaceTempView("bench_inputs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        spark.udf.register("bench_noop", arrow_udf(scoring.make_noop(task), udf_return_type(task),
+                                                     ArrowUDFType.SCALAR_ITER))
+    spark.udf.register("bench_spark_udf", scoring.spark_predict_batch_udf(udf.local_dir, spec, pr.batch_size))
+    arrays = scoring.numpy_inputs(inputs.toPandas(), spec)
+    signature = load_signature(udf.local_dir)
+    codes_signature = load_signature(udf.local_dir, CODES_SIGNATURE)
+    codes = scoring.codes_inputs(arrays, spec)
+    settle_heap()  # the in-process side gets the heap the UDF's workers have (udfs.predict.settle_heap)
+    bench.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "
+                                 f"Arrow batches of {pr.batch_size:,} rows")
+
+    meter = cpu.Meter(spark)
+
+    def measured(call: Callable[[], object]) -> Sample:
+        """rows/s, and CPU seconds per 100k rows of the JVM, the Python workers and this driver."""
+        wall, used = meter.around(call)
+        sample = {"rows_per_sec": rows / wall}
+        if meter.usable:
+            sample.update({f"cpu {k}": 1e5 * v / rows for k, v in used.items()})
+        return sample
+
+    def query(function: str, args: str = "struct(*)") -> Callable[[], Sample]:
+        def once() -> None:
+            n = spark.sql(scoring.score_sql(function, task, "bench_inputs", args)).first()["n"]
+            if n != rows:
+                raise RuntimeError(f"{function} scored {n} of {rows} rows")
+        return lambda: measured(once)
+
+    columns = ", ".join(spec.model_inputs)  # as `tfos predict` and the DataFrame form call it
+    out = bench.repeat("SQL UDF", {
+        "in-process": lambda: measured(lambda: scoring.in_process_rows_per_sec(signature, arrays, pr.batch_size)),
+        "in-process, serving_codes": lambda: measured(
+            lambda: scoring.in_process_codes_rows_per_sec(codes_signature, codes, pr.batch_size)),
+        "UDF": query(pr.name, columns),
+        "UDF, struct(*)": query(pr.name),
+        "no-op UDF": query("bench_noop", columns),
+        "predict_batch_udf": query("bench_spark_udf", columns),
+    }, repeats=bench.sizes.serving_repeats)
+    for variant, figures in out.items():
+        for key, values in figures.items():
+            if key.startswith("cpu "):
+                bench.run.details[f"P4 {variant} {key}"] = Figure(f"{variant}: {key[4:]}", "CPU s per 100k rows", values)
+    bench.run.results.append(Result(
+        "P4", "SQL UDF rows/s on local[2] (the columns as arguments) vs the concrete function called in one "
+              "process (same rows, batch size)",
+        Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
+        Figure("concrete function, in-process", "rows/s", out["in-process"]["rows_per_sec"]), 0.5, ">="))
+    bench.run.results.append(Result(
+        "P9", "SQL UDF rows/s vs Spark's predict_batch_udf with the documented make_predict_fn (same SavedModel, "
+              "rows, Arrow batch size)",
+        Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
+        Figure("predict_batch_udf", "rows/s", out["predict_batch_udf"]["rows_per_sec"]), 1.5, ">="))
+    bench.run.details["udf floor"] = Figure("no-op Arrow UDF, same input and output", "rows/s",
+                                           out["no-op UDF"]["rows_per_sec"])
+    bench.run.details["udf struct"] = Figure("the UDF on struct(*)", "rows/s", out["UDF, struct(*)"]["rows_per_sec"])
+    bench.run.details["in-process codes"] = Figure("serving_codes in-process, same rows", "rows/s",
+                                                  out["in-process, serving_codes"]["rows_per_sec"])
+
+    batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
+    inputs.unpersist()
+
+    def sql_variant(cfg: Config) -> Callable[[], Sample]:
+        def once() -> Sample:
+            started = time.perf_counter()
+            sql.open_views(spark, cfg, spec)
+            spark.sql(scoring.score_sql(pr.name, task, sql.FEATURES_VIEW)).collect()
+            return {"seconds": time.perf_counter() - started}
+        return once
+
+    small = dataclasses.replace(bench.small, features=spec)
+    out = bench.repeat("SQL at 1x and 16x", {"1x": sql_variant(small), "16x": sql_variant(with_spec)})
+    bench.run.results.append(Result(
+        "P5b", "SQL inference time (views over the raw tables + the UDF on every row) at 16x rows vs 1x rows",
+        Figure("SQL at 16x", "s", out["16x"]["seconds"]), Figure("SQL at 1x", "s", out["1x"]["seconds"]),
+        16.0, "<="))
+
+
+def batch_sweep(bench: Bench, measured: Callable[[Callable[[], object]], Sample], udf_query: Callable[[], Sample],
+                signature: Any, arrays: dict[str, Any]) -> None:
+    """P4 again at other Arrow batch sizes (spark.sql.execution.arrow.maxRecordsPerBatch):
+    fewer, larger batches spread Spark's per-batch conversion cost over more rows."""
+    spark, configured = bench.spark, bench.big.predict.batch_size
+    variants: dict[str, Callable[[], Sample]] = {}
+    for size in sorted({2_000, configured, 50_000}):
+        def udf_at(size: int = size) -> Sample:
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(size))
+            return udf_query()
+        variants[f"UDF {size}"] = udf_at
+        variants[f"in-process {size}"] = (
+            lambda size=size: measured(lambda: scoring.in_process_rows_per_sec(signature, arrays, size)))
+    out = bench.repeat("Arrow batch size", variants, warmup=False)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(configured))
+    for name, figures in out.items():
+        bench.run.details[f"batch {name}"] = Figure(name, "rows/s", figures["rows_per_sec"])
+        if "cpu python workers" in figures:
+            bench.run.details[f"batch cpu {name}"] = Figure(name, "CPU s per 100k rows", figures["cpu python workers"])
+
+
+def predict_vs_write(bench: Bench) -> None:
+    """`tfos predict` (joins, scoring, write, check) against writing the same joined rows to
+    Parquet without a model: what scoring adds to a job that has to run anyway."""
+    from tfos_jobs.jobs.serve import predict
+    from udfs.register import served_spec
+
+    spark, cfg = bench.spark, bench.big
+    spec = served_spec(spark, cfg.predict.model)
+    with_spec = dataclasses.replace(cfg, features=spec)
+    rows = assemble(spark, with_spec, for_prediction=True)[0].count()
+    bench.run.sizes["predict rows"] = f"{rows:,} rows (16x people joined with regions and events), Parquet out"
+
+    def predicted() -> Sample:
+        started = time.perf_counter()
+        summary = predict.run(spark, cfg, overwrite=True, log=lambda _: None)
+        if summary["rows"] != rows:
+            raise RuntimeError(f"tfos predict wrote {summary['rows']} of {rows} rows")
+        return {"rows_per_sec": rows / (time.perf_counter() - started)}
+
+    def written() -> Sample:
+        started = time.perf_counter()
+        table, _ = assemble(spark, with_spec, for_prediction=True)
+        table.write.mode("overwrite").parquet(f"{bench.work}/joined-16x")
+        return {"rows_per_sec": rows / (time.perf_counter() - started)}
+
+    out = bench.repeat("predict vs write", {"tfos predict": predicted, "Parquet write": written})
+    bench.run.details["predict rows"] = Figure("tfos predict", "rows/s", out["tfos predict"]["rows_per_sec"])
+    bench.run.details["write rows"] = Figure("Parquet write of the same joined rows, no model", "rows/s",
+                                            out["Parquet write"]["rows_per_sec"])

@@ -1,0 +1,150 @@
+"""The kinds of feature a spec is made of, and what each accepts on input and stores."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from tfos_jobs.tasks import LABEL_TASKS, Task
+
+RecordDtype = Literal["int64", "float32", "string"]
+# The Spark SQL type a column of each record dtype is written from and read back as.
+SPARK_TYPES: dict[str, str] = {"int64": "long", "float32": "float", "string": "string"}
+
+
+@dataclass(frozen=True)
+class KeyFeature:
+    """An example identifier: written to the records, used for the split, never a model input."""
+
+    name: str
+    dtype: Literal["int64", "string"] = "int64"
+    kind: Literal["key"] = "key"
+
+
+@dataclass(frozen=True)
+class NumericFeature:
+    """A number. `default` replaces nulls: a value, or "mean" (of the train split, fixed at prepare)."""
+
+    name: str
+    normalize: bool = True
+    default: Union[float, Literal["mean"]] = "mean"
+    kind: Literal["numeric"] = "numeric"
+
+
+@dataclass(frozen=True)
+class CategoricalFeature:
+    """A string category looked up in a vocabulary computed at prepare time."""
+
+    name: str
+    top_k: Union[int, None] = None
+    min_count: int = 1
+    num_oov_buckets: int = 1
+    embedding_dim: int = 8
+    default: str = "__missing__"
+    max_length: Union[int, None] = None  # longer values are cut to this many characters (and counted)
+    kind: Literal["categorical"] = "categorical"
+
+
+@dataclass(frozen=True)
+class CrossedFeature:
+    """A hashed cross of categorical features, for the wide (linear) part of a model."""
+
+    name: str
+    columns: tuple[str, ...]
+    hash_buckets: int = 1000
+    kind: Literal["crossed"] = "crossed"
+
+
+@dataclass(frozen=True)
+class BucketizedFeature:
+    """A numeric feature cut at fixed boundaries, one-hot in the wide part."""
+
+    name: str
+    source: str
+    boundaries: tuple[float, ...]
+    kind: Literal["bucketized"] = "bucketized"
+
+
+@dataclass(frozen=True)
+class Label:
+    """The target. Binary labels in a string column name their positive and negative values."""
+
+    name: str
+    task: Literal[LABEL_TASKS] = Task.BINARY.value
+    positive: tuple[str, ...] = ()
+    negative: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+    kind: Literal["label"] = "label"
+
+
+@dataclass(frozen=True)
+class TimeFeature:
+    """The time column of sensor series, and how they are cut into windows.
+
+    Rows of one asset (the key feature) are placed on a grid of `step_seconds`. A window is
+    `window` consecutive steps; one starts every `stride` steps from the asset's first row.
+    Up to `max_gap` missing steps (absent rows) in a row are filled forward, a longer gap drops
+    every window it touches; a sensor's nulls are filled forward up to `fill_limit` steps in a
+    row, else the window is dropped. Dropped windows are counted by reason."""
+
+    name: str
+    step_seconds: int = 60
+    window: int = 64
+    stride: int = 64
+    max_gap: int = 0
+    fill_limit: int = 0
+    kind: Literal["time"] = "time"
+
+
+@dataclass(frozen=True)
+class SequenceFeature:
+    """A float sensor stepped over time: one value per step, a window of them per record.
+    `normalize`: standardised (in the model's graph) by the train split's mean and std."""
+
+    name: str
+    normalize: bool = True
+    kind: Literal["sequence"] = "sequence"
+
+
+Feature = Union[KeyFeature, NumericFeature, CategoricalFeature, CrossedFeature, BucketizedFeature, Label,
+                TimeFeature, SequenceFeature]
+FEATURE_KINDS: dict[str, type] = {
+    "key": KeyFeature,
+    "numeric": NumericFeature,
+    "categorical": CategoricalFeature,
+    "crossed": CrossedFeature,
+    "bucketized": BucketizedFeature,
+    "label": Label,
+    "time": TimeFeature,
+    "sequence": SequenceFeature,
+}
+# What a window record holds besides its sensors: the asset (the key feature) and the
+# window's first and last step, as seconds since the epoch (SequenceExample context).
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+_TIMESTAMP = ("timestamp", "timestamp_ntz")
+
+# Spark SQL type names each stored kind accepts on input (DataType.typeName()).
+_INTEGRAL = ("byte", "short", "integer", "long")
+_NUMERIC = _INTEGRAL + ("float", "double", "decimal")
+_STRING = ("string",)
+
+
+def accepted_input_types(f: Feature) -> tuple[str, ...]:
+    """The Spark type names (DataType.typeName()) a stored feature's input column may have."""
+    if isinstance(f, KeyFeature):
+        return _INTEGRAL if f.dtype == "int64" else _STRING
+    if isinstance(f, NumericFeature):
+        return _NUMERIC
+    if isinstance(f, CategoricalFeature):
+        return _STRING + _INTEGRAL
+    if isinstance(f, TimeFeature):
+        return _TIMESTAMP
+    if isinstance(f, SequenceFeature):
+        return _NUMERIC
+    if isinstance(f, Label):
+        if f.task == Task.REGRESSION:
+            return _NUMERIC
+        if f.task == Task.BINARY and not f.positive:
+            return _INTEGRAL + ("boolean",)
+        return _STRING + _INTEGRAL
+    raise TypeError(f"{f.kind} features are not stored")

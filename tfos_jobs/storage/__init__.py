@@ -1,0 +1,233 @@
+"""Files on any filesystem the Spark session reaches, from the driver.
+
+A cluster shares no disk, and TensorFlow opens only local paths (and gs://), so every dataset,
+model directory, sweep directory and output path goes through here on the driver: local paths
+(`file:` or a relative path while Hadoop's default filesystem is local) with Python's own file
+calls, the rest (hdfs://, s3a://, abfs://, gs://, viewfs://, ...) through Hadoop's FileSystem
+with the session's Hadoop configuration, so the credentials and settings Spark already has apply.
+
+Executors never use this: TF nodes get their inputs through Spark (`jobs.train.driver.node_inputs`) and
+hand their outputs to the driver over the control channel, which publishes them here.
+
+Publishing is whole or absent: a directory is written beside its target and renamed into
+place (on object stores, whose renames copy, "absent" holds until the copy ends).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+from tfos_jobs.storage.errors import StorageError, named, reason, translated
+from tfos_jobs.storage.hadoop import HadoopFS
+
+__all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "translated"]
+
+
+class Storage:
+    """Driver-side file operations on qualified paths (`qualify` first): local ones with
+    Python, the rest with `HadoopFS`. Every failure is a `StorageError` in plain words.
+    Without a session (`spark=None`) only local paths can be used."""
+
+    def __init__(self, spark):
+        self._spark = spark
+        self._hadoop: HadoopFS | None = None
+
+    @property
+    def hadoop(self) -> HadoopFS:
+        if self._hadoop is None:
+            if self._spark is None:
+                raise StorageError("only local paths can be used without a Spark session")
+            self._hadoop = HadoopFS(self._spark)
+        return self._hadoop
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def qualify(self, path: str) -> str:
+        """`file:/abs/path` for a local path, `scheme://authority/path` for the rest; a path
+        without a scheme is on Hadoop's default filesystem, as Spark reads it."""
+        path = path.rstrip("/") or path
+        if self._spark is None and ("://" not in path or path.startswith("file:")):
+            return "file:" + os.path.abspath(self.local(path) or path)
+        with translated(path):
+            return self.hadoop.qualify(path)
+
+    @staticmethod
+    def local(path: str) -> str | None:
+        """The local path of a qualified `file:` path, None for any other scheme."""
+        if path.startswith("file:"):
+            rest = path[len("file:"):]
+            return "/" + rest.lstrip("/") if rest.startswith("//") else rest
+        return None
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        local = self.local(path)
+        if local is not None:
+            return os.path.exists(local)
+        with translated(path):
+            return self.hadoop.exists(path)
+
+    def tree(self, directory: str) -> list[tuple[str, int]]:
+        """(relative path, bytes) of every file below `directory`; none when it does not exist."""
+        local = self.local(directory)
+        if local is not None:
+            out = []
+            for top, _, files in os.walk(local):  # nothing when it does not exist
+                for name in files:
+                    full = os.path.join(top, name)
+                    out.append((os.path.relpath(full, local), os.path.getsize(full)))
+            return sorted(out)
+        with translated(directory):
+            return self.hadoop.tree(directory) if self.hadoop.exists(directory) else []
+
+    def children(self, directory: str) -> list[str]:
+        """Names of the entries directly in `directory`."""
+        local = self.local(directory)
+        if local is not None:
+            return sorted(os.listdir(local)) if os.path.isdir(local) else []
+        with translated(directory):
+            return self.hadoop.children(directory) if self.hadoop.exists(directory) else []
+
+    def version(self, path: str) -> str:
+        """Changes whenever the file is rewritten: its modification time and size."""
+        local = self.local(path)
+        with translated(path):
+            if local is not None:
+                st = os.stat(local)
+                return f"{st.st_mtime_ns}-{st.st_size}"
+            return f"{self.hadoop.modified(path)}-{self.hadoop.size(path)}"
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        local = self.local(path)
+        if local is not None:
+            with translated(path), open(local, "rb") as fh:
+                fh.seek(offset)
+                return fh.read() if length is None else fh.read(length)
+        with translated(path):
+            return self.hadoop.read_bytes(path, offset, length)
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def download(self, remote: str, local_path: str) -> None:
+        """A file or directory to a local path (replacing it)."""
+        local = self.local(remote)
+        if os.path.isdir(local_path):
+            shutil.rmtree(local_path)
+        os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
+        if local is not None:
+            with translated(remote):
+                if os.path.isdir(local):
+                    shutil.copytree(local, local_path)
+                else:
+                    shutil.copyfile(local, local_path)
+            return
+        with translated(remote):
+            self.hadoop.download(remote, local_path)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def makedirs(self, path: str) -> None:
+        local = self.local(path)
+        with translated(path):
+            if local is not None:
+                os.makedirs(local, exist_ok=True)
+            else:
+                self.hadoop.mkdirs(path)
+
+    def delete(self, path: str) -> None:
+        """A file or a directory with everything in it; nothing when it does not exist."""
+        local = self.local(path)
+        with translated(path):
+            if local is None:
+                self.hadoop.delete(path)
+            elif os.path.isdir(local) and not os.path.islink(local):
+                shutil.rmtree(local)
+            elif os.path.lexists(local):
+                os.remove(local)
+
+    def rename(self, src: str, dst: str) -> None:
+        local_src, local_dst = self.local(src), self.local(dst)
+        with translated(src):
+            if local_src is not None and local_dst is not None:
+                os.replace(local_src, local_dst)
+            else:
+                self.hadoop.rename(src, dst)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Written whole or not at all: a reader never sees half a file."""
+        tmp = _beside(path, "tmp")
+        local, local_tmp = self.local(path), self.local(tmp)
+        with translated(path):
+            if local is not None:
+                os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+                with open(local_tmp, "wb") as fh:
+                    fh.write(data)
+                os.replace(local_tmp, local)
+                return
+            self.hadoop.write_bytes(tmp, data)
+            if self.hadoop.exists(path):
+                self.hadoop.delete(path)
+            self.hadoop.rename(tmp, path)
+
+    def write_text(self, path: str, text: str) -> None:
+        self.write_bytes(path, text.encode("utf-8"))
+
+    def upload_file(self, local_file: str, remote: str) -> None:
+        """A local file (a plot, a table) to `remote`, whole or not at all."""
+        with open(local_file, "rb") as fh:
+            self.write_bytes(remote, fh.read())
+
+    def replace_dir(self, local_dir: str, remote: str) -> None:
+        """Publish a local directory as `remote`, whole or absent: written beside it first, then
+        renamed into place; an earlier `remote` is moved aside and deleted after (and put back
+        if the rename fails)."""
+        tmp, old = _beside(remote, "tmp"), _beside(remote, "old")
+        local_target = self.local(remote)
+        with translated(remote):
+            if local_target is not None:
+                shutil.copytree(local_dir, self.local(tmp))
+            else:
+                self.hadoop.upload(local_dir, tmp)
+        self._swap(tmp, old, remote)
+
+    def _swap(self, tmp: str, old: str, target: str) -> None:
+        moved = False
+        try:
+            if self.exists(target):
+                self.rename(target, old)
+                moved = True
+            self.rename(tmp, target)
+        except BaseException:
+            if moved and not self.exists(target):
+                self.rename(old, target)  # put the previous one back
+            self.delete(tmp)
+            raise
+        if moved:
+            self.delete(old)
+
+    def merge_dir(self, local_dir: str, remote: str) -> None:
+        """Each file of a local directory to the same place under `remote`, replacing files of
+        the same name and keeping the rest (TensorBoard logs of earlier attempts)."""
+        for top, _, files in os.walk(local_dir):
+            for name in files:
+                full = os.path.join(top, name)
+                rel = os.path.relpath(full, local_dir)
+                self.upload_file(full, f"{remote}/{rel}")
+
+    # -- checks before a job starts ------------------------------------------------------------
+
+    def check_writable(self, setting: str, path: str) -> None:
+        """Create `path` (a directory) and a file in it, then remove the file: a missing
+        connector, credentials or permission fails here, naming the setting."""
+        with named(setting, path):
+            self.makedirs(path)
+            probe = f"{path}/.tfos-write-check-{uuid.uuid4().hex[:8]}"
+            self.write_bytes(probe, b"")
+            self.delete(probe)
+
+
+def _beside(path: str, what: str) -> str:
+    return f"{path.rstrip('/')}.{what}-{uuid.uuid4().hex[:10]}"
