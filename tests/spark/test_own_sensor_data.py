@@ -144,15 +144,22 @@ def test_every_layout_gives_the_same_windows(spark, data):
 
 
 def test_a_partition_column_holding_the_key_takes_the_specs_type(spark, data, tmp_path):
-    """machine=7/ reads as an integer in Spark's eyes; the spec says the key is a string."""
+    """machine=7/ reads as an integer in Spark's eyes; the spec says the key is a string. Parquet
+    and CSV files under such directories give the same windows."""
     frame = data["frame"].assign(machine=lambda f: f["machine"].str[-2:].astype(int).astype(str))
     for machine, part in frame.groupby("machine"):
-        (tmp_path / f"machine={machine}").mkdir()
-        part[["recorded_at", "signal"]].to_parquet(tmp_path / f"machine={machine}" / "0.parquet", coerce_timestamps="us")
-    cfg = config.load(SENSORS, [f"sources.readings.path={tmp_path}"])
-    got = window_table(spark, cfg, cfg.features)
-    assert dict(got.dtypes)["machine"] == "string"
-    assert got.select("machine").distinct().count() == MACHINES
+        for fmt in ("parquet", "csv"):
+            (tmp_path / fmt / f"machine={machine}").mkdir(parents=True)
+        part[["recorded_at", "signal"]].to_parquet(tmp_path / "parquet" / f"machine={machine}" / "0.parquet",
+                                                   coerce_timestamps="us")
+        part[["recorded_at", "signal"]].to_csv(tmp_path / "csv" / f"machine={machine}" / "0.csv", index=False)
+    windows = {}
+    for fmt in ("parquet", "csv"):
+        cfg = config.load(SENSORS, [f"sources.readings.format={fmt}", f"sources.readings.path={tmp_path / fmt}"])
+        windows[fmt] = window_table(spark, cfg, cfg.features).select("machine", "window_start", "signal")
+    assert dict(windows["parquet"].dtypes)["machine"] == dict(windows["csv"].dtypes)["machine"] == "string"
+    assert windows["parquet"].select("machine").distinct().count() == MACHINES
+    assertDataFrameEqual(windows["csv"], windows["parquet"])
 
 
 def test_few_machines_still_give_eval_one_and_say_so(pipeline, data):
