@@ -215,3 +215,34 @@ def test_modules_are_small_and_hold_code_not_prose():
     prose = [f"{rel(p)}: {n} lines of text" for p in sources() if (n := prose_lines(p.read_text())) > PROSE_LINES]
     assert too_long == [] and prose == []
     assert prose_lines('"""A docstring\nof three\nlines."""\nNOTES = """\none\ntwo\n"""\nerror = "a\\nb"\n') == 4
+
+
+def unresolved_imports(path: Path) -> list[str]:
+    """The package names `path` imports (at the top or inside a function) that do not exist:
+    what a module left behind when a name moved."""
+    import importlib
+    import importlib.util
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                and node.module.split(".")[0] in (*PACKAGES, "tests")):
+            continue
+        module = importlib.import_module(node.module)
+        package = hasattr(module, "__path__")  # a package's submodules are names too
+        for alias in node.names:
+            if not hasattr(module, alias.name) and not (
+                    package and importlib.util.find_spec(f"{node.module}.{alias.name}") is not None):
+                found.append(f"{rel(path)}:{node.lineno}: {node.module} has no {alias.name}")
+    return found
+
+
+def test_every_import_of_a_package_name_finds_it():
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    assert [f for p in (*sources(), *tests) for f in unresolved_imports(p)] == []
+    planted = ROOT / "tests" / "unit" / "planted_import.py"
+    try:
+        planted.write_text("def f():\n    from tfos_jobs.model.exchange import ALL_GATHER\n")
+        assert unresolved_imports(planted) == ["tests/unit/planted_import.py:2: tfos_jobs.model.exchange has no ALL_GATHER"]
+    finally:
+        planted.unlink()

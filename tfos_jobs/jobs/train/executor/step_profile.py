@@ -23,7 +23,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from tfos_jobs.model.exchange import ALL_GATHER, ALL_REDUCE, summed
+from tfos_jobs.model.exchange import summed
+from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE
 
 
 def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_input: Callable[[], Any],
