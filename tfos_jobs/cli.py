@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--space", required=True, type=resources.config_path,
                        help="the sweep file, e.g. conf/sweep.toml or the shipped sample `sweep`; "
                        "--set sweep.KEY=VALUE and --set params.KEY... override it")
+    for command, what in ((train, "the trained model"), (sweep, "the sweep's best model")):
+        command.add_argument("--register", metavar="NAME",
+                             help=f"register {what} as a new version of NAME in MLflow's model registry "
+                                  "(same as --set tracking.register=NAME; needs tracking.uri)")
+        command.add_argument("--alias", help="set this alias on the new version, e.g. champion "
+                                             "(same as --set tracking.alias=ALIAS)")
     srcs = sub.add_parser("sources", parents=[common],
                           help="read every source: columns, rows, read tasks, files, pruned partitions and "
                                "pushed-down filters, then the spec check; errors for each one that cannot be read")
@@ -83,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = list(args.overrides)
         if getattr(args, "people", None) is not None:
             overrides.append(f"synthetic.people={args.people}")
+        for key in ("register", "alias"):
+            if getattr(args, key, None):
+                overrides.append(f"tracking.{key}={json.dumps(getattr(args, key))}")
         if args.command == "sweep":
             args.space_overrides = [o for o in overrides if o.startswith(("sweep.", "params."))]
             overrides = [o for o in overrides if o not in args.space_overrides]
@@ -180,7 +189,7 @@ def cmd_evaluate(cfg, args) -> int:
     from udfs.register import served_spec
 
     spark = _session(cfg)
-    spec = served_spec(spark, cfg.predict.model)
+    spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
     if not spec.is_sequence:
         raise ConfigError(f"{cfg.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
     truth = args.truth or f"{cfg.fleet.output}/{fleet_anomalies()}"
@@ -205,10 +214,9 @@ def cmd_prepare(cfg, args) -> int:
 
 
 def cmd_train(cfg, args) -> int:
-    from tfos_jobs.jobs.train.driver import job as train
+    from tfos_jobs.jobs.train.driver import tracked
 
-    spark = _session(cfg)
-    train.run(spark, cfg, overwrite=args.overwrite)
+    tracked.run(_session(cfg), cfg, overwrite=args.overwrite)
     return 0
 
 
@@ -307,7 +315,7 @@ def _demo_fleet(cfg) -> int:
     print(f"== predict: one row per window into {cfg.predict.output}")
     predict.run(spark, cfg, overwrite=True)
     print("== evaluate: scores against the true anomaly intervals")
-    spec = served_spec(spark, cfg.predict.model)
+    spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
     anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet_anomalies()}")
     model_dir = ModelDir(cfg.train.model_dir)
     print("== artifacts")

@@ -5,7 +5,8 @@
     spark.sql("SELECT *, predict_income(struct(*)) AS p FROM people_features")
     predict.counts()   # rows scored, nulls filled and unseen categories, per feature
 
-The model may be on any filesystem the session reaches; it is fetched to the driver once per
+The model may be on any filesystem the session reaches, or a version in an MLflow model
+registry (`models:/census@champion`); it is fetched to the driver once per
 version, checked there before any query runs (its SavedModel and signatures, the feature spec
 and vocabularies in its assets), and shipped to every executor once (`udfs.shipping`).
 """
@@ -24,6 +25,7 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, StorageError, named
 from tfos_jobs.tf_import import tensorflow
+from tfos_jobs.tracking import registry
 from udfs import shipping
 from udfs.predict import make_udf_function
 
@@ -59,9 +61,13 @@ class PredictionUdf:
         return dict(sorted(self.counter.value.items()))
 
 
-def resolve_export_dir(storage: Storage, model_dir: str, setting: str = "predict.model") -> str:
-    """The SavedModel directory, qualified: `model_dir` itself or its `saved_model/`. Refuses
-    anything else, naming `setting`."""
+def resolve_export_dir(storage: Storage, model_dir: str, setting: str = "predict.model",
+                       tracking_uri: str | None = None) -> str:
+    """The SavedModel directory, qualified: `model_dir` itself or its `saved_model/`, or the
+    local copy of a registered version (`models:/NAME@alias`, `models:/NAME/3`, resolved at
+    `tracking_uri`, else MLflow's MLFLOW_TRACKING_URI). Refuses anything else, naming `setting`."""
+    if registry.is_registered(model_dir):
+        model_dir = registry.resolve(model_dir, tracking_uri, setting)
     if not model_dir or "\0" in model_dir:
         raise ConfigError(f"{setting}: {model_dir!r} is not a valid path")
     with named(setting, model_dir):
@@ -88,10 +94,11 @@ def model_spec(storage: Storage, export_dir: str) -> FeatureSpec:
         raise ConfigError(f"{path!r} is not a valid feature spec: {e}") from None
 
 
-def served_spec(spark: SparkSession, model_dir: str, setting: str = "predict.model") -> FeatureSpec:
+def served_spec(spark: SparkSession, model_dir: str, setting: str = "predict.model",
+                tracking_uri: str | None = None) -> FeatureSpec:
     """The feature spec of the model in `model_dir`, wherever it is, without loading the model."""
     storage = Storage(spark)
-    return model_spec(storage, resolve_export_dir(storage, model_dir, setting))
+    return model_spec(storage, resolve_export_dir(storage, model_dir, setting, tracking_uri))
 
 
 def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
@@ -130,11 +137,12 @@ def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
 
 
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
-             setting: str = "predict.model") -> PredictionUdf:
+             setting: str = "predict.model", tracking_uri: str | None = None) -> PredictionUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
-    the session reaches; errors name `setting`)."""
+    the session reaches, or a registered model `models:/NAME@alias` at `tracking_uri`; errors
+    name `setting`)."""
     storage = Storage(spark)
-    export_dir = resolve_export_dir(storage, model_dir, setting)
+    export_dir = resolve_export_dir(storage, model_dir, setting, tracking_uri)
     with named(setting, model_dir):
         version = shipping.version_of(storage, export_dir)
         local_dir = shipping.fetch(storage, export_dir, version)

@@ -74,6 +74,7 @@ OWNERS = {
 OTHER_MEANINGS = {
     ("tfos_jobs/cli.py", "train"): "the command",
     ("tfos_jobs/train.py", "train"): "the command this entry point runs",
+    ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/jobs/train/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
 }
@@ -167,7 +168,7 @@ LAYERS = (
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
     ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases", "tfos_jobs.session",
      "tfos_jobs.env_archive"),  # the libraries the jobs are made of
-    ("tfos_jobs.jobs", "udfs"),  # the four jobs, and the UDF's executor side
+    ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
     ("tfos_jobs.cli", "tfos_jobs.bench", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
      "tfos_jobs.predict", "tfos_jobs.sweep"),  # the commands and entry points
 )

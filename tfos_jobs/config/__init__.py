@@ -1,8 +1,8 @@
 """Configuration: TOML in `conf/` -> frozen dataclasses, with `--set key=value` overrides.
 
-One module per section (`[spark]`, `[sources.*]`, `[prepare]`, `[train]`, `[predict]`, the demo
-data sets), each checking itself (`errors()`, as `FeatureSpec.errors` does); `Config` adds what
-spans sections. Everything is checked here, before any Spark job starts; an error names the key
+One module per section (`[spark]`, `[sources.*]`, `[prepare]`, `[train]`, `[predict]`,
+`[tracking]`, the demo data sets), each checking itself (`errors()`, as `FeatureSpec.errors`
+does); `Config` adds what spans sections. Everything is checked here, before any Spark job starts; an error names the key
 (as a dotted path, the way it is written with `--set`) and what it allows.
 """
 from __future__ import annotations
@@ -18,15 +18,16 @@ from tfos_jobs.config.predict import PredictConfig
 from tfos_jobs.config.prepare import ActivityConfig, LookupConfig, PrepareConfig, SplitConfig
 from tfos_jobs.config.sources import FILE_FORMATS, SOURCE_FORMATS, SourceConfig
 from tfos_jobs.config.spark import SparkConfig
+from tfos_jobs.config.tracking import TrackingConfig
 from tfos_jobs.config.train import ModelConfig, TrainConfig, parse_ports
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 
 __all__ = [
     "ActivityConfig", "Config", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
-    "PrepareConfig", "SOURCE_FORMATS", "SourceConfig", "SparkConfig", "SplitConfig", "SyntheticConfig", "TrainConfig",
-    "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml", "to_dict",
-    "validate",
+    "PrepareConfig", "SOURCE_FORMATS", "SourceConfig", "SparkConfig", "SplitConfig", "SyntheticConfig", "TrackingConfig",
+    "TrainConfig", "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml",
+    "to_dict", "validate",
 ]
 
 
@@ -40,6 +41,7 @@ class Config:
     fleet: FleetConfig = FleetConfig()
     train: TrainConfig = TrainConfig()
     predict: PredictConfig = PredictConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     def errors(self) -> list[str]:
         """Every section's problems; those between sections are each section's to find."""
@@ -49,6 +51,7 @@ class Config:
         errs += self.train.errors(self.features)
         errs += self.predict.errors(self.sources)
         errs += self.synthetic.errors() + self.fleet.errors()
+        errs += self.tracking.errors()
         return errs
 
 

@@ -61,7 +61,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     pr = config.predict
     mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
     started = time.time()
-    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size)
+    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, tracking_uri=config.tracking.uri or None)
     table = input_table(spark, config, udf.spec)
     missing = [c for c in pr.partition_by if c not in table.columns]
     if missing:

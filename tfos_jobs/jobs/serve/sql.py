@@ -61,7 +61,8 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
         output: str | None = None, rows: int = 50, log: Callable[[str], None] = print) -> DataFrame:
     fn = name or config.predict.name
     try:
-        udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size)
+        udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size,
+                       tracking_uri=config.tracking.uri or None)
     except ConfigError as e:
         if model:  # asked for by --model
             raise

@@ -49,12 +49,14 @@ POLL = 0.5
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
-        stop: threading.Event | None = None, progress: ProgressLog | None = None) -> dict[str, Any]:
+        stop: threading.Event | None = None, progress: ProgressLog | None = None,
+        on_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
     Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
     `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
-    log to keep (a sweep watches its trials' as they train); by default the model directory's."""
+    log to keep (a sweep watches its trials' as they train); by default the model directory's.
+    `on_epoch` gets each epoch's line once, on this thread, as it is printed."""
     tr = config.train
     if tr.strategy != Strategy.LOCAL:
         check_fixed_executors(spark.sparkContext.getConf())
@@ -75,7 +77,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
     started = time.time()
     progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
-    printer = ProgressPrinter(progress, log)
+    printer = ProgressPrinter(progress, log, on_epoch)
     transfers = Transfers(storage, targets(model_dir))
     rejected: Counter = Counter()
     args = NodeArgs.from_train_config(tr, dataset=meta.root)

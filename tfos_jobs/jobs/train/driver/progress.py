@@ -18,16 +18,20 @@ def format_epoch(e: dict[str, Any]) -> str:
 
 
 class ProgressPrinter:
-    """Call `poll()` now and then: prints each epoch the run reported since, once."""
+    """Call `poll()` now and then: prints each epoch the run reported since, once, and hands it
+    to `on_epoch` (the tracking server's run)."""
 
-    def __init__(self, progress: ProgressLog, log: Callable[[str], None] = print):
-        self.progress, self.log, self.seen = progress, log, 0
+    def __init__(self, progress: ProgressLog, log: Callable[[str], None] = print,
+                 on_epoch: Callable[[dict[str, Any]], None] | None = None):
+        self.progress, self.log, self.on_epoch, self.seen = progress, log, on_epoch, 0
 
     def poll(self) -> None:
         epochs = self.progress.lines()
         for e in epochs[self.seen:]:
             # On a terminal, first clear the line Spark's console progress bar may be drawing on.
             self.log(("\r\x1b[K" if self.log is print and sys.stdout.isatty() else "") + format_epoch(e))
+            if self.on_epoch is not None:
+                self.on_epoch(e)
         self.seen = max(self.seen, len(epochs))
 
 

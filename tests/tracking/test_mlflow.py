@@ -1,0 +1,117 @@
+"""Runs, sweeps and models in a live MLflow tracking server (tests/tracking/server.py), checked
+through MlflowClient; registered models served by alias from SQL as from their directory."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from tfos_jobs import config
+from tfos_jobs.jobs.serve import sql
+from tfos_jobs.jobs.train.driver import tracked
+
+from tests.conftest import CENSUS, ROOT, census_overrides, prepared_dataset
+from tests.hadoop.support import free_port
+
+BIN = Path(sys.executable).parent
+PEOPLE = 3000
+FAST = ["train.strategy=local", "train.epochs=3", "train.steps_per_epoch=30", "train.batch_size=128"]
+QUERY = ("SELECT education, count(*) AS people, avg(p.probability) AS positive_rate "
+         "FROM (SELECT *, predict_income(struct(*)) AS p FROM features) GROUP BY education")
+
+
+@pytest.fixture(scope="module")
+def data(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("tracking-data")
+    dataset = prepared_dataset(spark, root, PEOPLE, 3.0, 11)
+    return root, census_overrides(root / "raw", dataset, PEOPLE) + [f"train.dataset={dataset}"]
+
+
+def tfos(*args: str, overrides: list[str]) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / "tfos"), *args, "--config", str(CENSUS), *[a for s in overrides for a in ("--set", s)]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def trained(data, mlflow_server, tmp_path_factory):
+    root, overrides = data
+    model_dir = tmp_path_factory.mktemp("tracked") / "model"
+    sets = [*overrides, *FAST, f"train.model_dir={model_dir}", f"tracking.uri={mlflow_server.uri}",
+            "tracking.experiment=census-tests"]
+    proc = tfos("train", "--register", "census", "--alias", "candidate", overrides=sets)
+    return model_dir, proc
+
+
+def client(server):
+    from mlflow import MlflowClient
+
+    return MlflowClient(server.uri)
+
+
+def test_train_logs_params_epochs_figures_and_the_model(trained, mlflow_server):
+    model_dir, proc = trained
+    c = client(mlflow_server)
+    experiment = c.get_experiment_by_name("census-tests")
+    [run] = c.search_runs([experiment.experiment_id], filter_string="tags.`tfos.command` = 'train'")
+    assert run.info.status == "FINISHED"
+    assert f"tracking: run {run.info.run_id} in experiment 'census-tests'" in proc.stdout
+    params = run.data.params
+    assert params["train.strategy"] == "local" and params["train.epochs"] == "3"
+    assert params["train.batch_size"] == "128" and params["train.dataset"].endswith("dataset")
+    assert not any(k.startswith(("features.", "synthetic.")) for k in params)
+    epochs = [json.loads(line) for line in (model_dir / "progress.jsonl").read_text().splitlines()]
+    for key in ("loss", "val_auc", "examples_per_sec"):
+        history = c.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == [e["epoch"] for e in epochs] == [1, 2, 3]
+        assert [m.value for m in history] == pytest.approx([e[key] for e in epochs])
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert run.data.metrics["eval_auc"] == pytest.approx(metrics["eval"]["auc"])
+    artifacts = {a.path for a in c.list_artifacts(run.info.run_id)}
+    assert {"config.json", "feature_spec.json", "learning_curve.png", "metrics.json", "model"} <= artifacts
+    assert "model/MLmodel" in {a.path for a in c.list_artifacts(run.info.run_id, "model")}
+    version = c.get_model_version_by_alias("census", "candidate")
+    assert version.run_id == run.info.run_id
+    assert "registered model 'census' version" in proc.stdout and "models:/census@candidate" in proc.stdout
+
+
+def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, trained, mlflow_server):
+    import mlflow.pyfunc
+
+    _, overrides = data
+    model_dir, _ = trained
+    cfg = config.load(CENSUS, [*overrides, f"tracking.uri={mlflow_server.uri}"])
+    by_alias = sql.run(spark, cfg, QUERY, model="models:/census@candidate", log=lambda line: None)
+    by_version = sql.run(spark, cfg, QUERY, model="models:/census/latest", log=lambda line: None)
+    by_dir = sql.run(spark, cfg, QUERY, model=str(model_dir), log=lambda line: None)
+    assertDataFrameEqual(by_alias, by_dir, rtol=1e-6)
+    assertDataFrameEqual(by_version, by_dir, rtol=1e-6)
+    # MLflow's own loader gives the same SavedModel's predictions (the UDF's fields as columns).
+    rows = spark.sql("SELECT *, predict_income(struct(*)).probability AS expected FROM features LIMIT 50").toPandas()
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    model = mlflow.pyfunc.load_model("models:/census@candidate")
+    got = model.predict(rows.drop(columns=["expected"]))
+    assert list(got.columns) == ["probability", "label"]
+    assert got["probability"].to_numpy() == pytest.approx(rows["expected"].to_numpy(), abs=1e-6)
+    with pytest.raises(Exception, match=r"models:/census@nope does not exist in .*aliases \['candidate'\]"):
+        sql.run(spark, cfg, QUERY, model="models:/census@nope", log=lambda line: None)
+
+
+def test_a_tracking_server_that_is_down_warns_and_training_goes_on(spark, data, tmp_path):
+    _, overrides = data
+    model_dir = tmp_path / "model"
+    down = f"http://127.0.0.1:{free_port()}"
+    cfg = config.load(CENSUS, [*overrides, *FAST, f"train.model_dir={model_dir}", f"tracking.uri={down}"])
+    lines: list[str] = []
+    metrics = tracked.run(spark, cfg, log=lines.append)
+    assert metrics["eval"]["auc"] > 0.5 and (model_dir / "saved_model" / "saved_model.pb").exists()
+    warnings = [line for line in lines if line.startswith("warning: tracking:")]
+    assert len(warnings) == 1 and down in warnings[0] and "the job goes on without logging to it" in warnings[0]
+    assert not any(line.startswith("tracking: run ") for line in lines)

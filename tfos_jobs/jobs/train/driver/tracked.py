@@ -1,0 +1,57 @@
+"""`tfos train` with its run in MLflow (`[tracking]`): params before, epochs as they come,
+figures, plots and the model after. Tracking never fails or holds up the training."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Callable
+
+from pyspark.sql import SparkSession
+
+from tfos_jobs import config as config_mod
+from tfos_jobs.config import Config
+from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.jobs.train.driver import job as train
+from tfos_jobs.storage import Storage
+from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
+from tfos_jobs.tracking.params import flatten
+from tfos_jobs.tracking.run_logger import Tracking
+
+
+def config_params(cfg: Config) -> dict[str, str]:
+    """The resolved config as params: every section but the features (logged as the spec) and
+    the embedded demo data's (what `tfos generate` writes, not how the model is trained)."""
+    tree = config_mod.to_dict(cfg)
+    for section in ("features", "synthetic", "fleet"):
+        tree.pop(section, None)
+    return flatten(tree)
+
+
+def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print
+        ) -> dict[str, Any]:
+    if not cfg.tracking.enabled:
+        return train.run(spark, cfg, overwrite=overwrite, log=log)
+    tc = cfg.tracking
+    tracking = Tracking(tc, log)
+    model_dir = ModelDir(Storage(spark).qualify(cfg.train.model_dir))
+    name = os.path.basename(model_dir.path.rstrip("/")) or "model"
+    run = tracking.start_run(f"train {name}", tags={"tfos.command": "train", "tfos.model_dir": model_dir.path,
+                                                     "tfos.dataset": cfg.train.dataset})
+    run.params(config_params(cfg))
+    log(f"tracking: logging to {tracking.where}, experiment {tc.experiment!r}")
+    with tempfile.TemporaryDirectory(prefix="tfos-tracking-") as workdir:
+        with open(os.path.join(workdir, CONFIG_ARTIFACT), "w", encoding="utf-8") as fh:
+            json.dump(config_params(cfg), fh, indent=2)
+        run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
+        try:
+            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch)
+        except BaseException:
+            run.end("FAILED")
+            tracking.wait()
+            raise
+        log_training(run, Storage(spark), model_dir, metrics, workdir, tc.register, tc.alias, log)
+        run.end("FINISHED")
+        if tracking.wait():
+            log(f"tracking: run {run.id} in experiment {tc.experiment!r}")
+    return metrics

@@ -1,0 +1,1 @@
+"""Runs, sweeps and models in MLflow: logged from the driver beside the work, registered, resolved."""
