@@ -6,7 +6,7 @@ import platform
 import subprocess
 from importlib import metadata
 
-PACKAGES = ("pyspark", "tensorflow", "tf-keras", "tensorflowonspark", "pyarrow", "pandas", "numpy")
+PACKAGES = ("pyspark", "tensorflow", "tf-keras", "tensorflowonspark", "pyarrow", "pandas", "numpy", "mlflow-skinny")
 
 
 def _cpu_model() -> str:

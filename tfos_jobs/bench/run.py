@@ -36,7 +36,7 @@ def run_all(bench: Bench) -> Run:
         if bench.remote:
             bench.stage("P11 training from a Hadoop filesystem", lambda: training.remote_training(bench))
         bench.session(bench.spark_master)
-        bench.stage("P4 P5 P9 serving", lambda: serving.serving(bench))
+        bench.stage("P4 P5 P9 P12 serving", lambda: serving.serving(bench))
         bench.stage("tfos predict vs a Parquet write", lambda: serving.predict_vs_write(bench))
     finally:
         bench.stop()

@@ -5,33 +5,31 @@ UDF scores it (the UDF's Scorer: spec defaults for nulls, out-of-vocabulary buck
 columns; `.unwrap_python_model().saved_model` is the SavedModel itself."""
 from __future__ import annotations
 
-import warnings
+import mlflow.pyfunc
 
 SAVED_MODEL = "saved_model"  # the artifact's key, and its directory under the model's artifacts/
 
 
-with warnings.catch_warnings():  # MLflow asks for type hints; a DataFrame's are not the list[...] it reads
-    warnings.simplefilter("ignore", UserWarning)
-    import mlflow.pyfunc
+class SavedModelPyfunc(mlflow.pyfunc.PythonModel):
+    _skip_type_hint_validation = True  # a DataFrame of the spec's columns in, the UDF's fields out
 
-    class SavedModelPyfunc(mlflow.pyfunc.PythonModel):
-        def load_context(self, context):
-            from udfs.predict import Scorer
+    def load_context(self, context):
+        from udfs.predict import Scorer
 
-            self.scorer = Scorer(context.artifacts[SAVED_MODEL])
-            self.saved_model = self.scorer._loaded
+        self.scorer = Scorer(context.artifacts[SAVED_MODEL])
+        self.saved_model = self.scorer._loaded
 
-        def predict(self, context, model_input, params=None):  # no type hints: MLflow would read them as a schema
-            import pandas as pd
-            import pyarrow as pa
+    def predict(self, context, model_input, params=None):
+        import pandas as pd
+        import pyarrow as pa
 
-            frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-            missing = [n for n in self.scorer.inputs if n not in frame.columns]
-            if missing:
-                raise ValueError(f"the input lacks feature(s) {missing}; the model takes {list(self.scorer.inputs)}")
-            table = pa.Table.from_pandas(frame[list(self.scorer.inputs)], preserve_index=False)
-            out = self.scorer(pa.StructArray.from_arrays([table[n].combine_chunks() for n in self.scorer.inputs],
-                                                         names=list(self.scorer.inputs)), {})
-            if isinstance(out, pa.StructArray):
-                return pd.DataFrame({field.name: out.field(i).to_pandas() for i, field in enumerate(out.type)})
-            return out.to_pandas()
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        missing = [n for n in self.scorer.inputs if n not in frame.columns]
+        if missing:
+            raise ValueError(f"the input lacks feature(s) {missing}; the model takes {list(self.scorer.inputs)}")
+        table = pa.Table.from_pandas(frame[list(self.scorer.inputs)], preserve_index=False)
+        out = self.scorer(pa.StructArray.from_arrays([table[n].combine_chunks() for n in self.scorer.inputs],
+                                                     names=list(self.scorer.inputs)), {})
+        if isinstance(out, pa.StructArray):
+            return pd.DataFrame({field.name: out.field(i).to_pandas() for i, field in enumerate(out.type)})
+        return out.to_pandas()

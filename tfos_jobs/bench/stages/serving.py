@@ -1,5 +1,6 @@
 """Serving: the SQL UDF against the model called in one process and against Spark's own
-predict_batch_udf (P4, P9), SQL at two sizes (P5b), `tfos predict` against a plain write."""
+predict_batch_udf (P4, P9) and, on a registered model, against MLflow's spark_udf (P12); SQL at two
+sizes (P5b); `tfos predict` against a plain write."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,6 +10,7 @@ from typing import Any, Callable
 
 from tfos_jobs.bench import cpu, scoring
 from tfos_jobs.bench.context import Bench
+from tfos_jobs.bench.stages import registered
 from tfos_jobs.bench.harness import Figure, Result, Sample
 from tfos_jobs.config import Config
 from tfos_jobs.data.assemble import assemble
@@ -92,6 +94,7 @@ def serving(bench: Bench) -> None:
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
     batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
+    registered.registered_vs_mlflow(bench, udf.local_dir, task, query)
     inputs.unpersist()
 
     def sql_variant(cfg: Config) -> Callable[[], Sample]:

@@ -1,0 +1,63 @@
+"""P12: a registered model served by this package's UDF (`models:/NAME/1`) against MLflow's own
+`mlflow.pyfunc.spark_udf` on the same registered version: same rows, Arrow batch size and call
+form (`struct(*)`). The MLflow model's python_function scores with the UDF's own Scorer, so the
+difference is the way each UDF runs in Spark, not the model code."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Callable
+
+from tfos_jobs.bench.context import Bench
+from tfos_jobs.bench.harness import Figure, Result, Sample
+
+MODEL = "bench"
+
+
+def register_bench_model(bench: Bench, local_saved_model: str) -> str:
+    """The bench's model logged and registered as version 1 of MODEL in a SQLite store under the
+    bench's work directory; the store's URI."""
+    from mlflow import MlflowClient
+
+    from tfos_jobs.config.tracking import TrackingConfig
+    from tfos_jobs.tracking.model_log import log_model
+    from tfos_jobs.tracking.run_logger import Tracking
+
+    store = os.path.join(bench.work, "mlflow")
+    os.makedirs(store, exist_ok=True)
+    uri = f"sqlite:///{store}/mlflow.db"
+    MlflowClient(uri).create_experiment(MODEL, artifact_location=f"file://{store}/artifacts")
+    tracking = Tracking(TrackingConfig(uri=uri, experiment=MODEL, register=MODEL), bench.say)
+    run = tracking.start_run("bench model")
+    with tempfile.TemporaryDirectory(prefix="tfos-bench-model-") as workdir:
+        log_model(run, local_saved_model, workdir, MODEL, "", bench.say)
+        run.end()
+        if not tracking.wait():
+            raise RuntimeError(f"could not register the bench's model in {uri}")
+    return uri
+
+
+def registered_vs_mlflow(bench: Bench, local_saved_model: str, task: str,
+                         query: Callable[[str], Callable[[], Sample]]) -> None:
+    """`query(function)`: measures one scoring query over the serving stage's cached rows."""
+    import mlflow
+    import mlflow.pyfunc
+
+    import udfs
+    from tfos_jobs.contracts.serving import udf_return_type
+
+    spark, pr = bench.spark, bench.big.predict
+    uri = register_bench_model(bench, local_saved_model)
+    udfs.register(spark, "bench_registered", f"models:/{MODEL}/1", batch_size=pr.batch_size, tracking_uri=uri)
+    mlflow.set_tracking_uri(uri)
+    spark.udf.register("bench_mlflow_udf", mlflow.pyfunc.spark_udf(
+        spark, f"models:/{MODEL}/1", result_type=udf_return_type(task), env_manager="local"))
+    out = bench.repeat("registered model", {
+        "UDF on models:/": query("bench_registered"),
+        "mlflow spark_udf": query("bench_mlflow_udf"),
+    }, repeats=bench.sizes.serving_repeats)
+    bench.run.results.append(Result(
+        "P12", "SQL UDF on a registered model (models:/NAME/1) rows/s vs mlflow.pyfunc.spark_udf on the same "
+               "version (same rows, Arrow batch size, struct(*) call)",
+        Figure("UDF on models:/", "rows/s", out["UDF on models:/"]["rows_per_sec"]),
+        Figure("mlflow.pyfunc.spark_udf", "rows/s", out["mlflow spark_udf"]["rows_per_sec"]), 3.0, ">="))
