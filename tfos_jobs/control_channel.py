@@ -56,7 +56,9 @@ LOST = "lost"  # a parameter-server worker lost with its executor (sent by its t
 RESULT = "result"  # data: {"result": the chief's final metrics, epochs run, step profile, sample}
 DONE = "done"  # data: {"status": RUN_OK or RUN_FAILED}: the chief's end of the run
 STATUS = "status"  # reply data: the run's end status, None while it runs (serving-only nodes poll it)
-OTHERS = "others"  # reply data: {"own": the trial's progress lines, "others": the other trials'} (median rule)
+# A sweep trial, after each epoch: {"epoch": from 1, "value": the sweep's metric (NaN allowed, None
+# when missing)}; reply data: true when the sweep's pruner stops the trial there.
+SHOULD_PRUNE = "should_prune"
 RUN_OK, RUN_FAILED = "ok", "failed"
 # Files between a node's local disk and the run's storage, in chunks of at most CHUNK bytes,
 # base64 in the JSON body. A target is a name the driver maps to a directory of the run

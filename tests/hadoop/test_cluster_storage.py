@@ -83,7 +83,7 @@ def test_parameter_server_training_and_a_sweep_of_cluster_trials_on_hdfs(spark, 
     assert "trial 001 completed" in out.stdout and "trial 002 completed" in out.stdout
     results = {rel for rel, _ in storage.tree(sweep_dir)}
     assert {"results.parquet", "results.csv", "sweep.png", "best/trial.json", "best/saved_model/saved_model.pb",
-            "trial-001/metrics.json", "trial-002/saved_model/saved_model.pb"} <= results
+            "trial-001/metrics.json", "trial-002/saved_model/saved_model.pb", "study.journal"} <= results
     table = spark.read.parquet(f"{sweep_dir}/results.parquet").orderBy("trial").collect()
     assert [r["status"] for r in table] == ["completed", "completed"] and all(r["val_auc"] > 0.7 for r in table)
 

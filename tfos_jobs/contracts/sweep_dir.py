@@ -2,9 +2,10 @@
 
     <sweep_dir>/
       sweep.json          the sweep's definition and fingerprint (a different sweep refuses the dir)
+      study.journal       the Optuna study (JournalStorage), unless sweep.storage names a database
       trial-<n>/          one trial (TrialDir): it trains into it as into a model directory, and
         params.json       its settings, written before it starts
-        progress.jsonl    one line per finished epoch (the median rule compares them)
+        progress.jsonl    one line per finished epoch
         result.json       its row of the results (search.trials.TrialResult)
         error.txt         the traceback of a trial that failed
         saved_model/  backup/
@@ -30,6 +31,11 @@ class SweepDir:
     @property
     def definition(self) -> str:
         return f"{self.path}/sweep.json"
+
+    @property
+    def journal(self) -> str:
+        """The Optuna study's journal file (optuna.storages.JournalStorage)."""
+        return f"{self.path}/study.journal"
 
     @property
     def results(self) -> str:

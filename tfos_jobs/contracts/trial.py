@@ -12,11 +12,8 @@ from tfos_jobs.contracts.node_args import NodeArgs
 class TrialPayload:
     trial: int
     settings: Mapping[str, Any]  # the trial's parameter values, by key
-    metric: str  # the sweep's metric, as the progress lines name it
-    goal: str  # "maximize" or "minimize"
-    early_stopping: bool  # the median rule: stop a trial that falls behind the others
-    warmup_epochs: int  # epochs before the rule judges a trial
-    min_trials: int  # trials that must have reported an epoch before the rule judges
+    metric: str  # the sweep's metric, as the epoch logs name it
+    pruning: bool  # after each epoch, ask the driver (control_channel.SHOULD_PRUNE) whether to stop
     args: NodeArgs  # how to train
     server: tuple[str, int]  # the sweep's control server
     run_id: str

@@ -1,1 +1,1 @@
-"""Hyperparameter search: the sweep file, samplers and the early-stopping rule (no Spark, no TF)."""
+"""Hyperparameter search: the sweep file, Optuna's samplers, pruners and study, trial results (no Spark, no TF)."""

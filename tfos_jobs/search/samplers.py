@@ -1,130 +1,105 @@
-"""Where the next trial's settings come from: grid, random, or Bayesian (Optuna, ask/tell).
+"""Optuna's samplers and pruners for a sweep: `sweep.algorithm` and `sweep.early_stopping`.
 
-Grid and random settings depend only on the trial number (and the seed), so a resumed
-sweep proposes the same trials again. The Bayesian sampler is rebuilt from the finished
-trials on every run, so it also continues where it stopped.
+Each trial is asked with a sampler seeded by the sweep's seed and the trial's number, so a
+trial gets the same draw whether the sweep runs in one go or is resumed; what a sampler
+learns (TPE's model, CMA-ES's state) lives in the study itself, not in the sampler. Grid
+trials take the grid's points in an order shuffled by the seed alone.
 """
 from __future__ import annotations
 
-import itertools
-import math
-import random
+import hashlib
 import warnings
-from typing import Any, Protocol
+from typing import Any
 
-from tfos_jobs.search.space import Param, ParamValue, SweepConfig
-from tfos_jobs.search.trials import TrialStatus
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-
-class Sampler(Protocol):
-    def total(self) -> int:
-        """How many trials the sweep runs."""
-
-    def propose(self, number: int) -> dict[str, ParamValue]:
-        """Settings for trial `number` (0-based)."""
-
-    def tell(self, number: int, settings: dict[str, ParamValue], status: str, value: float | None) -> None:
-        """A trial's outcome."""
+from tfos_jobs.search.space import Param, SweepConfig
 
 
-class GridSampler:
-    def __init__(self, sweep: SweepConfig):
-        keys = [p.key for p in sweep.params]
-        self.points = [dict(zip(keys, combo)) for combo in itertools.product(*(p.grid() for p in sweep.params))]
-        self.max_trials = sweep.max_trials
-
-    def total(self) -> int:
-        return min(self.max_trials, len(self.points))
-
-    def propose(self, number: int) -> dict[str, ParamValue]:
-        return dict(self.points[number])
-
-    def tell(self, number, settings, status, value) -> None:
-        pass
+def distributions(sweep: SweepConfig) -> dict[str, BaseDistribution]:
+    """Each parameter's distribution, by config key; a grid searches the grid's points only."""
+    if sweep.sampler == "grid":
+        return {p.key: CategoricalDistribution(p.grid()) for p in sweep.params}
+    return {p.key: _distribution(p) for p in sweep.params}
 
 
-class RandomSampler:
-    def __init__(self, sweep: SweepConfig):
-        self.params, self.seed, self.max_trials = sweep.params, sweep.seed, sweep.max_trials
-
-    def total(self) -> int:
-        return self.max_trials
-
-    def propose(self, number: int) -> dict[str, ParamValue]:
-        rng = random.Random(f"{self.seed}:{number}")
-        return {p.key: _draw(p, rng) for p in self.params}
-
-    def tell(self, number, settings, status, value) -> None:
-        pass
-
-
-def _draw(p: Param, rng: random.Random) -> ParamValue:
+def _distribution(p: Param) -> BaseDistribution:
     if p.values is not None:
-        return p.values[rng.randrange(len(p.values))]
+        return CategoricalDistribution(list(p.values))
     assert p.low is not None and p.high is not None
-    if p.scale == "log":
-        x = math.exp(rng.uniform(math.log(p.low), math.log(p.high)))
-    else:
-        x = rng.uniform(p.low, p.high)  # an int parameter draws below instead
     if p.type == "int":
-        if p.scale == "linear":
-            return rng.randint(int(p.low), int(p.high))
-        return min(int(p.high), max(int(p.low), round(x)))
-    return float(f"{x:.6g}")
+        return IntDistribution(int(p.low), int(p.high), log=p.scale == "log")
+    return FloatDistribution(float(p.low), float(p.high), log=p.scale == "log")
 
 
-class OptunaSampler:
-    """Optuna's TPE through ask/tell on the driver; trials themselves never import Optuna."""
-
-    def __init__(self, sweep: SweepConfig):
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.optuna = optuna
-        self.max_trials = sweep.max_trials
-        self.distributions = {p.key: _distribution(optuna, p) for p in sweep.params}
-        # TPE models the space after its random start-up trials: a third of the sweep (3 to 10),
-        # and with trials in flight at once it assumes their results ("constant liar").
-        startup = min(10, max(3, sweep.max_trials // 3))
-        with warnings.catch_warnings():  # constant_liar is marked experimental
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(seed=sweep.seed, n_startup_trials=startup,
-                                                 constant_liar=sweep.max_parallel_trials > 1)
-        self.study = optuna.create_study(direction=sweep.goal, sampler=sampler)
-        self.asked: dict[int, Any] = {}
-
-    def total(self) -> int:
-        return self.max_trials
-
-    def propose(self, number: int) -> dict[str, ParamValue]:
-        trial = self.study.ask(self.distributions)
-        self.asked[number] = trial
-        return {key: trial.params[key] for key in self.distributions}
-
-    def tell(self, number: int, settings: dict[str, ParamValue], status: str, value: float | None) -> None:
-        state = self.optuna.trial.TrialState
-        done = status == TrialStatus.COMPLETED and value is not None and math.isfinite(value)
-        outcome = state.COMPLETE if done else state.PRUNED if status == TrialStatus.PRUNED else state.FAIL
-        if number in self.asked:
-            trial = self.asked.pop(number)
-            if done:
-                self.study.tell(trial, value)
-            else:
-                self.study.tell(trial, state=outcome)
-            return
-        # A trial of an earlier run of this sweep: teach the study what it learned.
-        self.study.add_trial(self.optuna.trial.create_trial(
-            params=settings, distributions=self.distributions, value=value if done else None, state=outcome))
+def grid_size(sweep: SweepConfig) -> int:
+    size = 1
+    for p in sweep.params:
+        size *= len(p.grid())
+    return size
 
 
-def _distribution(optuna, p: Param):
-    d = optuna.distributions
-    if p.values is not None:
-        return d.CategoricalDistribution(list(p.values))
-    if p.type == "int":
-        return d.IntDistribution(int(p.low), int(p.high), log=p.scale == "log")
-    return d.FloatDistribution(float(p.low), float(p.high), log=p.scale == "log")
+def total(sweep: SweepConfig) -> int:
+    """How many trials the sweep runs: max_trials, or fewer when the grid has fewer points."""
+    return min(sweep.max_trials, grid_size(sweep)) if sweep.sampler == "grid" else sweep.max_trials
 
 
-def make(sweep: SweepConfig) -> Sampler:
-    return {"grid": GridSampler, "random": RandomSampler, "bayesian": OptunaSampler}[sweep.algorithm](sweep)
+def independent_params(sweep: SweepConfig) -> list[str]:
+    """The parameters CMA-ES does not model and draws at random instead: categorical ones, or
+    the only numeric one (CMA-ES needs two or more)."""
+    if sweep.sampler != "cmaes":
+        return []
+    numeric = [p.key for p in sweep.params if p.values is None]
+    categorical = [p.key for p in sweep.params if p.values is not None]
+    return categorical + numeric if len(numeric) < 2 else categorical
+
+
+def sampler(sweep: SweepConfig, number: int) -> optuna.samplers.BaseSampler:
+    """The sampler that proposes trial `number` (from 1)."""
+    seed = trial_seed(sweep.seed, number)
+    if sweep.sampler == "grid":
+        return _GridSampler({p.key: p.grid() for p in sweep.params}, seed=sweep.seed)
+    if sweep.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if sweep.sampler == "cmaes":
+        # Parameters CMA-ES cannot model are drawn by its independent (random) sampler; the
+        # driver says which once, instead of Optuna warning at every trial.
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    # TPE models the space after its random start-up trials: a third of the sweep (3 to 10),
+    # and with trials in flight at once it assumes their results ("constant liar").
+    startup = min(10, max(3, sweep.max_trials // 3))
+    with warnings.catch_warnings():  # constant_liar is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
+                                          constant_liar=sweep.max_parallel_trials > 1)
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """A seed per trial, unrelated between neighbouring sweep seeds."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{number}".encode()).digest()[:4], "big") >> 1
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler; the sweep itself stops after its trials, so the sampler does not
+    stop the study (which outside `Study.optimize` raises)."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        pass
+
+
+def pruner(sweep: SweepConfig, max_epochs: int) -> optuna.pruners.BasePruner:
+    """The pruner of `sweep.early_stopping`. Steps are epochs counted from 1, so a pruner judges
+    a trial from the end of epoch `warmup_epochs` (at least the first) on."""
+    kind, warmup = sweep.early_stopping, sweep.warmup_epochs
+    common = dict(n_startup_trials=sweep.min_trials, n_warmup_steps=warmup, n_min_trials=sweep.min_trials)
+    if kind == "median":
+        return optuna.pruners.MedianPruner(**common)
+    if kind == "percentile":
+        return optuna.pruners.PercentilePruner(sweep.percentile, **common)
+    if kind == "hyperband":
+        low = max(1, warmup)
+        return optuna.pruners.HyperbandPruner(min_resource=low, max_resource=max(low, max_epochs))
+    if kind == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, warmup))
+    return optuna.pruners.NopPruner()

@@ -7,6 +7,7 @@ by the same validation as `--set` before any Spark job starts.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
@@ -17,6 +18,8 @@ from tfos_jobs import config as config_mod
 from tfos_jobs.errors import ConfigError
 
 ParamValue = int | float | str | bool
+ALGORITHMS = ("grid", "random", "tpe", "cmaes", "bayesian")  # Optuna's samplers (bayesian: tpe's earlier name)
+PRUNERS = ("median", "percentile", "hyperband", "successive_halving", "none")  # Optuna's pruners
 
 
 @dataclass(frozen=True)
@@ -63,21 +66,34 @@ class SweepConfig:
     params: tuple[Param, ...]
     metric: str = "val_auc"  # a key of the training history: val_auc, val_loss, val_accuracy, ...
     goal: Literal["maximize", "minimize"] = "maximize"
-    algorithm: Literal["grid", "random", "bayesian"] = "random"
+    algorithm: Literal["grid", "random", "tpe", "cmaes", "bayesian"] = "random"  # bayesian: tpe's earlier name
     max_trials: int = 8
     max_parallel_trials: int = 2
     workers_per_trial: int = 1  # >1: each trial is a TFoS cluster of that many workers
     time_budget_seconds: int = 0  # 0: no limit; else no trial starts after it and running ones stop
     seed: int = 0
-    early_stopping: Literal["median", "none"] = "median"
-    warmup_epochs: int = 1  # epochs every trial runs before the median rule may stop it
-    min_trials: int = 3  # other trials that must have reached an epoch for the rule to apply there
+    early_stopping: Literal["median", "percentile", "hyperband", "successive_halving", "none"] = "median"  # the pruner
+    warmup_epochs: int = 1  # the first epoch at whose end a pruner may stop a trial (0 and 1: the first)
+    min_trials: int = 3  # median, percentile: completed trials that must have reached an epoch to judge there
+    percentile: float = 25.0  # percentile: a trial goes on only among the best this percent of the completed ones
+    storage: str = ""  # "": study.journal in the sweep dir; else an SQLAlchemy URL (sqlite:///..., postgresql://...)
+    study_name: str = ""  # "": <last part of dir>-<fingerprint's first 8 characters>
     fixed: dict[str, ParamValue] = field(default_factory=dict)  # config keys set for every trial
 
+    @property
+    def sampler(self) -> str:
+        """The algorithm's own name: "bayesian" is TPE's earlier name, kept for older sweep files."""
+        return "tpe" if self.algorithm == "bayesian" else self.algorithm
+
     def fingerprint(self) -> str:
-        """What makes two sweeps the same sweep (resume); the limits may change between runs."""
+        """What makes two sweeps the same sweep (resume): not the limits, which may change between
+        runs, nor where the study is kept; a setting only the percentile pruner reads only with it."""
         keep = {k: v for k, v in asdict(self).items()
-                if k not in ("dir", "max_trials", "max_parallel_trials", "time_budget_seconds")}
+                if k not in ("dir", "max_trials", "max_parallel_trials", "time_budget_seconds", "storage",
+                             "study_name", "percentile")}
+        keep["algorithm"] = self.sampler
+        if self.early_stopping == "percentile":
+            keep["percentile"] = self.percentile
         return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -176,9 +192,18 @@ def _param(key: str, spec: Any) -> Param:
 def _validate(sweep: SweepConfig) -> None:
     checks = [
         (sweep.goal in ("maximize", "minimize"), f"sweep.goal: {sweep.goal!r} is not 'maximize' or 'minimize'"),
-        (sweep.algorithm in ("grid", "random", "bayesian"),
-         f"sweep.algorithm: {sweep.algorithm!r} is not 'grid', 'random' or 'bayesian'"),
-        (sweep.early_stopping in ("median", "none"), f"sweep.early_stopping: {sweep.early_stopping!r} is not 'median' or 'none'"),
+        (sweep.algorithm in ALGORITHMS, f"sweep.algorithm: {sweep.algorithm!r} is not one of {', '.join(map(repr, ALGORITHMS))}"),
+        (sweep.early_stopping in PRUNERS,
+         f"sweep.early_stopping: {sweep.early_stopping!r} is not one of {', '.join(map(repr, PRUNERS))}"),
+        (sweep.algorithm != "cmaes" or importlib.util.find_spec("cmaes") is not None,
+         "sweep.algorithm = \"cmaes\" needs the cmaes package: pip install cmaes"),
+        (isinstance(sweep.percentile, (int, float)) and 0 < sweep.percentile < 100,
+         f"sweep.percentile: {sweep.percentile!r} is not a number between 0 and 100"),
+        (isinstance(sweep.storage, str) and isinstance(sweep.study_name, str),
+         "sweep.storage and sweep.study_name: text is required"),
+        (not sweep.storage or not isinstance(sweep.storage, str) or _is_url(sweep.storage),
+         "sweep.storage: not an SQLAlchemy URL such as sqlite:///path/study.db or postgresql://user@host/db "
+         "(leave it empty for study.journal in the sweep directory)"),
         (sweep.max_trials >= 1, "sweep.max_trials: must be at least 1"),
         (sweep.max_parallel_trials >= 1, "sweep.max_parallel_trials: must be at least 1"),
         (sweep.workers_per_trial >= 1, "sweep.workers_per_trial: must be at least 1"),
@@ -197,6 +222,17 @@ def _validate(sweep: SweepConfig) -> None:
             raise ConfigError(f"params.{key}: also set in sweep.fixed; search it or fix it, not both")
 
 
+def _is_url(text: str) -> bool:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(text)
+    except (ArgumentError, ValueError):  # its message would repeat the URL, password included
+        return False
+    return "://" in text
+
+
 def _extremes(sweep: SweepConfig) -> list[dict[str, ParamValue]]:
     """Settings that together touch every parameter's low, high and each value once."""
     out = []
@@ -205,6 +241,15 @@ def _extremes(sweep: SweepConfig) -> list[dict[str, ParamValue]]:
         for v in candidates:
             out.append({p.key: int(v) if p.type == "int" else v})
     return out
+
+
+def largest(sweep: SweepConfig, key: str, default: ParamValue) -> ParamValue:
+    """The largest value config `key` takes in any trial: its parameter's high or largest value,
+    its fixed setting, else `default` (the base config's)."""
+    for p in sweep.params:
+        if p.key == key:
+            return max(p.values) if p.values is not None else p.high
+    return sweep.fixed.get(key, default)
 
 
 def overrides_for(sweep: SweepConfig, settings: dict[str, ParamValue]) -> list[str]:

@@ -11,12 +11,11 @@ from typing import Any, TypedDict
 
 from tfos_jobs.names import Name
 from tfos_jobs.progress_log import EPOCH, metrics_of
-from tfos_jobs.search.early_stopping import metric_history
 
 
 class TrialStatus(Name):
     COMPLETED = "completed"
-    PRUNED = "pruned"  # stopped early by the median rule
+    PRUNED = "pruned"  # stopped early by the sweep's pruner (sweep.early_stopping)
     FAILED = "failed"
     CANCELLED = "cancelled"  # stopped by the time budget or an interrupt: a resumed sweep runs it again
 
@@ -46,6 +45,17 @@ class TrialOutcome(TypedDict):
     error: str | None
     host: str
     pid: int
+
+
+def metric_by_epoch(lines: list[dict[str, Any]], metric: str) -> dict[int, float]:
+    """`metric` at each epoch of progress lines; a resumed run's repeated epoch counts once (the last)."""
+    return {int(line[EPOCH]): float(line[metric]) for line in lines if metric in line}
+
+
+def metric_history(lines: list[dict[str, Any]], metric: str) -> list[float]:
+    """Per-epoch values of `metric` from progress lines, in epoch order."""
+    by_epoch = metric_by_epoch(lines, metric)
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def trial_result(trial: int, settings: dict[str, Any], lines: list[dict[str, Any]], metric: str, status: TrialStatus,

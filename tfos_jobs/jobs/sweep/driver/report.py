@@ -1,15 +1,18 @@
-"""A sweep's results: the table (Parquet and CSV), the plot, the leaderboard and `best/`."""
+"""A sweep's results: the lines it prints, the table (Parquet and CSV), the plot, the
+leaderboard and `best/`."""
 from __future__ import annotations
 
 import json
 import math
 import os
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
-from tfos_jobs.search.space import SweepConfig
 from tfos_jobs.contracts.sweep_dir import SweepDir
-from tfos_jobs.search.trials import TrialStatus
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.progress_log import EPOCH, EPOCHS, EXAMPLES_PER_SEC
+from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.search.trials import FINISHED, TrialStatus
 from tfos_jobs.storage import Storage
 
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
@@ -170,4 +173,46 @@ def export_best(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list
         with open(local.best_row, "w", encoding="utf-8") as fh:
             json.dump({"metric": sweep.metric, "goal": sweep.goal, **top}, fh, indent=2)
         storage.replace_dir(local.best, directory.best)
+    return top
+
+
+def epoch_line(sweep: SweepConfig, number: int, line: dict[str, Any]) -> str:
+    """A trial's finished epoch, as the sweep prints it."""
+    value = line.get(sweep.metric)
+    shown = f"{sweep.metric} {value:.4f}" if isinstance(value, (int, float)) else ""
+    return (f"  trial {number:03d} epoch {line[EPOCH]}/{line[EPOCHS]}  {shown}  "
+            f"loss {line.get('loss', float('nan')):.4f}  {line.get(EXAMPLES_PER_SEC, 0):,.0f} ex/s")
+
+
+def finished_line(sweep: SweepConfig, result: dict[str, Any], rows: list[dict[str, Any]], total: int,
+                  running: int) -> str:
+    """A trial's end, with the sweep's count and best so far."""
+    n, status = result["trial"], result["status"]
+    value = f"{sweep.metric} {result['value']:.4f}" if result["value"] is not None else ""
+    what = result["error"] if status == TrialStatus.FAILED else value
+    top = best(sweep, rows)
+    best_text = f"best trial {top['trial']:03d} ({sweep.metric} {top['value']:.4f})" if top else "no best yet"
+    done = sum(r["status"] in FINISHED for r in rows)
+    return (f"trial {n:03d} {status} in {result['seconds']:.0f} s: {what}  "
+            f"[{done}/{total} done, {running} running; {best_text}]")
+
+
+def finish(storage: Storage, sweep_dir: str, sweep: SweepConfig, results: dict[int, dict[str, Any]], total: int,
+           seconds: float, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """The table, the plot, best/ and the leaderboard at the sweep's end; returns the best row."""
+    rows = [results[n] for n in sorted(results)]
+    if not rows:
+        raise ConfigError("the sweep ran no trial (is the time budget too small?)")
+    table = write_table(storage, sweep_dir, sweep, rows)
+    plot(storage, sweep_dir, sweep, rows)
+    top = export_best(storage, sweep_dir, sweep, rows)
+    log(leaderboard(sweep, rows))
+    counts = {s: sum(r["status"] == s for r in rows) for s in TrialStatus}
+    log(f"sweep finished in {seconds:.0f} s: " + ", ".join(f"{v} {k.value}" for k, v in counts.items() if v)
+        + (f"; {total - len(rows)} not run" if len(rows) < total else ""))
+    log(f"results: {table}.parquet, {table}.csv; plot: {SweepDir(sweep_dir).plot}")
+    if top:
+        log(f"best: trial {top['trial']:03d}, {sweep.metric} {top['value']:.4f}; model: {SweepDir(sweep_dir).best_model}")
+    else:
+        log("no trial completed: no best model")
     return top

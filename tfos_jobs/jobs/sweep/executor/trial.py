@@ -20,7 +20,6 @@ from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.jobs.train.executor import lifecycle
-from tfos_jobs.search.early_stopping import metric_history, should_stop
 from tfos_jobs.search.trials import TrialOutcome, TrialStatus
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role
@@ -55,12 +54,10 @@ def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str,
         inputs.receive(records, payload.inputs, workspace.root)
         link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
         training.configure_threads(args.threads)  # trials share the executors' cores
-        stopper = None
-        if payload.early_stopping:
-            stopper = median_stop(link, payload.metric, payload.goal, payload.warmup_epochs, payload.min_trials)
+        pruner = pruning(link, payload.metric) if payload.pruning else None
         training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link, workspace=workspace,
-                                extra_callbacks=(stopper,) if stopper else ())
-        status = TrialStatus.PRUNED if stopper is not None and stopper.skip_export else TrialStatus.COMPLETED
+                                extra_callbacks=(pruner,) if pruner else ())
+        status = TrialStatus.PRUNED if pruner is not None and pruner.skip_export else TrialStatus.COMPLETED
     except Exception as e:
         status = TrialStatus.FAILED
         error = f"{type(e).__name__}: {e}".strip()
@@ -75,23 +72,22 @@ def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str,
     return TrialOutcome(status=status.value, error=error, host=socket.gethostname(), pid=os.getpid())
 
 
-def median_stop(link, metric: str, goal: str, warmup_epochs: int, min_trials: int):
-    """A Keras callback that stops this trial by the median rule after each epoch, against the
-    other trials' epochs as the driver has them."""
+def pruning(link, metric: str):
+    """A Keras callback that, after each epoch, sends the epoch and its `metric` to the driver,
+    where the sweep's study and pruner live, and stops this trial, without exporting, when the
+    driver says so (`skip_export`)."""
     import tensorflow as tf
 
-    class MedianStop(tf.keras.callbacks.Callback):
+    class Pruning(tf.keras.callbacks.Callback):
         skip_export = False
 
         def on_epoch_end(self, epoch, logs=None):
-            lines = link.others()
-            own = metric_history(lines["own"], metric)
-            others = [metric_history(other, metric) for other in lines["others"]]
-            if should_stop(own, others, goal, warmup_epochs, min_trials):
+            value = (logs or {}).get(metric)
+            if link.should_prune(epoch + 1, None if value is None else float(value)):
                 self.skip_export = True
                 self.model.stop_training = True
 
-    return MedianStop()
+    return Pruning()
 
 
 def _clear_keras_state() -> None:

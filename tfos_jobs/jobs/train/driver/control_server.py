@@ -126,8 +126,13 @@ class ControlServer:
                 self._reject(conn, str(e))
                 return
             try:
+                sealed = cc.seal(self.secret, conn.nonce, b"s", conn.seq, reply)
+            except (TypeError, ValueError) as e:  # a reply JSON cannot carry: the node hears why, the server goes on
+                sealed = cc.seal(self.secret, conn.nonce, b"s", conn.seq,
+                                 {"ok": False, "error": f"the driver's reply could not be encoded: {e}"[:2000]})
+            try:
                 conn.sock.setblocking(True)
-                conn.sock.sendall(cc.seal(self.secret, conn.nonce, b"s", conn.seq, reply))
+                conn.sock.sendall(sealed)
                 conn.sock.setblocking(False)
             except OSError:
                 self._close(conn)

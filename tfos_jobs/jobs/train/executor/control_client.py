@@ -131,9 +131,9 @@ class DriverLink:
     def status(self) -> str | None:
         return self._send(cc.STATUS)
 
-    def others(self) -> dict[str, Any]:
-        """{"own": this trial's progress lines, "others": the other trials' lines} as the driver has them."""
-        return self._send(cc.OTHERS)
+    def should_prune(self, epoch: int, value: float | None) -> bool:
+        """A sweep trial's epoch and metric to the driver, where the study's pruner decides."""
+        return bool(self._send(cc.SHOULD_PRUNE, epoch=epoch, value=value))
 
     def publish(self, target: str, local_dir: str) -> None:
         """Every file under `local_dir` to the run's `target` (control_channel.TARGETS); returns
