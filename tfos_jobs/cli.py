@@ -351,7 +351,20 @@ def cmd_sweep(cfg, args) -> int:
     # Trials are one-task jobs: the driver's own trial and epoch lines replace Spark's console bar.
     quiet = {**cfg.spark.conf, "spark.ui.showConsoleProgress": "false"}
     cfg = dataclasses.replace(cfg, spark=dataclasses.replace(cfg.spark, conf=quiet))
-    outcome = sweep.run(_session(cfg), args.config, args.base_overrides, definition)
+    spark = _session(cfg)
+    if not cfg.tracking.enabled:
+        outcome = sweep.run(spark, args.config, args.base_overrides, definition)
+        return 0 if outcome["best"] is not None else 1
+    from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver
+    from tfos_jobs.storage import Storage
+
+    observer = MlflowSweepObserver(cfg, Storage(spark))
+    failed = True
+    try:
+        outcome = sweep.run(spark, args.config, args.base_overrides, definition, observer=observer)
+        failed = False
+    finally:
+        observer.close(failed)
     return 0 if outcome["best"] is not None else 1
 
 

@@ -21,6 +21,26 @@ from tests.hadoop.support import free_port
 BIN = Path(sys.executable).parent
 PEOPLE = 3000
 FAST = ["train.strategy=local", "train.epochs=3", "train.steps_per_epoch=30", "train.batch_size=128"]
+SWEEP = """[sweep]
+algorithm = "tpe"
+seed = 5  # TPE's first trials are random: 0.01 for trials 1 and 2, the hopeless 1e-7 for trial 3
+max_trials = 3
+max_parallel_trials = 1
+early_stopping = "median"
+warmup_epochs = 1
+min_trials = 1
+[sweep.fixed]
+"train.epochs" = 2
+"train.steps_per_epoch" = 20
+"train.batch_size" = 128
+[params."train.learning_rate"]
+type = "categorical"
+values = [0.01, 1e-7]
+[params."train.model.first_layer_size"]
+type = "int"
+low = 8
+high = 64
+"""
 QUERY = ("SELECT education, count(*) AS people, avg(p.probability) AS positive_rate "
          "FROM (SELECT *, predict_income(struct(*)) AS p FROM features) GROUP BY education")
 
@@ -115,3 +135,54 @@ def test_a_tracking_server_that_is_down_warns_and_training_goes_on(spark, data, 
     warnings = [line for line in lines if line.startswith("warning: tracking:")]
     assert len(warnings) == 1 and down in warnings[0] and "the job goes on without logging to it" in warnings[0]
     assert not any(line.startswith("tracking: run ") for line in lines)
+
+
+@pytest.fixture(scope="module")
+def swept(data, mlflow_server, tmp_path_factory):
+    _, overrides = data
+    work = tmp_path_factory.mktemp("tracked-sweep")
+    (work / "sweep.toml").write_text(SWEEP)
+    sets = [*overrides, f"sweep.dir={work / 'sweep'}", f"tracking.uri={mlflow_server.uri}",
+            "tracking.experiment=census-sweeps"]
+    proc = tfos("sweep", "--space", str(work / "sweep.toml"), "--register", "census", "--alias", "champion",
+                overrides=sets)
+    return work / "sweep", proc
+
+
+def test_a_sweep_is_a_parent_run_with_a_nested_run_per_trial(swept, mlflow_server):
+    import pandas as pd
+
+    sweep_dir, proc = swept
+    table = pd.read_csv(sweep_dir / "results.csv").set_index("trial")
+    # trial 1 sets the median; the hopeless trial 3 falls below it (trial 2 may, by a little)
+    assert table.loc[1, "status"] == "completed" and table.loc[3, "status"] == "pruned"
+    counts = table["status"].value_counts()
+    c = client(mlflow_server)
+    experiment = c.get_experiment_by_name("census-sweeps")
+    [parent] = c.search_runs([experiment.experiment_id], filter_string="tags.`tfos.command` = 'sweep'")
+    assert parent.info.status == "FINISHED" and parent.data.params["sweep.algorithm"] == "tpe"
+    assert parent.data.metrics["trials_completed"] == counts.get("completed", 0)
+    assert parent.data.metrics["trials_pruned"] == counts.get("pruned", 0) >= 1
+    assert parent.data.metrics["best_val_auc"] == pytest.approx(table["val_auc"][table["status"] == "completed"].max())
+    assert {"results.csv", "sweep.png", "model"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}
+    trials = c.search_runs([experiment.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    by_number = {int(r.data.tags["tfos.trial"]): r for r in trials}
+    assert sorted(by_number) == [1, 2, 3]
+    for n, run in by_number.items():
+        assert run.data.tags["tfos.status"] == table.loc[n, "status"]
+        assert float(run.data.params["train.learning_rate"]) == table.loc[n, "learning_rate"]
+        steps = [m.step for m in c.get_metric_history(run.info.run_id, "val_auc")]
+        assert steps == list(range(1, int(table.loc[n, "epochs_run"]) + 1))
+    assert by_number[3].info.status == "KILLED" and by_number[1].info.status == "FINISHED"
+    assert c.get_model_version_by_alias("census", "champion").run_id == parent.info.run_id
+    assert "models:/census@champion" in proc.stdout
+    assert "warning" not in proc.stdout.lower() and "observer" not in proc.stdout
+
+
+def test_the_sweeps_registered_best_model_scores_as_its_best_directory(spark, data, swept, mlflow_server):
+    _, overrides = data
+    sweep_dir, _ = swept
+    cfg = config.load(CENSUS, [*overrides, f"tracking.uri={mlflow_server.uri}"])
+    by_alias = sql.run(spark, cfg, QUERY, model="models:/census@champion", log=lambda line: None)
+    by_dir = sql.run(spark, cfg, QUERY, model=str(sweep_dir / "best"), log=lambda line: None)
+    assertDataFrameEqual(by_alias, by_dir, rtol=1e-6)
