@@ -260,7 +260,7 @@ def cmd_demo(cfg, args) -> int:
     from tfos_jobs.jobs.serve import predict
     from tfos_jobs.jobs import prepare
     from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.jobs.train.driver import job as train
+    from tfos_jobs.jobs.train.driver import tracked as train
 
     if cfg.features.is_sequence:
         return _demo_fleet(cfg)
@@ -296,7 +296,7 @@ def _demo_fleet(cfg) -> int:
     from tfos_jobs.jobs.serve import predict
     from tfos_jobs.jobs import prepare
     from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.jobs.train.driver import job as train
+    from tfos_jobs.jobs.train.driver import tracked as train
     from udfs.register import served_spec
 
     fl = cfg.fleet

@@ -13,7 +13,7 @@ from tfos_jobs import config as config_mod
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.jobs.train.driver import job as train
-from tfos_jobs.storage import Storage
+from tfos_jobs.storage import Storage, named
 from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
 from tfos_jobs.tracking.params import flatten
 from tfos_jobs.tracking.run_logger import Tracking
@@ -34,7 +34,8 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
         return train.run(spark, cfg, overwrite=overwrite, log=log)
     tc = cfg.tracking
     tracking = Tracking(tc, log)
-    model_dir = ModelDir(Storage(spark).qualify(cfg.train.model_dir))
+    with named("train.model_dir", cfg.train.model_dir):
+        model_dir = ModelDir(Storage(spark).qualify(cfg.train.model_dir))
     name = os.path.basename(model_dir.path.rstrip("/")) or "model"
     run = tracking.start_run(f"train {name}", tags={"tfos.command": "train", "tfos.model_dir": model_dir.path,
                                                      "tfos.dataset": cfg.train.dataset})
@@ -50,7 +51,10 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
             run.end("FAILED")
             tracking.wait()
             raise
-        log_training(run, Storage(spark), model_dir, metrics, workdir, tc.register, tc.alias, log)
+        try:
+            log_training(run, Storage(spark), model_dir, metrics, workdir, tc.register, tc.alias, log)
+        except Exception as e:  # the model is trained and saved; only its logging is lost
+            log(f"warning: tracking: the trained model could not be logged ({type(e).__name__}: {e})")
         run.end("FINISHED")
         if tracking.wait():
             log(f"tracking: run {run.id} in experiment {tc.experiment!r}")
