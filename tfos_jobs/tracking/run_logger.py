@@ -74,10 +74,8 @@ class Tracking:
 
     def wait(self) -> bool:
         """Block until everything queued is sent, at most `wait_seconds`; False if it was not."""
-        done = threading.Event()
-        self.submit(done.set)
-        if self._failed.is_set():
-            return False
+        done = _Flushed()
+        self._queue.put(done)
         if done.wait(self.cfg.wait_seconds):
             return not self._failed.is_set()
         self.log(f"warning: tracking: {self.where} did not take everything within tracking.wait_seconds = "
@@ -107,7 +105,10 @@ class Tracking:
     def _work(self) -> None:
         while True:
             call = self._queue.get()
-            if self._failed.is_set() and getattr(call, "__name__", "") != "set":
+            if isinstance(call, _Flushed):  # set even after a failure: `wait` must not sit out its time
+                call.set()
+                continue
+            if self._failed.is_set():
                 continue
             try:
                 call()
@@ -116,6 +117,10 @@ class Tracking:
                 self.log(f"warning: tracking: {self.where} failed ({type(e).__name__}: {redact(first)[:300]}); "
                          "the job goes on without logging to it")
                 self._failed.set()
+
+
+class _Flushed(threading.Event):
+    """Queued by `Tracking.wait`: set when everything queued before it has been handled."""
 
 
 class TrackedRun:

@@ -39,11 +39,12 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
     name = os.path.basename(model_dir.path.rstrip("/")) or "model"
     run = tracking.start_run(f"train {name}", tags={"tfos.command": "train", "tfos.model_dir": model_dir.path,
                                                      "tfos.dataset": cfg.train.dataset})
-    run.params(config_params(cfg))
+    params = config_params(cfg)
+    run.params(params)
     log(f"tracking: logging to {tracking.where}, experiment {tc.experiment!r}")
     with tempfile.TemporaryDirectory(prefix="tfos-tracking-") as workdir:
         with open(os.path.join(workdir, CONFIG_ARTIFACT), "w", encoding="utf-8") as fh:
-            json.dump(config_params(cfg), fh, indent=2)
+            json.dump(params, fh, indent=2)
         run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
         try:
             metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch)
