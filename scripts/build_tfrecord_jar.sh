@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the tfos TFRecord Spark data source jar with the Scala compiler shipped inside pyspark,
-# so the jar matches that pyspark's Scala and Spark versions exactly.
+# Builds the package's jar (the TFRecord Spark data source, the SQL server's password check) with
+# the Scala compiler shipped inside pyspark, so the jar matches that pyspark's Scala and Spark
+# versions exactly. Sources: every jvm/*/src/main/scala tree.
 #   usage: scripts/build_tfrecord_jar.sh <python-of-venv> <out.jar>
 set -euo pipefail
 
@@ -12,7 +13,7 @@ out="$2"
 start=$(date +%s)
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-src="$repo/jvm/tfrecord/src/main/scala"
+src="$repo/jvm"
 [[ -x "$python" ]] || die "python '$python' not found or not executable"
 command -v java >/dev/null || die "java not found on PATH (need a JDK 17)"
 command -v jar >/dev/null || die "jar not found on PATH (need a JDK, not just a JRE)"
@@ -29,7 +30,7 @@ for name in scala-compiler scala-library scala-reflect; do
 done
 classpath="$(printf '%s:' "$jars"/*.jar)"
 
-mapfile -t sources < <(find "$src" -name '*.scala' | sort)
+mapfile -t sources < <(find "$src" -path '*/src/main/scala/*' -name '*.scala' | sort)
 [[ ${#sources[@]} -gt 0 ]] || die "no Scala sources under $src"
 
 mkdir -p "$(dirname "$out")"

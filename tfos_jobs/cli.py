@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     srcs.add_argument("--no-count", dest="count", action="store_false", help="do not count rows (no Spark job)")
     srcs.add_argument("--json", action="store_true", help="print the report as JSON")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
+    serve = sub.add_parser("serve-sql", parents=[common],
+                           help="serve SQL clients (beeline, JDBC/ODBC) with the prediction functions registered")
+    serve.add_argument("--port", type=int, help="same as --set serve_sql.port=N (default 10000)")
+    serve.add_argument("--bind", help="same as --set serve_sql.bind=ADDRESS (default 127.0.0.1; others need auth)")
     sub.add_parser("demo-warehouse", parents=[common],
                    help="load the embedded tables into a local PostgreSQL and Hive tables, prepare from there, "
                         "and compare the records with those prepared from the Parquet files")
@@ -96,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.space_overrides = [o for o in overrides if o.startswith(("sweep.", "params."))]
             overrides = [o for o in overrides if o not in args.space_overrides]
             args.base_overrides = overrides
+        if args.command == "serve-sql":
+            overrides += [f"serve_sql.{k}={json.dumps(v)}" for k in ("port", "bind") if (v := getattr(args, k)) is not None]
+        args.loaded_overrides = overrides
         cfg = config_mod.load(args.config, overrides)
         if args.command == "config":
             print(json.dumps(config_mod.to_dict(cfg), indent=2))
@@ -139,14 +146,14 @@ def _stop_session() -> None:
         active.stop()
 
 
-def _session(cfg):
+def _session(cfg, extra: dict[str, str] | None = None):
     """The session; GPU training needs Spark's resource settings before the context starts."""
     from tfos_jobs import session
     from tfos_jobs.jobs.train.driver.gpu import discovery_script, gpu_conf
 
     script = discovery_script(cfg.train.gpu_discovery_script, resources.gpu_discovery_script(),
                               os.environ.get("PYSPARK_PYTHON", ""))
-    return session.build(cfg.spark, gpu_conf(cfg.train, script))
+    return session.build(cfg.spark, {**gpu_conf(cfg.train, script), **(extra or {})})
 
 
 def cmd_generate(cfg, args) -> int:
@@ -251,6 +258,16 @@ def cmd_sql(cfg, args) -> int:
             script = args.sql
         spark = _session(cfg)
     sql.run(spark, cfg, script, model=args.model, name=args.name, output=args.output, rows=args.rows)
+    return 0
+
+
+def cmd_serve_sql(cfg, args) -> int:
+    from tfos_jobs.jobs.serve import sql_server
+
+    secrets = sql_server.read_secrets(cfg.serve_sql)  # a missing password stops before Spark starts
+    spark = _session(cfg, sql_server.session_conf(cfg.serve_sql))
+    sql_server.serve(spark, cfg, secrets, reload=lambda: config_mod.load(args.config, args.loaded_overrides),
+                     log=lambda line: print(line, flush=True))
     return 0
 
 
@@ -375,7 +392,7 @@ def cmd_bench(cfg, args) -> int:
 
 
 COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
-            "sql": cmd_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "sources": cmd_sources,
+            "sql": cmd_sql, "serve-sql": cmd_serve_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "sources": cmd_sources,
             "demo-warehouse": cmd_demo_warehouse}
 
 if __name__ == "__main__":

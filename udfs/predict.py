@@ -133,13 +133,13 @@ class Scorer:
                 windows.append(_windows(name, column, self.window))
             elif isinstance(f, CategoricalFeature):
                 values, column_codes = _distinct_strings(name, column, f.default)
-                _count(counts, f"null:{name}", column.null_count)
+                _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
                 if f.max_length is not None:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
-                    _count(counts, f"truncated:{name}", int(long[column_codes].sum()))
+                    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), int(long[column_codes].sum()))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
                 unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
-                _count(counts, f"unseen:{name}", int(unseen[column_codes].sum()))
+                _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), int(unseen[column_codes].sum()))
                 codes.append(column_codes + np.int32(len(strings)))
                 strings.extend(values.to_pylist())
             else:
@@ -147,7 +147,7 @@ class Scorer:
         numbers = np.stack(numbers) if numbers else np.zeros((0, rows), np.float64)
         missing = np.isnan(numbers)  # nulls, and NaN values, take the spec's default
         for f, n in zip(self.numeric, missing.sum(axis=1).tolist()):
-            _count(counts, f"null:{f.name}", n)
+            _count(counts, contract.count_key(contract.COUNT_NULL, f.name), n)
         return (np.array(strings, dtype=object),
                 np.stack(codes) if codes else np.zeros((0, rows), np.int32),
                 np.where(missing, self.defaults, numbers).astype(np.float32),
@@ -156,7 +156,7 @@ class Scorer:
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
         out = self._graph(*self.feeds(cols, counts))
-        _count(counts, "rows", len(next(iter(cols.values()))))
+        _count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))
         if self.task == contract.AUTOENCODER:
             return pa.StructArray.from_arrays([
                 _vectors(out[contract.LATENT].numpy()),

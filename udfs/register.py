@@ -21,7 +21,7 @@ from pyspark import AccumulatorParam
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.functions import ArrowUDFType, arrow_udf
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.errors import ConfigError
+from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, StorageError, named
 from tfos_jobs.tf_import import tensorflow
@@ -50,6 +50,7 @@ class PredictionUdf:
     spec: FeatureSpec
     udf: Any
     counter: Any
+    version: str = ""  # the model's version (`served_version`): a new export or alias target changes it
 
     def __call__(self, *cols: Column | str) -> Column:
         """The UDF on DataFrame columns: the features in spec order, or none for all of them.
@@ -101,6 +102,16 @@ def served_spec(spark: SparkSession, model_dir: str, setting: str = "predict.mod
     return model_spec(storage, resolve_export_dir(storage, model_dir, setting, tracking_uri))
 
 
+def served_version(spark: SparkSession, model_dir: str, setting: str = "predict.model",
+                   tracking_uri: str | None = None) -> str:
+    """What `register` would serve for `model_dir` now (the SavedModel's place and version), read
+    without loading it: a new export, or an alias moved to another version, changes it."""
+    storage = Storage(spark)
+    export_dir = resolve_export_dir(storage, model_dir, setting, tracking_uri)
+    with named(setting, model_dir):
+        return shipping.version_of(storage, export_dir)
+
+
 def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
     """Load the model once on the driver (its local copy): a missing spec, a corrupt graph or
     a missing signature fails here, naming `export_dir`, instead of in every task of a query."""
@@ -136,11 +147,23 @@ def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
     return spec
 
 
+def refuse_connect(spark: Any, name: str) -> None:
+    """A Spark Connect client has no SparkContext, through which the model is shipped and the
+    UDF's counters come back: say so, and what serves SQL clients instead."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise TfosError(
+            f"udfs.register({name!r}): a Spark Connect session cannot register the prediction UDF: the model is "
+            "fetched on the driver and shipped to the executors through the SparkContext, which a Connect client "
+            "does not have. Register it where the SparkContext is: `tfos serve-sql` serves the same functions to any "
+            "SQL client (JDBC, ODBC, beeline), or use a classic session (SparkSession.builder without .remote()).")
+
+
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
              setting: str = "predict.model", tracking_uri: str | None = None) -> PredictionUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
     the session reaches, or a registered model `models:/NAME@alias` at `tracking_uri`; errors
     name `setting`)."""
+    refuse_connect(spark, name)
     storage = Storage(spark)
     export_dir = resolve_export_dir(storage, model_dir, setting, tracking_uri)
     with named(setting, model_dir):
@@ -156,4 +179,4 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
         udf = arrow_udf(make_udf_function(model, counter), contract.udf_return_type(contract.task_of(spec)),
                         ArrowUDFType.SCALAR_ITER)
     spark.udf.register(name, udf)
-    return PredictionUdf(name, export_dir, local_dir, spec, udf, counter)
+    return PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version)

@@ -18,6 +18,7 @@ from tfos_jobs.config.predict import PredictConfig
 from tfos_jobs.config.prepare import ActivityConfig, LookupConfig, PrepareConfig, SplitConfig
 from tfos_jobs.config.sources import FILE_FORMATS, SOURCE_FORMATS, SourceConfig
 from tfos_jobs.config.spark import SparkConfig
+from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.config.tracking import TrackingConfig
 from tfos_jobs.config.train import ModelConfig, TrainConfig, parse_ports
 from tfos_jobs.errors import ConfigError
@@ -42,6 +43,7 @@ class Config:
     train: TrainConfig = TrainConfig()
     predict: PredictConfig = PredictConfig()
     tracking: TrackingConfig = TrackingConfig()
+    serve_sql: ServeSqlConfig = ServeSqlConfig()
 
     def errors(self) -> list[str]:
         """Every section's problems; those between sections are each section's to find."""
@@ -51,7 +53,7 @@ class Config:
         errs += self.train.errors(self.features)
         errs += self.predict.errors(self.sources)
         errs += self.synthetic.errors() + self.fleet.errors()
-        errs += self.tracking.errors()
+        errs += self.tracking.errors() + self.serve_sql.errors()
         return errs
 
 

@@ -53,6 +53,16 @@ MODEL_OUTPUT = {Task.BINARY: PROBABILITY, Task.MULTICLASS: PROBABILITIES, Task.R
 UDF_FIELDS = {Task.BINARY: (PROBABILITY, LABEL), Task.MULTICLASS: (PROBABILITY, LABEL), Task.REGRESSION: (VALUE,),
               AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY)}
 
+# The UDF's counters (`PredictionUdf.counts()`): COUNT_ROWS scored, and per feature
+# f"{COUNT_NULL}:{name}" nulls filled with the spec's default, f"{COUNT_UNSEEN}:{name}" values
+# outside the vocabulary, f"{COUNT_TRUNCATED}:{name}" strings cut to the feature's max_length.
+COUNT_ROWS, COUNT_NULL, COUNT_UNSEEN, COUNT_TRUNCATED = "rows", "null", "unseen", "truncated"
+
+
+def count_key(kind: str, feature: str) -> str:
+    return f"{kind}:{feature}"
+
+
 # `tfos predict`'s output: the input rows with the UDF's fields as `predicted_<field>` columns, or
 # a regression's value as `prediction`; sensor windows keep their fields' own names.
 PREDICTION = "prediction"

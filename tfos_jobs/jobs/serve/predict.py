@@ -78,7 +78,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     summary = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
                "seconds": round(time.time() - started, 1)}
     log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")
-    served = {k: v for k, v in summary["counts"].items() if k != "rows"}
+    served = {k: v for k, v in summary["counts"].items() if k != contract.COUNT_ROWS}
     if served:
         log("  filled nulls / unseen categories: " + ", ".join(f"{k} {v:,}" for k, v in served.items()))
     if isinstance(out, output.Files):

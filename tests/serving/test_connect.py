@@ -1,0 +1,37 @@
+"""Spark Connect: a Connect client cannot ship the model, and `udfs.register` says so and what to use."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CLIENT = """
+import sys
+from pyspark.sql import SparkSession
+
+import udfs
+from tfos_jobs.errors import TfosError
+
+spark = SparkSession.builder.remote("local[2]").getOrCreate()  # a local Spark Connect server and its client
+try:
+    print("rows:", spark.range(3).count())  # the client itself works
+    udfs.register(spark, "predict_income", sys.argv[1])
+except TfosError as e:
+    print("refused:", e)
+finally:
+    spark.stop()
+"""
+
+
+def test_udfs_register_on_a_connect_session_says_what_to_use(setup):
+    _, model, _ = setup
+    proc = subprocess.run([sys.executable, "-c", CLIENT, str(model)], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rows: 3" in proc.stdout
+    assert ("refused: udfs.register('predict_income'): a Spark Connect session cannot register the prediction UDF"
+            in proc.stdout), proc.stdout + proc.stderr[-3000:]
+    assert "tfos serve-sql" in proc.stdout

@@ -1,0 +1,271 @@
+"""`tfos serve-sql` as its users meet it: a real server process answering beeline (pyspark's own,
+over JDBC) and PyHive (Python DB-API) with the numbers `tfos sql` gives, its password check, and
+a model swapped while queries run."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from tfos_jobs.contracts import sql_endpoint as contract
+from tfos_jobs.jobs.serve import sql
+from tfos_jobs.jobs.train.driver import job as train_job
+
+from tests.conftest import CENSUS
+
+ROOT = Path(__file__).resolve().parents[2]
+BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
+PASSWORD = "correct-horse-battery-staple"  # beeline splits arguments on spaces
+FUNCTION = "predict_income"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def query(inputs: tuple[str, ...]) -> str:
+    return (f"SELECT education, avg({FUNCTION}({', '.join(inputs)}).probability) AS p "
+            f"FROM {sql.FEATURES_VIEW} GROUP BY education")
+
+
+class Server:
+    """`tfos serve-sql` in its own process; its output lines are kept and can be waited for."""
+
+    def __init__(self, config_file: Path, overrides: list[str], port: int, env: dict[str, str]):
+        cmd = [sys.executable, "-m", "tfos_jobs.cli", "serve-sql", "--config", str(config_file), "--port", str(port),
+               "--set", "serve_sql.status_seconds=1", *[a for o in overrides for a in ("--set", o)]]
+        self.port, self.lines, self.seen = port, queue.Queue(), []
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                     env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, prefix: str, timeout: float = 240.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"tfos serve-sql exited ({self.proc.wait()}):\n" + "\n".join(self.seen[-40:]))
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no {prefix!r} line in {timeout:.0f} s:\n" + "\n".join(self.seen[-40:]))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def beeline(url: str, statement: str, password: str) -> list[list[str]]:
+    """Rows (header first) beeline prints as CSV; its errors fail the test with its output."""
+    proc = subprocess.run([str(BEELINE), "-u", url, "-n", "analyst", "-p", password, "--silent=true",
+                           "--outputformat=csv2", "-e", statement], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"beeline exited {proc.returncode}: {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
+    text = re.sub(r"(?m)^\d+: jdbc:\S+> ?", "", proc.stdout)  # its prompt, printed before the result
+    return [row for row in csv.reader(io.StringIO(text)) if row]
+
+
+def dbapi(port: int, statement: str, password: str) -> list[tuple]:
+    from pyhive import hive
+
+    conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password=password, auth="CUSTOM")
+    try:
+        cursor = conn.cursor()
+        cursor.execute(statement)
+        return cursor.fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def second_model(spark, setup, tmp_path_factory):
+    """Another model of the same spec (one epoch, another seed): different numbers."""
+    cfg, _, _ = setup
+    model = tmp_path_factory.mktemp("second") / "model"
+    train_job.run(spark, dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, model_dir=str(model), epochs=1, seed=cfg.train.seed + 1)), log=lambda _: None)
+    return model
+
+
+@pytest.fixture(scope="module")
+def server(setup, tmp_path_factory):
+    """On every interface with a password (clients connect over 127.0.0.1)."""
+    cfg, model, _ = setup
+    root = tmp_path_factory.mktemp("serve-sql")
+    config_file = root / "serve.toml"
+    write_config(config_file, model)
+    overrides = [f"spark.master=local[2]", "spark.app_name=tfos-serve-sql-test",
+                 *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
+    srv = Server(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD})
+    try:
+        srv.wait_for(contract.READY)
+        yield srv, config_file
+    finally:
+        code = srv.stop()
+        assert code == 0, "\n".join(srv.seen[-40:])
+
+
+def write_config(path: Path, model: Path) -> None:
+    path.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\nbind = "0.0.0.0"\nauth = "password"\n\n'
+                    f'[serve_sql.functions]\n{FUNCTION} = "{model}"\n')
+
+
+def in_process(spark, setup, model: Path):
+    """What `tfos sql` answers to the query with `model` serving FUNCTION, and the model's inputs."""
+    from udfs.register import served_spec
+
+    cfg, _, _ = setup
+    inputs = served_spec(spark, str(model)).model_inputs
+    return sql.run(spark, cfg, query(inputs), model=str(model), name=FUNCTION, log=lambda _: None), inputs
+
+
+def close(got: list[tuple], want: list) -> bool:
+    """Same groups, averages equal to 1e-9 (the order of a sum may differ between runs)."""
+    return len(got) == len(want) and all(
+        g[0] == w[0] and abs(g[1] - w[1]) <= 1e-9 * max(1.0, abs(w[1])) for g, w in zip(got, want))
+
+
+def test_beeline_and_dbapi_give_tfos_sqls_numbers(spark, setup, server):
+    srv, _ = server
+    want, inputs = in_process(spark, setup, setup[1])
+    url = contract.jdbc_url("127.0.0.1", srv.port, "binary", "cliservice", False)
+    header, *rows = beeline(url, query(inputs), PASSWORD)
+    assert header == ["education", "p"]
+    from_beeline = spark.createDataFrame([(e, float(p)) for e, p in rows], want.schema)
+    from_dbapi = spark.createDataFrame(dbapi(srv.port, query(inputs), PASSWORD), want.schema)
+    assert want.count() >= 10
+    assertDataFrameEqual(from_beeline, want, rtol=1e-9)
+    assertDataFrameEqual(from_dbapi, want, rtol=1e-9)
+    status = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}",
+                        PASSWORD))
+    assert list(status) == [FUNCTION]
+
+
+def test_wrong_password_is_rejected_right_one_admitted(server):
+    srv, _ = server
+    from pyhive.exc import OperationalError
+    from thrift.transport.TTransport import TTransportException
+
+    with pytest.raises((TTransportException, OperationalError), match="Error validating the login"):
+        dbapi(srv.port, "SELECT 1", "wrong-password")
+    url = contract.jdbc_url("127.0.0.1", srv.port, "binary", "cliservice", False)
+    with pytest.raises(RuntimeError, match="Error validating the login"):
+        beeline(url, "SELECT 1", "wrong-password")
+    assert dbapi(srv.port, "SELECT 41 + 1", PASSWORD) == [(42,)]
+
+
+def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, server, second_model):
+    srv, config_file = server
+    first, inputs = in_process(spark, setup, setup[1])
+    first_rows = sorted(first.collect())
+    second, _ = in_process(spark, setup, second_model)
+    second_rows = sorted(second.collect())
+    assert first_rows != second_rows  # the swap is visible in the numbers
+    statement = query(inputs)
+    results, errors, done = [], [], threading.Event()
+
+    def keep_querying() -> None:
+        while not done.is_set():
+            try:
+                results.append(sorted(dbapi(srv.port, statement, PASSWORD)))
+            except Exception as e:  # any failure during the swap fails the test
+                errors.append(repr(e))
+
+    worker = threading.Thread(target=keep_querying)
+    worker.start()
+    try:
+        while not results and not errors:
+            time.sleep(0.5)
+        write_config(config_file, second_model)
+        srv.proc.send_signal(signal.SIGHUP)
+        line = srv.wait_for(contract.RELOADED)
+        assert FUNCTION in line and str(second_model) in line
+        after = sorted(dbapi(srv.port, statement, PASSWORD))
+    finally:
+        done.set()
+        worker.join(timeout=300)
+    assert not errors, errors
+    assert len(results) >= 2
+    assertDataFrameEqual(spark.createDataFrame(after, second.schema), second, rtol=1e-9)
+    # every answer came whole from one model or the other
+    assert all(close(r, first_rows) or close(r, second_rows) for r in results), results
+    assert close(results[0], first_rows)
+
+
+@pytest.mark.slow
+def test_http_transport_with_a_password(spark, setup, tmp_path):
+    """HiveServer2 over HTTP (what load balancers and ODBC drivers in HTTP mode use), loopback, with
+    a password from a private file: beeline and PyHive over HTTP give tfos sql's numbers."""
+    import base64
+
+    from pyhive import hive
+    from thrift.transport import THttpClient
+    from thrift.transport.TTransport import TTransportException
+
+    cfg, model, _ = setup
+    secret = tmp_path / "password"
+    secret.write_text(PASSWORD + "\n")
+    secret.chmod(0o600)
+    config_file = tmp_path / "serve.toml"
+    config_file.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\ntransport = "http"\nauth = "password"\n'
+                           f'password_file = "{secret}"\nuser = "analyst"\n')
+    overrides = ["spark.master=local[2]", f"predict.model={model}", f"predict.name={FUNCTION}",
+                 *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
+    srv = Server(config_file, overrides, free_port(), {})
+    try:
+        url = srv.wait_for(contract.READY).split()[-1].replace("localhost", "127.0.0.1")
+        assert url == contract.jdbc_url("127.0.0.1", srv.port, "http", "cliservice", False)
+        want, inputs = in_process(spark, setup, model)
+        header, *rows = beeline(url, query(inputs), PASSWORD)
+        assertDataFrameEqual(spark.createDataFrame([(e, float(p)) for e, p in rows], want.schema), want, rtol=1e-9)
+
+        def over_http(user: str, password: str) -> list[tuple]:
+            transport = THttpClient.THttpClient(f"http://127.0.0.1:{srv.port}/cliservice")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            transport.setCustomHeaders({"Authorization": f"Basic {token}"})
+            conn = hive.connect(thrift_transport=transport)
+            try:
+                cursor = conn.cursor()
+                cursor.execute(query(inputs))
+                return cursor.fetchall()
+            finally:
+                conn.close()
+
+        assertDataFrameEqual(spark.createDataFrame(over_http("analyst", PASSWORD), want.schema), want, rtol=1e-9)
+        with pytest.raises(TTransportException):  # HTTP 401: the answer holds no Thrift frame
+            over_http("analyst", "wrong-password")
+        with pytest.raises(TTransportException):  # only the configured user name is admitted
+            over_http("someone-else", PASSWORD)
+        with pytest.raises(RuntimeError, match="HTTP Response code: 401"):
+            beeline(url, "SELECT 1", "wrong-password")
+    finally:
+        assert srv.stop() == 0, "\n".join(srv.seen[-40:])
