@@ -91,11 +91,12 @@ class Bench:
     def say(self, text: str) -> None:
         self.log(f"[{time.time() - self.started:6.0f} s] {text}")
 
-    def session(self, master: str) -> SparkSession:
+    def session(self, master: str, extra_conf: dict[str, str] | None = None) -> SparkSession:
         """A fresh session on `master`; the previous one is stopped first."""
         self.stop()
         self.say(f"Spark session on {master}")
-        self.spark = session_mod.build(SparkConfig(master=master, app_name=self.app_name, conf=self.spark_conf))
+        conf = {**self.spark_conf, **(extra_conf or {})}
+        self.spark = session_mod.build(SparkConfig(master=master, app_name=self.app_name, conf=conf))
         return self.spark
 
     def stop(self) -> None:

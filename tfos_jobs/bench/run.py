@@ -7,14 +7,16 @@ Three Spark sessions, one after the other, in this one process:
      trains in this driver while the executors idle, against TF clusters of 1, 2 and 3
      multi_worker_mirrored workers and a parameter-server cluster, all on the same global
      batch (P3, P6, P7, P8, scaling);
-  3. `local[2]` again: the SQL UDF against the in-process model call (P4), SQL at 1x and
-     16x (P5).
+  3. `local[2]` again, with HiveServer2's settings: the SQL UDF against the in-process model
+     call (P4), Spark's predict_batch_udf (P9) and MLflow's spark_udf (P12), SQL at 1x and 16x
+     (P5), and the aggregate query through JDBC against in-process (P13).
 Every figure of one comparison comes from the same session, alternating repeat by repeat.
 """
 from __future__ import annotations
 
 from tfos_jobs.bench.context import Bench, Run
-from tfos_jobs.bench.stages import data, serving, training, writes
+from tfos_jobs.bench.stages import data, serving, sql_endpoint, training, writes
+from tfos_jobs.jobs.serve import sql_server
 
 
 def run_all(bench: Bench) -> Run:
@@ -35,9 +37,11 @@ def run_all(bench: Bench) -> Run:
         bench.stage("P3 P6 P7 P8 training and scaling", lambda: training.training(bench))
         if bench.remote:
             bench.stage("P11 training from a Hadoop filesystem", lambda: training.remote_training(bench))
-        bench.session(bench.spark_master)
+        served = sql_endpoint.endpoint_config()
+        bench.session(bench.spark_master, sql_server.session_conf(served))  # P13's server is on this session
         bench.stage("P4 P5 P9 P12 serving", lambda: serving.serving(bench))
         bench.stage("tfos predict vs a Parquet write", lambda: serving.predict_vs_write(bench))
+        bench.stage("P13 SQL through JDBC", lambda: sql_endpoint.through_jdbc(bench, served))
     finally:
         bench.stop()
     bench.run.results.sort(key=lambda r: r.id)
