@@ -1,7 +1,7 @@
 """Configuration: TOML in `conf/` -> frozen dataclasses, with `--set key=value` overrides.
 
 One module per section (`[spark]`, `[sources.*]`, `[prepare]`, `[train]`, `[predict]`,
-`[tracking]`, the demo data sets), each checking itself (`errors()`, as `FeatureSpec.errors`
+`[tracking]`, `[serve_sql]`, the demo data sets), each checking itself (`errors()`, as `FeatureSpec.errors`
 does); `Config` adds what spans sections. Everything is checked here, before any Spark job starts; an error names the key
 (as a dotted path, the way it is written with `--set`) and what it allows.
 """
@@ -26,7 +26,7 @@ from tfos_jobs.features.spec import FeatureSpec
 
 __all__ = [
     "ActivityConfig", "Config", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
-    "PrepareConfig", "SOURCE_FORMATS", "SourceConfig", "SparkConfig", "SplitConfig", "SyntheticConfig", "TrackingConfig",
+    "PrepareConfig", "SOURCE_FORMATS", "ServeSqlConfig", "SourceConfig", "SparkConfig", "SplitConfig", "SyntheticConfig", "TrackingConfig",
     "TrainConfig", "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml",
     "to_dict", "validate",
 ]
