@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
 PASSWORD = "correct-horse-battery-staple"  # beeline splits arguments on spaces
 FUNCTION = "predict_income"
+PINNED = "predict_income_pinned"  # a second function, on the first model throughout
 
 
 def free_port() -> int:
@@ -122,7 +123,7 @@ def server(setup, tmp_path_factory):
     cfg, model, _ = setup
     root = tmp_path_factory.mktemp("serve-sql")
     config_file = root / "serve.toml"
-    write_config(config_file, model)
+    write_config(config_file, model, model)
     overrides = [f"spark.master=local[2]", "spark.app_name=tfos-serve-sql-test",
                  *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
     srv = Server(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD})
@@ -134,9 +135,10 @@ def server(setup, tmp_path_factory):
         assert code == 0, "\n".join(srv.seen[-40:])
 
 
-def write_config(path: Path, model: Path) -> None:
+def write_config(path: Path, model: Path, pinned: Path) -> None:
+    """FUNCTION serves `model`; PINNED keeps serving `pinned` beside it."""
     path.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\nbind = "0.0.0.0"\nauth = "password"\n\n'
-                    f'[serve_sql.functions]\n{FUNCTION} = "{model}"\n')
+                    f'[serve_sql.functions]\n{FUNCTION} = "{model}"\n{PINNED} = "{pinned}"\n')
 
 
 def in_process(spark, setup, model: Path):
@@ -165,9 +167,16 @@ def test_beeline_and_dbapi_give_tfos_sqls_numbers(spark, setup, server):
     assert want.count() >= 10
     assertDataFrameEqual(from_beeline, want, rtol=1e-9)
     assertDataFrameEqual(from_dbapi, want, rtol=1e-9)
-    status = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}",
-                        PASSWORD))
-    assert list(status) == [FUNCTION]
+    # the counters: beeline's query and PyHive's each scored every row of the view once
+    scored = 2 * setup[2].count()
+    deadline = time.monotonic() + 30
+    while True:
+        status = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}",
+                            PASSWORD))
+        if status.get(FUNCTION) == scored or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert status == {FUNCTION: scored, PINNED: 0}
 
 
 def test_wrong_password_is_rejected_right_one_admitted(server):
@@ -205,10 +214,10 @@ def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, 
     try:
         while not results and not errors:
             time.sleep(0.5)
-        write_config(config_file, second_model)
+        write_config(config_file, second_model, setup[1])
         srv.proc.send_signal(signal.SIGHUP)
         line = srv.wait_for(contract.RELOADED)
-        assert FUNCTION in line and str(second_model) in line
+        assert line.startswith(f"{contract.RELOADED} {FUNCTION}:") and str(second_model) in line  # only it changed
         after = sorted(dbapi(srv.port, statement, PASSWORD))
     finally:
         done.set()
@@ -216,6 +225,8 @@ def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, 
     assert not errors, errors
     assert len(results) >= 2
     assertDataFrameEqual(spark.createDataFrame(after, second.schema), second, rtol=1e-9)
+    pinned = sorted(dbapi(srv.port, statement.replace(f"avg({FUNCTION}(", f"avg({PINNED}("), PASSWORD))
+    assert close(pinned, first_rows)  # the other function kept its model
     # every answer came whole from one model or the other
     assert all(close(r, first_rows) or close(r, second_rows) for r in results), results
     assert close(results[0], first_rows)
@@ -269,3 +280,37 @@ def test_http_transport_with_a_password(spark, setup, tmp_path):
             beeline(url, "SELECT 1", "wrong-password")
     finally:
         assert srv.stop() == 0, "\n".join(srv.seen[-40:])
+
+
+@pytest.mark.slow
+def test_tls(setup, tmp_path):
+    """With a keystore, clients must speak TLS; the keystore's password appears nowhere."""
+    cfg, model, _ = setup
+    keystore, truststore, cert = tmp_path / "server.jks", tmp_path / "trust.jks", tmp_path / "server.cer"
+    store_password = "keystore-secret-123"
+    for args in (["-genkeypair", "-alias", "tfos", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2",
+                  "-dname", "CN=localhost", "-ext", "SAN=dns:localhost,ip:127.0.0.1", "-keystore", str(keystore),
+                  "-storepass", store_password, "-keypass", store_password, "-storetype", "JKS"],
+                 ["-exportcert", "-alias", "tfos", "-keystore", str(keystore), "-storepass", store_password,
+                  "-file", str(cert)],
+                 ["-importcert", "-noprompt", "-alias", "tfos", "-file", str(cert), "-keystore", str(truststore),
+                  "-storepass", "truststore-123", "-storetype", "JKS"]):
+        subprocess.run(["keytool", *args], check=True, capture_output=True, timeout=120)
+    overrides = ["spark.master=local[2]", f"predict.model={model}", f"serve_sql.tls_keystore={keystore}",
+                 "serve_sql.tls_keystore_password_env=TEST_KEYSTORE_PASSWORD",
+                 *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
+    srv = Server(CENSUS, overrides, free_port(), {"TEST_KEYSTORE_PASSWORD": store_password})
+    try:
+        url = srv.wait_for(contract.READY).split()[-1]
+        assert url.endswith(";ssl=true")
+        secure = f"{url};sslTrustStore={truststore};trustStorePassword=truststore-123"
+        assert beeline(secure, "SELECT 41 + 1 AS answer", "unused") == [["answer"], ["42"]]
+        with pytest.raises(RuntimeError, match="Could not open client transport"):
+            beeline(url.removesuffix(";ssl=true"), "SELECT 1", "unused")
+    finally:
+        assert srv.stop() == 0, "\n".join(srv.seen[-40:])
+        while not srv.lines.empty():
+            line = srv.lines.get()
+            if line is not None:
+                srv.seen.append(line)
+    assert not [line for line in srv.seen if store_password in line]
