@@ -296,7 +296,8 @@ def test_tls(setup, tmp_path):
                  ["-importcert", "-noprompt", "-alias", "tfos", "-file", str(cert), "-keystore", str(truststore),
                   "-storepass", "truststore-123", "-storetype", "JKS"]):
         subprocess.run(["keytool", *args], check=True, capture_output=True, timeout=120)
-    overrides = ["spark.master=local[2]", f"predict.model={model}", f"serve_sql.tls_keystore={keystore}",
+    overrides = ["spark.master=local[2]", f"predict.model={model}", "serve_sql.auth=none",  # loopback
+                 f"serve_sql.tls_keystore={keystore}",
                  "serve_sql.tls_keystore_password_env=TEST_KEYSTORE_PASSWORD",
                  *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
     srv = Server(CENSUS, overrides, free_port(), {"TEST_KEYSTORE_PASSWORD": store_password})

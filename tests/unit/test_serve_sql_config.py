@@ -27,12 +27,14 @@ def test_loopback_addresses(address, loopback):
     assert is_loopback(address) is loopback
 
 
-def test_other_addresses_need_authentication():
-    assert config.load(CENSUS).serve_sql.bind == "127.0.0.1"
+def test_logins_are_checked_unless_loopback_opts_out():
+    served = config.load(CENSUS).serve_sql
+    assert (served.bind, served.auth) == ("127.0.0.1", "password")
+    assert config.load(CENSUS, ["serve_sql.auth=none"]).serve_sql.auth == "none"  # loopback only
     with pytest.raises(ConfigError, match="serve_sql.bind: '0.0.0.0' is reachable from other hosts; it needs "
                                           "serve_sql.auth"):
-        config.load(CENSUS, ["serve_sql.bind=0.0.0.0"])
-    cfg = config.load(CENSUS, ["serve_sql.bind=0.0.0.0", "serve_sql.auth=password"])
+        config.load(CENSUS, ["serve_sql.bind=0.0.0.0", "serve_sql.auth=none"])
+    cfg = config.load(CENSUS, ["serve_sql.bind=0.0.0.0"])
     assert cfg.serve_sql.auth == "password"
     with pytest.raises(ConfigError, match="serve_sql.ldap_url: auth = 'ldap' needs"):
         config.load(CENSUS, ["serve_sql.bind=0.0.0.0", "serve_sql.auth=ldap"])
@@ -89,13 +91,13 @@ def test_jdbc_urls():
 
 def test_serve_sql_refuses_an_open_address_without_a_password_before_spark_starts():
     proc = subprocess.run([sys.executable, "-m", "tfos_jobs.cli", "serve-sql", "--config", str(CENSUS),
-                           "--bind", "0.0.0.0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                           "--bind", "0.0.0.0", "--set", "serve_sql.auth=none"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2
     assert "serve_sql.bind: '0.0.0.0' is reachable from other hosts" in proc.stderr
     env = {k: v for k, v in os.environ.items() if k != "TFOS_SQL_PASSWORD"}
     proc = subprocess.run([sys.executable, "-m", "tfos_jobs.cli", "serve-sql", "--config", str(CENSUS),
-                           "--bind", "0.0.0.0", "--set", "serve_sql.auth=password"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+                           "--bind", "0.0.0.0"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 2
     assert "serve_sql.password_env: the environment variable TFOS_SQL_PASSWORD is not set" in proc.stderr
     assert "log4j" not in proc.stdout + proc.stderr  # refused before a Spark JVM started

@@ -22,10 +22,11 @@ def is_loopback(address: str) -> bool:
 @dataclass(frozen=True)
 class ServeSqlConfig:
     """`functions` maps SQL function names to models (directories on any filesystem, or
-    `models:/NAME@alias`); empty: `predict.name` serving `predict.model`. Any `bind` other than a
-    loopback address needs `auth`: `password` (one password, read at start from the environment
-    variable `password_env` or the file `password_file`, never from the config; `user`, if set,
-    is the one user name admitted) or `ldap` (HiveServer2's LDAP check against `ldap_url`).
+    `models:/NAME@alias`); empty: `predict.name` serving `predict.model`. Every login is checked:
+    `auth = "password"` (one password, read at start from the environment variable
+    `password_env` or the file `password_file`, never from the config; `user`, if set, is the
+    one user name admitted) or `ldap` (HiveServer2's LDAP check against `ldap_url`); `none`
+    (anyone who can reach the port) is allowed on a loopback `bind` only.
     `tls_keystore` (a JKS or PKCS12 file; its password in the variable
     `tls_keystore_password_env`) turns on TLS. Queries run as the server's own user."""
 
@@ -34,7 +35,7 @@ class ServeSqlConfig:
     transport: Literal["binary", "http"] = "binary"
     http_path: str = "cliservice"
     functions: Mapping[str, str] = field(default_factory=dict)
-    auth: Literal["none", "password", "ldap"] = "none"
+    auth: Literal["password", "ldap", "none"] = "password"
     user: str = ""
     password_env: str = "TFOS_SQL_PASSWORD"
     password_file: str = ""

@@ -119,10 +119,10 @@ class Endpoint:
         self.spark, self.log = spark, log
         self.served: dict[str, Served] = {}
 
-    def register(self, config: Config) -> list[str]:
+    def register(self, config: Config, serving: bool = False) -> list[str]:
         """(Re-)register every configured function whose model is new or changed, and drop those
-        no longer configured; the names registered. A model that cannot be served raises
-        (at start) or, once serving, leaves that function on its current model."""
+        no longer configured; the names registered. A model that cannot be served raises at
+        start; once `serving`, it leaves that function on its current model (or unregistered)."""
         from udfs import register
         from udfs.register import served_version
 
@@ -139,7 +139,7 @@ class Endpoint:
                 udf = register(self.spark, name, model, batch_size=config.predict.batch_size, setting=setting,
                                tracking_uri=tracking)
             except TfosError as e:
-                if not self.served:
+                if not serving:
                     raise
                 failures.append(f"{name}: {e}")
                 continue
@@ -244,6 +244,8 @@ def serve(spark: SparkSession, config: Config, secrets: Secrets, reload: Callabl
     host = "localhost" if cfg.bind in ("127.0.0.1", "::1") else cfg.bind
     url = contract.jdbc_url(host, cfg.port, cfg.transport, cfg.http_path, bool(cfg.tls_keystore))
     log(f"tfos serve-sql: functions {endpoint.describe()}; views {', '.join(views + [contract.STATUS_VIEW])}")
+    if cfg.auth == "none":
+        log(f"tfos serve-sql: warning: serve_sql.auth = 'none': every user of this host can connect to port {cfg.port}")
     log(f"tfos serve-sql: authentication {cfg.auth}{', TLS' if cfg.tls_keystore else ''}; every query runs as "
         f"user {getpass.getuser()!r} of this process, whatever user name a client gives")
     log(f"{contract.READY} {url}")
@@ -284,7 +286,7 @@ def _reload(endpoint: Endpoint, reload: Callable[[], Config], running: ServeSqlC
         return
     if _endpoint_settings(config.serve_sql) != _endpoint_settings(running):
         log("tfos serve-sql: warning: the server's address, transport and authentication change only on a restart")
-    changed = endpoint.register(config)
+    changed = endpoint.register(config, serving=True)
     endpoint.open_views(config)
     log(f"{contract.RELOADED} {', '.join(changed) or 'nothing'}: {endpoint.describe()}")
 
