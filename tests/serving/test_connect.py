@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CLIENT = """
@@ -26,6 +28,7 @@ finally:
 """
 
 
+@pytest.mark.slow  # starts a Spark Connect server
 def test_udfs_register_on_a_connect_session_says_what_to_use(setup):
     _, model, _ = setup
     proc = subprocess.run([sys.executable, "-c", CLIENT, str(model)], capture_output=True, text=True, timeout=300,

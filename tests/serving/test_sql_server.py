@@ -192,6 +192,7 @@ def test_wrong_password_is_rejected_right_one_admitted(server):
     assert dbapi(srv.port, "SELECT 41 + 1", PASSWORD) == [(42,)]
 
 
+@pytest.mark.slow  # trains a second model
 def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, server, second_model):
     srv, config_file = server
     first, inputs = in_process(spark, setup, setup[1])
