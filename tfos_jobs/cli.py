@@ -265,7 +265,7 @@ def cmd_serve_sql(cfg, args) -> int:
     from tfos_jobs.jobs.serve import sql_server
 
     secrets = sql_server.read_secrets(cfg.serve_sql)  # a missing password stops before Spark starts
-    spark = _session(cfg, sql_server.session_conf(cfg.serve_sql))
+    spark = _session(cfg, sql_server.session_conf(cfg.serve_sql, cfg.spark.conf))
     sql_server.serve(spark, cfg, secrets, reload=lambda: config_mod.load(args.config, args.loaded_overrides),
                      log=lambda line: print(line, flush=True))
     return 0

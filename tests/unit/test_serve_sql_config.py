@@ -81,6 +81,9 @@ def test_the_session_settings_hold_no_secret():
     assert conf["spark.hadoop.hive.server2.transport.mode"] == "http"
     assert conf["spark.hadoop.hive.server2.thrift.http.port"] == "10555"
     assert not [k for k in conf if "password" in k]
+    assert conf["spark.driver.extraClassPath"].endswith("tfos-tfrecord.jar")  # the password check's class
+    given = sql_server.session_conf(cfg.serve_sql, {"spark.driver.extraClassPath": "/opt/extra.jar"})
+    assert given["spark.driver.extraClassPath"].startswith("/opt/extra.jar" + os.pathsep)
 
 
 def test_jdbc_urls():

@@ -38,7 +38,7 @@ def run_all(bench: Bench) -> Run:
         if bench.remote:
             bench.stage("P11 training from a Hadoop filesystem", lambda: training.remote_training(bench))
         served = sql_endpoint.endpoint_config()
-        bench.session(bench.spark_master, sql_server.session_conf(served))  # P13's server is on this session
+        bench.session(bench.spark_master, sql_server.session_conf(served, bench.spark_conf))  # P13's server
         bench.stage("P4 P5 P9 P12 serving", lambda: serving.serving(bench))
         bench.stage("tfos predict vs a Parquet write", lambda: serving.predict_vs_write(bench))
         bench.stage("P13 SQL through JDBC", lambda: sql_endpoint.through_jdbc(bench, served))

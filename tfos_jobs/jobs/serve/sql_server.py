@@ -33,6 +33,7 @@ from tfos_jobs.jobs.serve import sql
 
 THRIFT_SERVER = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 HIVE = "hive.server2."
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"  # read when the driver JVM starts
 START_SECONDS = 60.0  # for the server's port to accept connections
 
 
@@ -83,11 +84,17 @@ def _password_file(path: str) -> str:
     return password
 
 
-def session_conf(cfg: ServeSqlConfig) -> dict[str, str]:
-    """Settings the session must start with: one session for every client, and the server's
-    address, transport and authentication (no secret: those go to the JVM at start)."""
+def session_conf(cfg: ServeSqlConfig, spark_conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings the session must start with: one session for every client, the server's
+    address, transport and authentication (no secret: those go to the JVM at start), and the
+    package's jar on the driver's own class path: HiveServer2 looks the password check up with
+    whatever class loader its handler thread has, which need not see `spark.jars`."""
+    from tfos_jobs.session import tfrecord_jar
+
+    given = (spark_conf or {}).get(DRIVER_CLASS_PATH, "")
     h = f"spark.hadoop.{HIVE}"
     return {
+        DRIVER_CLASS_PATH: os.pathsep.join(p for p in (given, str(tfrecord_jar())) if p),
         "spark.sql.hive.thriftServer.singleSession": "true",
         f"{h}thrift.bind.host": cfg.bind,
         f"{h}transport.mode": cfg.transport,
