@@ -14,6 +14,8 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from tfos_jobs import session as session_mod
+from tfos_jobs.config.serve_sql import ServeSqlConfig
+from tfos_jobs.jobs.serve import sql_server
 from tfos_jobs.bench.harness import Figure, Log, Result, Sample, interleave
 from tfos_jobs.bench.sizes import Sizes
 from tfos_jobs.config import Config, SparkConfig
@@ -81,6 +83,10 @@ class Bench:
         self.small = bench_config(cfg, sizes, work, "1x")
         self.big = bench_config(cfg, sizes, work, "16x")
         self.spark_conf = {**cfg.spark.conf, **SPARK_CONF}
+        # Read only when the first session starts the JVM, which every later one reuses: P13's
+        # HiveServer2 needs the package's jar there (sql_server.session_conf).
+        self.spark_conf[sql_server.DRIVER_CLASS_PATH] = sql_server.session_conf(
+            ServeSqlConfig(), cfg.spark.conf)[sql_server.DRIVER_CLASS_PATH]
         self.app_name = f"{cfg.spark.app_name}-bench"
         self.spark: SparkSession | None = None
         self.run = Run()
