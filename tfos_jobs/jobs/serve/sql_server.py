@@ -148,7 +148,8 @@ class Endpoint:
             except TfosError as e:
                 if not serving:
                     raise
-                failures.append(f"{name}: {e}")
+                kept = f"kept the current model of {name}" if current else f"{name} not registered"
+                failures.append(f"{kept}: {e}")
                 continue
             self.served[name] = Served(model, udf, dt.datetime.now(dt.timezone.utc))
             changed.append(name)
@@ -157,7 +158,7 @@ class Endpoint:
             del self.served[name]
             changed.append(name)
         for failure in failures:
-            self.log(f"tfos serve-sql: error: kept the current model of {failure}")
+            self.log(f"tfos serve-sql: error: {failure}")
         self.refresh_status()
         return changed
 
