@@ -1,4 +1,7 @@
-"""A small dataset and a model trained on it (local strategy), shared by the serving tests."""
+"""A small dataset and a model trained on it (local strategy), shared by the serving tests.
+
+Two numeric features use the embedded encodings (periodic, piecewise-linear over quantile bins),
+so every serving path is checked on them too."""
 from __future__ import annotations
 
 import pytest
@@ -21,7 +24,8 @@ def setup(spark, tmp_path_factory):
     synthetic.generate(spark, str(raw), PEOPLE, 5.0, 11, "2026-01-01")
     cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE) + [
         f"train.dataset={out}", f"train.model_dir={model}", "train.strategy=local", "train.epochs=2",
-        "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}"])
+        "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}",
+        "features.capital_gain.encoding=periodic", "features.age.encoding=piecewise_linear", "features.age.bins=8"])
     prepare.run(spark, cfg)
     train_job.run(spark, cfg, log=lambda _: None)
     features, _ = assemble(spark, cfg, for_prediction=True)

@@ -35,6 +35,7 @@ def in_process(model_dir: Path, rows: dict[str, list]) -> np.ndarray:
 def test_udf_equals_the_savedmodel_called_in_process(spark, setup):
     cfg, model, features = setup
     p = udfs.register(spark, "predict_income", str(model))
+    assert (p.spec.get("capital_gain").encoding, p.spec.get("age").encoding) == ("periodic", "piecewise_linear")
     complete = features.dropna(subset=list(p.spec.model_inputs)).limit(400)
     scored = complete.select(*p.spec.model_inputs, p().alias("p")).collect()
     rows = {name: [r[name] if isinstance(r[name], str) else float(r[name]) for r in scored] for name in p.spec.model_inputs}

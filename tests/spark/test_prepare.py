@@ -232,16 +232,29 @@ def test_uci_adult_files_run_through_the_same_pipeline(spark, tmp_path):
     cfg = config.load(CENSUS.parent / "adult.toml", [
         f"sources.people.path={tmp_path}/adult.data,{tmp_path}/adult.test", f"prepare.output={tmp_path}/out",
         "spark.master=local[2]", "prepare.files_per_split=1", "features.native_country.min_count=1",
+        "features.age.encoding=piecewise_linear", "features.age.bins=2",
     ])
     manifest = prepare.run(spark, cfg).to_dict()
-    assert manifest["splits"]["train"]["records"] == 4 and manifest["splits"]["eval"]["records"] == 2
+    # the test file is the test split; eval is drawn from the train file's rows by the key's hash
+    splits = {name: s["records"] for name, s in manifest["splits"].items()}
+    assert splits["test"] == 2 and splits["train"] + splits["eval"] == 4 and min(splits.values()) >= 1
     assert manifest["rejected"]["rows"] == 0
     assert manifest["imputed"]["by_column"]["workclass"] == 1
     assert manifest["imputed"]["by_column"]["native_country"] == 1
     import tensorflow as tf
 
     m = dataset.read(str(tmp_path / "out"))
-    files = m.files("eval")
+    assert m.has_test and (tmp_path / "out" / "test").is_dir()
+    read = lambda split: next(iter(tf.data.TFRecordDataset(m.files(split)).batch(10).map(
+        lambda s: tf.io.parse_example(s, m.spec.parse_spec()))))
+    train_ages = sorted(read("train")["age"].numpy().tolist())
+    eval_ages = read("eval")["age"].numpy().tolist()
+    assert sorted(train_ages + eval_ages) == [39.0, 50.0, 52.0, 54.0]  # adult.data's rows only
+    # bins: quantiles 0, 0.5, 1 of the train split's ages (one row: a bin one unit wide)
+    median = train_ages[(len(train_ages) - 1) // 2]
+    expected = sorted({train_ages[0], median, train_ages[-1]})
+    assert m.stats["age"]["bins"] == (expected if len(expected) > 1 else [expected[0], expected[0] + 1])
+    files = m.files("test")
     batch = next(iter(tf.data.TFRecordDataset(files).batch(10).map(lambda s: tf.io.parse_example(s, m.spec.parse_spec()))))
     assert sorted(batch["income"].numpy().tolist()) == [0, 1]  # "<=50K." and ">50K." with the dot stripped
     assert sorted(batch["age"].numpy().tolist()) == [25.0, 44.0]

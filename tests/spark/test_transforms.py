@@ -129,7 +129,8 @@ def test_column_split_and_reject_reasons(spark):
     split = SplitConfig(mode="column", column="part")
     df = spark.createDataFrame(
         [(1, 30, "a", ">50K", "train"), (2, 30, "a", "<=50K", "EVAL"), (None, 30, "a", ">50K", "train"),
-         (4, 30, "a", None, "train"), (5, 30, "a", "50K+", "train"), (6, 30, "a", ">50K", "test")],
+         (4, 30, "a", None, "train"), (5, 30, "a", "50K+", "train"), (6, 30, "a", ">50K", "test"),
+         (7, 30, "a", ">50K", "holdout")],
         "pid long, age int, job string, income string, part string",
     )
     got = df.select("pid", split_mod.assign(split, "pid").alias("split"),
@@ -137,9 +138,23 @@ def test_column_split_and_reject_reasons(spark):
     expected = spark.createDataFrame([
         (1, "train", None), (2, "eval", None), (None, "train", "key 'pid' is null"),
         (4, "train", "label 'income' is null"), (5, "train", "label 'income' is not one of ['>50K', '<=50K']"),
-        (6, None, "split column 'part' is not 'train' or 'eval'"),
+        (6, "test", None), (7, None, "split column 'part' is not one of 'train', 'eval', 'test'"),
     ], "pid long, split string, reason string")
     assertDataFrameEqual(got, expected)
+
+
+def test_eval_drawn_from_the_rows_the_column_calls_train(spark):
+    rows = [(i, "train") for i in range(200)] + [(1000 + i, "test") for i in range(20)] + [(2000, "eval")]
+    df = spark.createDataFrame(rows, "pid long, part string")
+    split = SplitConfig(mode="column", column="part", eval_from_train=True, eval_fraction=0.25)
+    got = {(r["part"], r["split"]): r["count"] for r in
+           df.select("part", split_mod.assign(split, "pid").alias("split")).groupBy("part", "split").count().collect()}
+    assert got[("test", "test")] == 20 and got[("eval", "eval")] == 1  # what the column names stays
+    assert got[("train", "train")] + got[("train", "eval")] == 200
+    assert 30 <= got[("train", "eval")] <= 70  # a quarter of the train rows, by hash
+    same_keys = df.where("part = 'train'").select("pid", split_mod.assign(split, "pid").alias("split"))
+    hashed = SplitConfig(mode="hash", eval_fraction=0.25)
+    assertDataFrameEqual(same_keys, df.where("part = 'train'").select("pid", split_mod.assign(hashed, "pid").alias("split")))
 
 
 def test_impute_and_record_columns(spark):

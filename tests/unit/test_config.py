@@ -106,3 +106,12 @@ def test_missing_required_key(tmp_path):
     path.write_text(text)
     with pytest.raises(ConfigError, match="prepare.main: required key is missing"):
         config.load(path)
+
+
+def test_eval_from_train_needs_a_split_column_and_a_key():
+    with pytest.raises(ConfigError, match=r"prepare.split.eval_from_train: applies to mode = \"column\" only"):
+        config.load(CENSUS, ["prepare.split.eval_from_train=true"])
+    adult = config.load(CENSUS.parent / "adult.toml")
+    assert adult.prepare.split.eval_from_train and adult.prepare.split.column == "source_split"
+    assert {f.name: f.encoding for f in adult.features.numeric} == dict.fromkeys(
+        ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"), "periodic")

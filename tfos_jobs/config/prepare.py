@@ -33,12 +33,16 @@ class ActivityConfig:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """Train/eval split: by a hash of the key column, or by a column holding "train"/"eval"."""
+    """Train/eval split: by a hash of the key column, or by a column holding "train", "eval" or
+    "test" (a held-out split). `eval_from_train`: the eval split is drawn by the key's hash, at
+    `eval_fraction`, from the rows the column calls "train", so a column that separates train
+    from test still leaves the test rows out of every choice made on eval."""
 
     mode: Literal["hash", "column"] = "hash"
     eval_fraction: float = 0.2
     column: Union[str, None] = None
     salt: str = ""
+    eval_from_train: bool = False
 
     def errors(self, spec: FeatureSpec) -> list[str]:
         errs = []
@@ -48,6 +52,11 @@ class SplitConfig:
             errs.append("prepare.split.column: required when prepare.split.mode = 'column'")
         if self.mode == "hash" and spec.key is None:
             errs.append("prepare.split.mode: 'hash' needs a feature with kind = \"key\" to hash")
+        if self.eval_from_train and self.mode != "column":
+            errs.append("prepare.split.eval_from_train: applies to mode = \"column\" only (mode = \"hash\" draws eval "
+                        "from every row already)")
+        elif self.eval_from_train and spec.key is None:
+            errs.append("prepare.split.eval_from_train: needs a feature with kind = \"key\" to hash")
         return errs
 
 

@@ -3,10 +3,13 @@ serving and `tfos evaluate` read.
 
     <dataset>/
       train/part-NNNNN.tfrecord   eval/part-NNNNN.tfrecord     the records of each split
+      test/part-NNNNN.tfrecord    a held-out split, when the split column names one: never
+                                  trained on nor used to choose anything, scored once at the end
       _rejects/                   rows set aside (JSON), when there are any
       _meta/feature_spec.json     the spec, with "mean" defaults resolved to numbers
       _meta/vocab/<name>.txt      one value per line, in vocabulary order
-      _meta/stats.json            per numeric feature or sensor: count, mean, std, min, max (train split)
+      _meta/stats.json            per numeric feature or sensor: count, mean, std, min, max (train split),
+                                  and `bins` (STATS_BINS), the bin edges of a piecewise-linear encoding
       _meta/manifest.json         `Manifest`. Written last: its presence means the dataset is whole.
       _SUCCESS
 
@@ -24,6 +27,7 @@ META = "_meta"
 MANIFEST = "manifest.json"
 SPEC = "feature_spec.json"
 STATS = "stats.json"
+STATS_BINS = "bins"
 VOCAB = "vocab"
 REJECTS = "_rejects"
 SUCCESS = "_SUCCESS"
@@ -32,10 +36,12 @@ RECORDS = "_records"  # while writing: Spark's output, one directory per split, 
 
 class Split(Name):
     TRAIN = "train"
-    EVAL = "eval"
+    EVAL = "eval"  # validation: early stopping, a sweep's metric, the eval figures
+    TEST = "test"
 
 
-SPLITS = (Split.TRAIN.value, Split.EVAL.value)
+SPLITS = (Split.TRAIN.value, Split.EVAL.value)  # the splits every dataset holds
+ALL_SPLITS = (*SPLITS, Split.TEST.value)  # and the optional held-out one (in the manifest when not empty)
 EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"  # the record types: rows, sensor windows
 
 

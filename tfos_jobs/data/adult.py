@@ -3,8 +3,9 @@
 They have no header, ", " separators, "?" for missing values; adult.test starts with the line
 "|1x3 Cross validator" and its labels end in "." (">50K."). The reader returns the same
 columns as the embedded `people` table, plus a deterministic `person_id` (a hash of the row) and
-`source_split` ("eval" for rows from a file whose name ends in ".test"), so the canonical
-train/test split can be kept with `prepare.split.mode = "column"`.
+`source_split` ("test" for rows from a file whose name ends in ".test", else "train"), so the
+canonical train/test split is kept with `prepare.split.mode = "column"` and the eval split is
+drawn from the train file (`prepare.split.eval_from_train`).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def read(spark: SparkSession, paths: list[str]) -> DataFrame:
     return raw.select(
         F.xxhash64(*[F.coalesce(F.col(c).cast("string"), F.lit("?")) for c in names]).alias("person_id"),
         *[F.regexp_replace("income", r"\.$", "").alias(c) if c == "income" else F.col(c) for c in names],
-        F.when(F.input_file_name().endswith(".test"), Split.EVAL.value).otherwise(Split.TRAIN.value).alias("source_split"),
+        F.when(F.input_file_name().endswith(".test"), Split.TEST.value).otherwise(Split.TRAIN.value).alias("source_split"),
         F.col(CORRUPT),
         F.input_file_name().alias(SOURCE_FILE),
     )

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from tfos_jobs import __version__
-from tfos_jobs.contracts.dataset import (MANIFEST, META, RECORDS, SEQUENCE_EXAMPLE, SPEC, SPLITS, STATS, SUCCESS,
-                                         VOCAB, Manifest)
+from tfos_jobs.contracts.dataset import (ALL_SPLITS, MANIFEST, META, RECORDS, SEQUENCE_EXAMPLE, SPEC, SPLITS, STATS,
+                                         SUCCESS, VOCAB, Manifest, Split)
 from tfos_jobs.data.columns import SPLIT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import FeatureSpec
@@ -39,6 +39,11 @@ class DatasetMeta:
 
     def records(self, split: str) -> int:
         return self.manifest.splits[split].records
+
+    @property
+    def has_test(self) -> bool:
+        """Whether a held-out test split was written (`prepare.split` names one)."""
+        return Split.TEST.value in self.manifest.splits
 
     def meta_files(self) -> list[str]:
         """The paths of every file of `_meta/`."""
@@ -96,15 +101,17 @@ def header(spec: FeatureSpec, out: str, spark_info: Mapping[str, str], started: 
 
 
 def settle(fs: HadoopFS, staging: str) -> dict[str, list[tuple[str, int]]]:
-    """`_records/split=<s>/part-*` -> `<s>/part-NNNNN.*` (an empty split gets an empty
-    directory); returns each split's (file, bytes)."""
+    """`_records/split=<s>/part-*` -> `<s>/part-NNNNN.*` (an empty train or eval split gets an
+    empty directory, an empty test split none); returns each split's (file, bytes)."""
     split_files = {}
-    for split in SPLITS:
+    for split in ALL_SPLITS:
         src, dst = f"{staging}/{RECORDS}/{SPLIT}={split}", f"{staging}/{split}"
         if fs.exists(src):
             fs.rename(src, dst)
-        else:
+        elif split in SPLITS:
             fs.mkdirs(dst)
+        else:
+            continue
         for name, _ in fs.list_files(dst):
             fs.rename(f"{dst}/{name}", f"{dst}/{stable_name(name)}")
         split_files[split] = fs.list_files(dst)

@@ -10,7 +10,9 @@ usable; with fewer, prepare stops with an error naming the count and the setting
 used is kept in the manifest (`split.eval_below`), so whoever later needs a key's split
 (`tfos evaluate`) draws the same one.
 
-By column: a column says "train" or "eval" for each row; a split it leaves empty is an error.
+By column: a column says "train", "eval" or "test" for each row; train or eval left empty is
+an error, test is optional (a held-out split, scored once after training). With
+`eval_from_train`, eval is drawn by the key's hash from the rows the column calls train.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import SplitConfig
-from tfos_jobs.contracts.dataset import SPLITS, Split
+from tfos_jobs.contracts.dataset import ALL_SPLITS, Split
 from tfos_jobs.errors import InputError
 
 HASH_BUCKETS = 1_000_000
@@ -39,11 +41,17 @@ def bucket(split: SplitConfig, key: str) -> Column:
 def assign(split: SplitConfig, key: str | None, eval_below: int | None = None) -> Column:
     """"train" or "eval" per row, deterministic: a salted hash of the key below `eval_below`
     (default: the nominal boundary), or a column's value (null when it is neither)."""
-    if split.mode == "column":
-        value = F.lower(F.col(split.column))
-        return F.when(value.isin(*SPLITS), value)
-    below = nominal_boundary(split) if eval_below is None else eval_below
-    return F.when(bucket(split, key) < below, Split.EVAL.value).otherwise(Split.TRAIN.value)
+    def by_hash() -> Column:
+        below = nominal_boundary(split) if eval_below is None else eval_below
+        return F.when(bucket(split, key) < below, Split.EVAL.value).otherwise(Split.TRAIN.value)
+
+    if split.mode != "column":
+        return by_hash()
+    value = F.lower(F.col(split.column))
+    named = F.when(value.isin(*ALL_SPLITS), value)
+    if not split.eval_from_train or key is None:  # no key: only which split the column names
+        return named
+    return F.when(value == Split.TRAIN.value, by_hash()).otherwise(named)
 
 
 def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mapping[str, int]
@@ -53,11 +61,14 @@ def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mappin
     `sizes`: what each split holds of them at the nominal boundary (both empty is the caller's
     error, raised before)."""
     if sizes[Split.TRAIN] and sizes[Split.EVAL]:
-        return (None if split.mode == "column" else nominal_boundary(split)), None
+        hashed = split.mode != "column" or split.eval_from_train
+        return (nominal_boundary(split) if hashed else None), None
     empty, full = (Split.EVAL, Split.TRAIN) if not sizes[Split.EVAL] else (Split.TRAIN, Split.EVAL)
-    if split.mode == "column":
+    if split.mode == "column" and not split.eval_from_train:
         raise InputError(f"prepare.split.column {split.column!r}: no usable row is {empty!r} "
                          f"({sizes[Split.TRAIN]:,} train, {sizes[Split.EVAL]:,} eval); a model needs both splits")
+    if split.mode == "column":  # eval is drawn from the rows the column calls train
+        usable = usable.where(F.lower(F.col(split.column)) == Split.TRAIN.value)
     b = bucket(split, key)
     row = usable.agg(F.countDistinct(key).alias("keys"), F.min(b).alias("lo"), F.max(b).alias("hi")).first()
     keys = int(row["keys"])

@@ -11,6 +11,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.contracts.dataset import ALL_SPLITS
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.columns import ACTIVE_DAYS, CORRUPT, CTR, DAYS_SINCE_LAST, EVENT_COUNT
 from tfos_jobs.errors import InputError
@@ -87,7 +88,8 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
     elif label.task == Task.REGRESSION:
         checks.append((F.isnan(y.cast("double")), f"label {label.name!r} is NaN"))
     if split.mode == "column":
-        checks.append((split_mod.assign(split, None).isNull(), f"split column {split.column!r} is not 'train' or 'eval'"))
+        names = ", ".join(f"'{s}'" for s in ALL_SPLITS)
+        checks.append((split_mod.assign(split, None).isNull(), f"split column {split.column!r} is not one of {names}"))
     reason = F.lit(None).cast("string")
     for cond, text in reversed(checks):
         reason = F.when(cond, F.lit(text)).otherwise(reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Union
 
+from tfos_jobs.names import Name
 from tfos_jobs.tasks import LABEL_TASKS, Task
 
 RecordDtype = Literal["int64", "float32", "string"]
@@ -20,14 +21,40 @@ class KeyFeature:
     kind: Literal["key"] = "key"
 
 
+class NumericEncoding(Name):
+    LINEAR = "linear"
+    PIECEWISE_LINEAR = "piecewise_linear"
+    PERIODIC = "periodic"
+
+
+NUMERIC_ENCODINGS = tuple(e.value for e in NumericEncoding)
+
+
 @dataclass(frozen=True)
 class NumericFeature:
-    """A number. `default` replaces nulls: a value, or "mean" (of the train split, fixed at prepare)."""
+    """A number. `default` replaces nulls: a value, or "mean" (of the train split, fixed at prepare).
+
+    `encoding`, how the deep part sees it (Gorishniy et al., "On Embeddings for Numerical
+    Features in Tabular Deep Learning", 2022): "linear", the (normalised) value itself;
+    "piecewise_linear", one value per bin between `bins` quantiles of the train split (computed
+    at prepare, kept in stats.json), 1 for bins below the value, 0 above, the fraction within;
+    "periodic", sin and cos of `frequencies` trained multiples of the normalised value, started
+    at N(0, `sigma`). Either of the last two then goes through a ReLU layer of `embedding_dim`
+    units of its own."""
 
     name: str
     normalize: bool = True
     default: Union[float, Literal["mean"]] = "mean"
+    encoding: Literal[NUMERIC_ENCODINGS] = NumericEncoding.LINEAR.value
+    bins: int = 32
+    frequencies: int = 64
+    sigma: float = 10.0
+    embedding_dim: int = 16
     kind: Literal["numeric"] = "numeric"
+
+    @property
+    def embedded(self) -> bool:
+        return self.encoding != NumericEncoding.LINEAR
 
 
 @dataclass(frozen=True)

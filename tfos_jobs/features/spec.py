@@ -14,14 +14,15 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.features.kinds import (FEATURE_KINDS, SPARK_TYPES, WINDOW_END, WINDOW_START, BucketizedFeature,
-                                      CategoricalFeature, CrossedFeature, Feature, KeyFeature, Label, NumericFeature,
-                                      RecordDtype, SequenceFeature, TimeFeature, accepted_input_types)
+from tfos_jobs.features.kinds import (FEATURE_KINDS, NUMERIC_ENCODINGS, SPARK_TYPES, WINDOW_END, WINDOW_START,
+                                      BucketizedFeature, CategoricalFeature, CrossedFeature, Feature, KeyFeature, Label,
+                                      NumericEncoding, NumericFeature, RecordDtype, SequenceFeature, TimeFeature,
+                                      accepted_input_types)
 from tfos_jobs.tasks import Task
 
 __all__ = ["FEATURE_KINDS", "SPARK_TYPES", "WINDOW_END", "WINDOW_START", "BucketizedFeature", "CategoricalFeature",
-           "CrossedFeature", "Feature", "FeatureSpec", "KeyFeature", "Label", "NumericFeature", "SequenceFeature",
-           "TimeFeature"]
+           "CrossedFeature", "Feature", "FeatureSpec", "KeyFeature", "Label", "NumericEncoding", "NumericFeature",
+           "SequenceFeature", "TimeFeature"]
 FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
@@ -114,6 +115,14 @@ class FeatureSpec:
                     errs.append(f"{where}.embedding_dim: must be >= 1, got {f.embedding_dim}")
                 if f.max_length is not None and f.max_length < 1:
                     errs.append(f"{where}.max_length: must be >= 1 (or left out), got {f.max_length}")
+            elif isinstance(f, NumericFeature):
+                if f.encoding not in NUMERIC_ENCODINGS:
+                    errs.append(f"{where}.encoding: {f.encoding!r} is not one of {', '.join(map(repr, NUMERIC_ENCODINGS))}")
+                for attr in ("bins", "frequencies", "embedding_dim"):
+                    if getattr(f, attr) < 1 or attr == "bins" and f.bins < 2:
+                        errs.append(f"{where}.{attr}: must be >= {2 if attr == 'bins' else 1}, got {getattr(f, attr)}")
+                if not f.sigma > 0:
+                    errs.append(f"{where}.sigma: must be > 0, got {f.sigma}")
             elif isinstance(f, CrossedFeature):
                 if len(f.columns) < 2:
                     errs.append(f"{where}.columns: a cross needs at least two features, got {list(f.columns)}")
@@ -290,6 +299,16 @@ class FeatureSpec:
         return FeatureSpec(tuple(feature if f.name == feature.name else f for f in self.features))
 
 
+# The settings each numeric encoding reads; the others' are left out of the spec's JSON and its
+# fingerprint, so a spec that does not use them reads and hashes as before they existed.
+_ENCODING_SETTINGS = {NumericEncoding.LINEAR: (), NumericEncoding.PIECEWISE_LINEAR: ("bins", "embedding_dim"),
+                      NumericEncoding.PERIODIC: ("frequencies", "sigma", "embedding_dim")}
+
+
 def _feature_to_dict(f: Feature) -> dict[str, Any]:
     d = asdict(f)
+    if isinstance(f, NumericFeature):
+        unused = {k for settings in _ENCODING_SETTINGS.values() for k in settings}
+        unused -= set(_ENCODING_SETTINGS.get(f.encoding, ()))
+        d = {k: v for k, v in d.items() if k not in unused and (k != "encoding" or v != NumericEncoding.LINEAR)}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

@@ -1,14 +1,16 @@
 """Aggregations for the one pass over the prepared table: numeric statistics and missing counts.
 
-They are returned as Spark Columns so the driver can run them all in a single job."""
+They are returned as Spark Columns so the driver can run them all in a single job. Quantile
+bins (for piecewise-linear encodings) take one more job, over the train rows only."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pyspark.sql import Column, Row
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 STATS = ("count", "mean", "std", "min", "max")
+QUANTILE_ERROR = 1e-3  # approxQuantile's relative error: a bin edge is off by at most 0.1% of the rows
 
 
 def present(name: str) -> Column:
@@ -58,3 +60,22 @@ def any_missing(names: Sequence[str], numeric: Sequence[str]) -> Column:
         c = F.col(name)
         cond = cond | (c.isNull() | F.isnan(c.cast("double")) if name in numeric else c.isNull())
     return cond
+
+
+def quantile_bins(train: DataFrame, bins: dict[str, int]) -> dict[str, list[float]]:
+    """Per column, the edges of `bins[column]` bins holding equal shares of the train rows
+    (missing values left out), in one job. Equal edges (a value most rows share) are merged, so
+    a column may get fewer bins; a constant one gets a single bin one unit wide."""
+    if not bins:
+        return {}
+    names = list(bins)
+    ask = sorted({i / n for n in bins.values() for i in range(n + 1)})
+    values = train.select(*[present(n).alias(n) for n in names]).approxQuantile(names, ask, QUANTILE_ERROR)
+    out = {}
+    for name, quantiles in zip(names, values):
+        if not quantiles:
+            raise ValueError(f"features.{name}: every train value is missing, so its bins have no edges")
+        at = dict(zip(ask, quantiles))
+        edges = sorted({stable(at[i / bins[name]]) for i in range(bins[name] + 1)})
+        out[name] = edges if len(edges) > 1 else [edges[0], edges[0] + 1.0]
+    return out

@@ -49,27 +49,29 @@ def compile_model(model: "tf.keras.Model", spec: FeatureSpec, optimizer: str, le
                   steps_per_execution: int = 1) -> "tf.keras.Model":
     """Loss and metrics by task. Metric names (`auc`, `accuracy`, `rmse`) are what logs and
     early stopping refer to, so they are fixed here."""
-    import tensorflow as tf
-
     if spec.is_sequence:
         from tfos_jobs.model.sequence import error_as_loss
 
         model.compile(optimizer=make_optimizer(optimizer, learning_rate), loss=error_as_loss,
                       steps_per_execution=steps_per_execution)
         return model
-    task = spec.label.task
-    if task == Task.BINARY:
-        loss: Any = tf.keras.losses.BinaryCrossentropy()
-        metrics: list[Any] = [tf.keras.metrics.AUC(name="auc"), tf.keras.metrics.BinaryAccuracy(name="accuracy")]
-    elif task == Task.MULTICLASS:
-        loss = tf.keras.losses.SparseCategoricalCrossentropy()
-        metrics = [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-    else:
-        loss = tf.keras.losses.MeanSquaredError()
-        metrics = [tf.keras.metrics.RootMeanSquaredError(name="rmse")]
+    loss, metrics = loss_and_metrics(spec)
     model.compile(optimizer=make_optimizer(optimizer, learning_rate), loss=loss, metrics=metrics,
                   steps_per_execution=steps_per_execution)
     return model
+
+
+def loss_and_metrics(spec: FeatureSpec) -> tuple[Any, list[Any]]:
+    """The loss and the metrics of a row model's task, new objects on every call."""
+    import tensorflow as tf
+
+    task = spec.label.task
+    if task == Task.BINARY:
+        return (tf.keras.losses.BinaryCrossentropy(),
+                [tf.keras.metrics.AUC(name="auc"), tf.keras.metrics.BinaryAccuracy(name="accuracy")])
+    if task == Task.MULTICLASS:
+        return tf.keras.losses.SparseCategoricalCrossentropy(), [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+    return tf.keras.losses.MeanSquaredError(), [tf.keras.metrics.RootMeanSquaredError(name="rmse")]
 
 
 def make_optimizer(name: str, learning_rate: float) -> "tf.keras.optimizers.Optimizer":

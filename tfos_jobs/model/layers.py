@@ -1,8 +1,10 @@
 """Keras layers of the package's own (TensorFlow imported at module load: import it lazily)."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 COMBINERS = ("sum", "concat")
@@ -55,6 +57,96 @@ class SharedEmbedding(tf.keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "sizes": self.sizes, "dim": self.dim, "combiner": self.combiner,
                 "embeddings_initializer": tf.keras.initializers.serialize(self.embeddings_initializer)}
+
+
+def _glorot(fan_in: int, fan_out: int) -> tf.keras.initializers.Initializer:
+    """Glorot-uniform for one feature's [fan_in, fan_out] slice of a stacked kernel (Keras would
+    count the stacking dimension into the fans)."""
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    return tf.keras.initializers.RandomUniform(-limit, limit)
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class PeriodicEmbeddings(tf.keras.layers.Layer):
+    """Periodic embeddings of several numeric features ("PLR", Gorishniy et al. 2022): per
+    feature, cos and sin of 2π·c·x for `frequencies` trained coefficients c (started at
+    N(0, `sigma`)), then a ReLU layer of `dim` units of the feature's own. They let a plain MLP
+    draw sharp, high-frequency functions of one number (a capital gain above a threshold),
+    which it learns poorly from the number itself.
+
+    All features in three variables (coefficients [n, k], kernel [n, 2k, dim], bias [n, dim]).
+    Called on [batch, n] floats (normalised values); returns [batch, n * dim]."""
+
+    def __init__(self, features: int, frequencies: int, sigma: float, dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.features, self.frequencies, self.sigma, self.dim = int(features), int(frequencies), float(sigma), int(dim)
+
+    def build(self, input_shape) -> None:
+        n, k = self.features, self.frequencies
+        self.coefficients = self.add_weight(name="coefficients", shape=(n, k), trainable=True,
+                                            initializer=tf.keras.initializers.RandomNormal(stddev=self.sigma))
+        self.kernel = self.add_weight(name="kernel", shape=(n, 2 * k, self.dim), initializer=_glorot(2 * k, self.dim),
+                                      trainable=True)
+        self.bias = self.add_weight(name="bias", shape=(n, self.dim), initializer="zeros", trainable=True)
+        super().build(input_shape)
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        angles = 2 * math.pi * self.coefficients[tf.newaxis] * x[..., tf.newaxis]  # [batch, n, k]
+        periodic = tf.concat([tf.cos(angles), tf.sin(angles)], axis=-1)
+        hidden = tf.nn.relu(tf.einsum("bnf,nfd->bnd", periodic, self.kernel) + self.bias)
+        return tf.reshape(hidden, [-1, self.features * self.dim])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "features": self.features, "frequencies": self.frequencies,
+                "sigma": self.sigma, "dim": self.dim}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class PiecewiseLinearEmbeddings(tf.keras.layers.Layer):
+    """Piecewise-linear encodings of several numeric features over fixed bins ("PLE", Gorishniy
+    et al. 2022), each through a ReLU layer of `dim` units of its own.
+
+    Feature i with edges e_0 < ... < e_T has T bins; bin t holds (x - e_t) / (e_{t+1} - e_t)
+    clipped to [0, 1]: 1 for every bin below x, 0 above, the fraction within. The first bin is
+    not clipped below nor the last above, so values outside the train range still count.
+    Features with fewer bins than the most are padded with zeros. Called on [batch, n] raw
+    values; returns [batch, n * dim]."""
+
+    def __init__(self, edges: Sequence[Sequence[float]], dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.edges = [[float(e) for e in feature] for feature in edges]
+        if any(len(e) < 2 or list(e) != sorted(set(e)) for e in self.edges):
+            raise ValueError(f"bin edges must be at least two strictly increasing values per feature, got {self.edges}")
+        self.dim = int(dim)
+        n, width = len(self.edges), max(len(e) - 1 for e in self.edges)
+        left, span = np.zeros((n, width), np.float32), np.ones((n, width), np.float32)
+        low, high = np.zeros((n, width), np.float32), np.zeros((n, width), np.float32)
+        for i, e in enumerate(self.edges):
+            bins = len(e) - 1
+            left[i, :bins] = e[:-1]
+            span[i, :bins] = np.diff(np.asarray(e, np.float64))
+            high[i, :bins] = 1.0
+            low[i, 0], high[i, bins - 1] = -np.inf, np.inf
+        self._left, self._span, self._low, self._high = left, span, low, high  # padded bins: clipped to [0, 0]
+
+    def build(self, input_shape) -> None:
+        n, width = self._left.shape
+        self.kernel = self.add_weight(name="kernel", shape=(n, width, self.dim), initializer=_glorot(width, self.dim),
+                                      trainable=True)
+        self.bias = self.add_weight(name="bias", shape=(n, self.dim), initializer="zeros", trainable=True)
+        super().build(input_shape)
+
+    def encode(self, x: tf.Tensor) -> tf.Tensor:
+        """[batch, n] -> [batch, n, bins]: the encoding itself, before the ReLU layer."""
+        fraction = (x[..., tf.newaxis] - self._left) / self._span
+        return tf.minimum(tf.maximum(fraction, self._low), self._high)
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        hidden = tf.nn.relu(tf.einsum("bnf,nfd->bnd", self.encode(x), self.kernel) + self.bias)
+        return tf.reshape(hidden, [-1, len(self.edges) * self.dim])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "edges": self.edges, "dim": self.dim}
 
 
 @tf.keras.utils.register_keras_serializable(package="tfos")

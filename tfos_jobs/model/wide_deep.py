@@ -20,8 +20,9 @@ import tensorflow as tf
 
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import MODEL_OUTPUT
-from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec
-from tfos_jobs.model.layers import SharedEmbedding
+from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec, NumericEncoding
+from tfos_jobs.contracts.dataset import STATS_BINS
+from tfos_jobs.model.layers import PeriodicEmbeddings, PiecewiseLinearEmbeddings, SharedEmbedding
 from tfos_jobs.tasks import ModelKind, Task
 
 ATTRIBUTE = "tfos_wide_deep"  # the WideDeep behind a Keras model `model()` built
@@ -51,11 +52,28 @@ class WideDeep:
         self.lookup, self.normalize, self.reshape, self.bucketize, self.cross = {}, {}, {}, {}, {}
         self.sizes: dict[str, int] = {}  # per categorical, bucketized and crossed feature: how many ids
         for f in self.numeric:
-            if f.normalize:
+            if f.normalize and f.encoding != NumericEncoding.PIECEWISE_LINEAR:  # bins are in the column's own units
                 mean, variance = _moments(stats, f.name)
                 self.normalize[f.name] = layers.Normalization(axis=None, mean=mean, variance=variance,
                                                               name=f"norm_{f.name}")
             self.reshape[f.name] = layers.Reshape((1,), name=f"col_{f.name}")
+        # Embedded numerics, one layer per encoding and settings (few variables: see SharedEmbedding).
+        self.embedded: dict[tuple, list[str]] = {}
+        for f in self.numeric:
+            if f.encoding == NumericEncoding.PERIODIC:
+                self.embedded.setdefault((f.encoding, f.frequencies, f.sigma, f.embedding_dim), []).append(f.name)
+            elif f.encoding == NumericEncoding.PIECEWISE_LINEAR:
+                self.embedded.setdefault((f.encoding, f.embedding_dim), []).append(f.name)
+        self.embed_numeric, self.side_by_side = {}, {}
+        for i, (group, names) in enumerate(self.embedded.items()):
+            if len(names) > 1:
+                self.side_by_side[group] = layers.Concatenate(axis=1, name=f"numeric_{i}")
+            if group[0] == NumericEncoding.PERIODIC:
+                _, frequencies, sigma, dim = group
+                self.embed_numeric[group] = PeriodicEmbeddings(len(names), frequencies, sigma, dim, name=f"periodic_{i}")
+            else:
+                edges = [_bins(stats, name) for name in names]
+                self.embed_numeric[group] = PiecewiseLinearEmbeddings(edges, group[1], name=f"piecewise_linear_{i}")
         for f in spec.features:  # categorical and bucketized in spec order: the order of the wide table
             if isinstance(f, CategoricalFeature):
                 values = vocab.get(f.name)
@@ -120,11 +138,16 @@ class WideDeep:
             ids[f.name] = self.bucketize[f.name](columns[f.source])
         for f in self.crossed:  # after the others: a cross may be listed before its components
             ids[f.name] = cross(f, [ids[c] for c in f.columns])
-        numeric = []
+        numeric = {}
         for f in self.numeric:
             x = columns[f.name]
-            numeric.append(self.reshape[f.name](self.normalize[f.name](x) if f.name in self.normalize else x))
-        deep = numeric + [self.embed[width]([ids[n] for n in names]) for width, names in self.by_width.items()]
+            numeric[f.name] = self.reshape[f.name](self.normalize[f.name](x) if f.name in self.normalize else x)
+        embedded = {name for names in self.embedded.values() for name in names}
+        deep = [numeric[f.name] for f in self.numeric if f.name not in embedded]
+        for group, names in self.embedded.items():
+            x = self.side_by_side[group]([numeric[n] for n in names]) if len(names) > 1 else numeric[names[0]]
+            deep.append(self.embed_numeric[group](x))
+        deep += [self.embed[width]([ids[n] for n in names]) for width, names in self.by_width.items()]
         x = deep[0] if len(deep) == 1 else self.concat(deep)
         for dense, dropout in zip(self.hidden, self.dropout):
             x = dense(x)
@@ -160,6 +183,14 @@ class WideDeep:
 def of(model: Any) -> WideDeep | None:
     """The WideDeep a Keras model was built from, or None (a user's model, a loaded one)."""
     return getattr(model, ATTRIBUTE, None)
+
+
+def _bins(stats: dict[str, Any], name: str) -> list[float]:
+    edges = stats.get(name, {}).get(STATS_BINS)
+    if not edges:
+        raise ValueError(f"features.{name}: encoding = \"{NumericEncoding.PIECEWISE_LINEAR}\" needs the bins prepare computes, and the "
+                         f"dataset's stats.json has none for it: prepare the dataset again with this spec")
+    return edges
 
 
 def _moments(stats: dict[str, Any], name: str) -> tuple[float, float]:

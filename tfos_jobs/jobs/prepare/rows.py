@@ -19,7 +19,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
-from tfos_jobs.contracts.dataset import EXAMPLE, RECORDS, REJECTS, SPLITS, Manifest, Split, SplitFiles
+from tfos_jobs.contracts.dataset import (ALL_SPLITS, EXAMPLE, RECORDS, REJECTS, STATS_BINS, Manifest, Split,
+                                         SplitFiles)
 from tfos_jobs.contracts.dataset import staging as staging_dir
 from tfos_jobs.data import columns, dataset, tfrecord, transforms
 from tfos_jobs.data import split as split_mod
@@ -27,7 +28,7 @@ from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import InputError
 from tfos_jobs.features import stats as stats_mod
 from tfos_jobs.features import vocab as vocab_mod
-from tfos_jobs.features.spec import FeatureSpec, NumericFeature
+from tfos_jobs.features.spec import FeatureSpec, NumericEncoding, NumericFeature
 from tfos_jobs.storage import HadoopFS
 from tfos_jobs.tasks import Task
 
@@ -59,6 +60,9 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
         if prep.bad_rows == "strict" and profile["malformed"]:
             raise InputError(_first_malformed(spark, table))
         resolved = _resolve_defaults(spec, profile["stats"])
+        train_rows = table.where(F.col(columns.REJECT).isNull() & (F.col(columns.SPLIT) == Split.TRAIN))
+        for name, edges in _bins(train_rows, spec).items():
+            profile["stats"][name][STATS_BINS] = edges
         accepted = table.where(F.col(columns.REJECT).isNull())
         imputed = transforms.impute(accepted, resolved, _numeric_defaults(resolved))
         train = imputed.where(F.col(columns.SPLIT) == Split.TRAIN)
@@ -112,7 +116,7 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
         F.sum(F.when(~ok, 1).otherwise(0)).alias("rejected"),
         (F.sum(F.when(F.col(columns.CORRUPT).isNotNull(), 1).otherwise(0)) if columns.CORRUPT in table.columns
          else F.lit(0)).alias("malformed"),
-        *[F.sum(F.when(ok & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(split) for split in SPLITS],
+        *[F.sum(F.when(ok & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(split) for split in ALL_SPLITS],
         F.sum(F.when(ok & stats_mod.any_missing(imputable, numeric), 1).otherwise(0)).alias("rows_imputed"),
         *stats_mod.missing_aggs(imputable, numeric, ok),
         *[F.sum(F.when(ok & (F.length(F.col(name)) > limit), 1).otherwise(0)).alias(f"{name}__truncated")
@@ -128,7 +132,7 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
         "rejected": int(row["rejected"] or 0),
         "malformed": int(row["malformed"] or 0),
         "rejected_by_reason": rejected_by_reason,
-        "split_rows": {split: int(row[split] or 0) for split in SPLITS},
+        "split_rows": {split: int(row[split] or 0) for split in ALL_SPLITS},
         "rows_imputed": int(row["rows_imputed"] or 0),
         "missing": {c: int(row[f"{c}__missing"] or 0) for c in imputable},
         "truncated": {c: int(row[f"{c}__truncated"] or 0) for c in truncating},
@@ -160,6 +164,14 @@ def _resolve_defaults(spec: FeatureSpec, stats: dict[str, dict[str, Any]]) -> Fe
                 raise InputError(f"column {f.name!r}: every train value is missing, so default = \"mean\" has no value")
             spec = spec.with_feature(dataclasses.replace(f, default=float(mean)))
     return spec
+
+
+def _bins(train: DataFrame, spec: FeatureSpec) -> dict[str, list[float]]:
+    try:
+        return stats_mod.quantile_bins(train, {f.name: f.bins for f in spec.numeric
+                                                   if f.encoding == NumericEncoding.PIECEWISE_LINEAR})
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _numeric_defaults(spec: FeatureSpec) -> dict[str, float]:

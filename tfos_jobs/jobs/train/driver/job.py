@@ -286,9 +286,12 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
         "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
                                        tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
         Split.EVAL.value: {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
+        "kept_epoch": result.get("kept_epoch"),
         "history": epochs,
         "saved_model": model_dir.saved_model,
     }
+    if result.get(Split.TEST.value):  # the held-out split, scored once by the kept model
+        metrics[Split.TEST.value] = result[Split.TEST.value]
     if result.get("anomaly"):  # an autoencoder: the threshold above which a window is an anomaly
         metrics["anomaly"] = result["anomaly"]
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
@@ -300,7 +303,11 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
     storage.delete(model_dir.runs)  # failed attempts' tracebacks
     storage.delete(model_dir.backup)  # training ended well: nothing to resume
     shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.EVAL].items())
-    log(f"trained in {seconds:.1f} s; eval: {shown}")
+    kept = metrics["kept_epoch"]
+    restored = f" (the model of epoch {kept}, the lowest val_loss)" if kept and kept < metrics["epochs"] else ""
+    log(f"trained in {seconds:.1f} s; eval: {shown}{restored}")
+    if Split.TEST in metrics:
+        log("test (held out): " + "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.TEST].items()))
     if metrics["step_profile"]:
         log(format_breakdown(metrics["step_profile"]))
     log(f"saved model: {metrics['saved_model']}")

@@ -10,11 +10,12 @@ lives, and written to the node's local disk (`jobs.train.executor.inputs`). Each
   * parameter server: the chief `_meta/` and eval (it builds the input functions), each worker
     all of it (the chief's input function reads the whole train split on every worker);
   * the chief of an autoencoder also the whole train split (its anomaly threshold is a
-    quantile over all train windows).
+    quantile over all train windows);
+  * the chief also the test split, when there is one (it scores it once, after training).
 """
 from __future__ import annotations
 
-from tfos_jobs.contracts.dataset import SPLITS, Split
+from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.workspace import DATASET
 from tfos_jobs.data import reader
 from tfos_jobs.data.dataset import DatasetMeta
@@ -32,6 +33,8 @@ def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list
         paths = list(meta.meta_files())
         if role != Role.PS:
             paths += evals
+            if role == Role.CHIEF and meta.has_test:
+                paths += meta.files(Split.TEST)
             if strategy == Strategy.PARAMETER_SERVER:
                 paths += train if role == Role.WORKER or meta.spec.is_sequence else []
             elif role == Role.CHIEF and meta.spec.is_sequence:
@@ -45,7 +48,7 @@ def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list
 def everything(meta: DatasetMeta, paths: list[str] | None = None) -> dict[str, str]:
     """`paths` (default: every file of the dataset) as key -> place under the workspace."""
     if paths is None:
-        paths = [*meta.meta_files(), *(path for split in SPLITS for path in meta.files(split))]
+        paths = [*meta.meta_files(), *(path for split in meta.manifest.splits for path in meta.files(split))]
     root = meta.root.rstrip("/")
     return {key(p): f"{DATASET}/{p[len(root) + 1:]}" for p in dict.fromkeys(paths)}
 

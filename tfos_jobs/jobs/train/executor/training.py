@@ -149,8 +149,11 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                       heartbeat(link, per_batch=per_batch)]
     if args.tensorboard:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=workspace.logs))
-    if args.early_stopping_patience:
-        callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.early_stopping_patience))
+    stopper = None
+    if args.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
+        stopper = tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.early_stopping_patience,
+                                                   restore_best_weights=True)
+        callbacks.append(stopper)
     callbacks.extend(extra_callbacks)
 
     try:
@@ -160,7 +163,8 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     finally:
         if publisher is not None:
             publisher.finish()
-    final = {k: float(v[-1]) for k, v in history.history.items()}
+    kept = _kept_epoch(history, stopper)
+    final = {k: float(v[kept]) for k, v in history.history.items()}
     if publisher is not None and args.tensorboard:
         link.publish(cc.LOGS, workspace.logs)
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
@@ -193,12 +197,41 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                        io_device=CHIEF_DEVICE if args.strategy == Strategy.PARAMETER_SERVER else None)
     if is_chief:
         link.publish(cc.SAVED_MODEL, workspace.saved_model)
-        result = {"final": final, "epochs_run": len(history.epoch), "steps_per_epoch": steps,
+        test = None
+        if meta.has_test and not spec.is_sequence:
+            test = _test_metrics(model, meta.files(Split.TEST), spec, meta.compression, args.batch_size)
+        result = {"final": final, Split.TEST.value: test, "kept_epoch": history.epoch[kept] + 1 if history.epoch else None,
+                  "epochs_run": len(history.epoch), "steps_per_epoch": steps,
                   "gradient_exchange": gradient_exchange,
                   "step_profile": profile, "anomaly": anomaly,
                   "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
         link.result(result)
     return final
+
+
+def _kept_epoch(history, stopper) -> int:
+    """The index in `history` of the epoch whose weights the model holds: the last, or the one
+    early stopping restored (absent from this attempt's history when it came before a resume)."""
+    if stopper is None or stopper.best_weights is None or stopper.best_epoch not in history.epoch:
+        return -1
+    return history.epoch.index(stopper.best_epoch)
+
+
+def _test_metrics(model, files: list[str], spec, compression: str, batch_size: int) -> dict[str, float]:
+    """Loss and metrics of the trained model on the held-out test split, on the chief alone
+    (read once, after every choice was made on eval)."""
+    import tensorflow as tf
+
+    from tfos_jobs.model.builder import loss_and_metrics
+
+    loss_fn, metrics = loss_and_metrics(spec)
+    loss = tf.keras.metrics.Mean(name="loss")
+    for features, labels in reader.make_dataset(files, spec, max(batch_size, 1024), compression=compression):
+        outputs = model(features, training=False)  # eager, as _sample_predictions: any strategy's variables
+        loss.update_state(loss_fn(labels, outputs), sample_weight=tf.shape(labels)[0])
+        for metric in metrics:
+            metric.update_state(labels, outputs)
+    return {m.name: float(m.result()) for m in (loss, *metrics)}
 
 
 def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict:
