@@ -39,8 +39,9 @@ def bucket(split: SplitConfig, key: str) -> Column:
 
 
 def assign(split: SplitConfig, key: str | None, eval_below: int | None = None) -> Column:
-    """"train" or "eval" per row, deterministic: a salted hash of the key below `eval_below`
-    (default: the nominal boundary), or a column's value (null when it is neither)."""
+    """"train", "eval" (or, by column, "test") per row, deterministic: a salted hash of the key
+    below `eval_below` (default: the nominal boundary), or a column's value (null when it names
+    no split), its "train" rows hashed again with `eval_from_train`."""
     def by_hash() -> Column:
         below = nominal_boundary(split) if eval_below is None else eval_below
         return F.when(bucket(split, key) < below, Split.EVAL.value).otherwise(Split.TRAIN.value)

@@ -52,10 +52,6 @@ class NumericFeature:
     embedding_dim: int = 16
     kind: Literal["numeric"] = "numeric"
 
-    @property
-    def embedded(self) -> bool:
-        return self.encoding != NumericEncoding.LINEAR
-
 
 @dataclass(frozen=True)
 class CategoricalFeature:

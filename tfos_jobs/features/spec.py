@@ -118,9 +118,9 @@ class FeatureSpec:
             elif isinstance(f, NumericFeature):
                 if f.encoding not in NUMERIC_ENCODINGS:
                     errs.append(f"{where}.encoding: {f.encoding!r} is not one of {', '.join(map(repr, NUMERIC_ENCODINGS))}")
-                for attr in ("bins", "frequencies", "embedding_dim"):
-                    if getattr(f, attr) < 1 or attr == "bins" and f.bins < 2:
-                        errs.append(f"{where}.{attr}: must be >= {2 if attr == 'bins' else 1}, got {getattr(f, attr)}")
+                for attr, least in (("bins", 2), ("frequencies", 1), ("embedding_dim", 1)):
+                    if getattr(f, attr) < least:
+                        errs.append(f"{where}.{attr}: must be >= {least}, got {getattr(f, attr)}")
                 if not f.sigma > 0:
                     errs.append(f"{where}.sigma: must be > 0, got {f.sigma}")
             elif isinstance(f, CrossedFeature):

@@ -33,7 +33,8 @@ class WideDeep:
     """The layers of the model and the two ways through them.
 
     Wide: a linear model (one weight per id and output unit) over the categorical, bucketized
-    and crossed features. Deep: embeddings of the categoricals and the normalised numerics
+    and crossed features. Deep: embeddings of the categoricals and the numerics (normalised, or
+    embedded by their `encoding`: `model.layers.PeriodicEmbeddings`, `PiecewiseLinearEmbeddings`)
     through `model_cfg.hidden_units()` ReLU layers. The two logits are added.
 
     The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights

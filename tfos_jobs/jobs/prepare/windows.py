@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
-from tfos_jobs.contracts.dataset import RECORDS, REJECTS, SEQUENCE_EXAMPLE, SPLITS, Manifest, Split, SplitFiles
+from tfos_jobs.contracts.dataset import ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, Manifest, Split, SplitFiles
 from tfos_jobs.contracts.dataset import staging as staging_dir
 from tfos_jobs.data import columns, dataset, sensor_sources, tfrecord, windows
 from tfos_jobs.data import split as split_mod
@@ -97,7 +97,7 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
     kept = F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
     train = kept & (F.col(columns.SPLIT) == Split.TRAIN)
     aggs = [F.min(columns.PROBLEM).alias("problem")]
-    for split in SPLITS:
+    for split in ALL_SPLITS:  # a test split named by a split column is counted and written too
         aggs.append(F.sum(F.when(kept & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(f"windows_{split}"))
         aggs.append(F.countDistinct(F.when(kept & (F.col(columns.SPLIT) == split), F.col(spec.key.name)))
                     .alias(f"assets_{split}"))
@@ -123,8 +123,8 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
     dropped = {r: int(row[f"dropped_{r}"] or 0) for r in windows.DROP_REASONS}
     return {
         "rows": counts["rows"], "rejected": counts["rejected"], "problem": row["problem"],
-        "windows": {s: int(row[f"windows_{s}"] or 0) for s in SPLITS},
-        "assets": {s: int(row[f"assets_{s}"] or 0) for s in SPLITS},
+        "windows": {s: int(row[f"windows_{s}"] or 0) for s in ALL_SPLITS},
+        "assets": {s: int(row[f"assets_{s}"] or 0) for s in ALL_SPLITS},
         "dropped": dropped, "stats": stats,
     }
 

@@ -11,7 +11,8 @@ lives, and written to the node's local disk (`jobs.train.executor.inputs`). Each
     all of it (the chief's input function reads the whole train split on every worker);
   * the chief of an autoencoder also the whole train split (its anomaly threshold is a
     quantile over all train windows);
-  * the chief also the test split, when there is one (it scores it once, after training).
+  * the chief of a row model also the test split, when there is one (it scores it once,
+    after training; an autoencoder's test windows are scored by `tfos predict`/`evaluate`).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list
         paths = list(meta.meta_files())
         if role != Role.PS:
             paths += evals
-            if role == Role.CHIEF and meta.has_test:
+            if role == Role.CHIEF and meta.has_test and not meta.spec.is_sequence:
                 paths += meta.files(Split.TEST)
             if strategy == Strategy.PARAMETER_SERVER:
                 paths += train if role == Role.WORKER or meta.spec.is_sequence else []
