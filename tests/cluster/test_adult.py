@@ -91,3 +91,38 @@ def test_the_kept_epoch_is_the_best_and_the_test_split_is_scored_by_it(trained):
     assert m["test"]["accuracy"] == pytest.approx(float(np.mean((p > 0.5) == (y == 1))), abs=1e-6)
     loss = -np.mean(y * np.log(np.clip(p, 1e-7, 1)) + (1 - y) * np.log(np.clip(1 - p, 1e-7, 1)))
     assert m["test"]["loss"] == pytest.approx(loss, abs=1e-4)
+
+
+def test_a_sweep_ranks_the_kept_epoch_and_leaves_the_test_split_alone(trained, tmp_path):
+    from tfos_jobs.contracts.sweep_dir import TrialDir
+    from tfos_jobs.progress_log import parse
+
+    root, _ = trained
+    sweep_dir = tmp_path / "sweep"
+    space = tmp_path / "space.toml"
+    space.write_text(f"""[sweep]
+dir = "{sweep_dir}"
+metric = "val_auc"
+goal = "maximize"
+algorithm = "grid"
+max_trials = 1
+early_stopping = "none"
+
+[sweep.fixed]
+"train.epochs" = 6
+"train.early_stopping_patience" = 1
+
+[params."train.model.dropout"]
+type = "categorical"
+values = [0.0]
+""")
+    tfos("sweep", "--config", str(ADULT), "--space", str(space), "--set", f"train.dataset={root / 'dataset'}",
+         "--set", "spark.conf.spark.ui.showConsoleProgress=false")
+    trial = TrialDir.of(str(sweep_dir), 1)
+    result = json.loads(Path(trial.result).read_text())
+    lines = {int(line["epoch"]): line for line in parse(Path(trial.progress).read_text())}
+    kept = min(lines, key=lambda e: (lines[e]["val_loss"], e))
+    assert result["value"] == pytest.approx(lines[kept]["val_auc"])  # the epoch whose model the trial keeps
+    assert result["metrics"]["val_loss"] == pytest.approx(lines[kept]["val_loss"])
+    written = [p for p in sweep_dir.rglob("*.json") if "test" in json.loads(p.read_text() or "{}")]
+    assert written == []  # no figure of the held-out split anywhere in the sweep

@@ -16,7 +16,7 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage
 from tfos_jobs.search import samplers, space
 from tfos_jobs.search.study import TRIAL_ATTR, StudyPlace, SweepStudy, default_name, mask
-from tfos_jobs.search.trials import metric_history
+from tfos_jobs.search.trials import TrialStatus, metric_history, summarise
 
 from tests.conftest import CENSUS, ROOT
 
@@ -72,6 +72,15 @@ def test_metric_history_counts_a_resumed_epoch_once():
     lines = [{"epoch": 1, "val_auc": 0.7}, {"epoch": 2, "val_auc": 0.8}, {"epoch": 2, "val_auc": 0.81},
              {"epoch": 3, "loss": 0.3}]
     assert metric_history(lines, "val_auc") == [0.7, 0.81]
+
+
+def test_a_trial_that_keeps_its_lowest_val_loss_epoch_is_ranked_by_that_epoch():
+    lines = [{"epoch": 1, "val_loss": 0.40, "val_auc": 0.80}, {"epoch": 2, "val_loss": 0.31, "val_auc": 0.86},
+             {"epoch": 3, "val_loss": 0.35, "val_auc": 0.88}, {"epoch": 3, "val_loss": 0.33, "val_auc": 0.87}]
+    last = summarise(lines, "val_auc", TrialStatus.COMPLETED, None)
+    assert last["value"] == 0.87 and last["metrics"]["val_loss"] == 0.33  # a resumed epoch: its last line
+    kept = summarise(lines, "val_auc", TrialStatus.COMPLETED, None, kept_at_lowest="val_loss")
+    assert kept["value"] == 0.86 and kept["metrics"]["val_loss"] == 0.31 and kept["epochs_run"] == 3
 
 
 def _row(n, status, value, lr):

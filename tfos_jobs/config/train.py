@@ -68,6 +68,7 @@ class TrainConfig:
     optimizer: Literal["adam", "adagrad", "sgd", "rmsprop", "ftrl"] = "adam"
     learning_rate: float = 0.001
     early_stopping_patience: int = 0  # epochs without improvement of val_loss; 0 = off
+    score_test: bool = True  # score the dataset's held-out test split, if any, once after training (sweeps: off)
     shuffle_buffer: int = 10_000  # records, when a worker's share of the train split streams from its files
     in_memory_mb: int = 1024  # a worker's share of a split up to this many MB of TFRecords is read once into memory
     seed: int = 42

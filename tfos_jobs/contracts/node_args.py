@@ -17,6 +17,11 @@ from tfos_jobs.topology import parameter_servers
 MAX_NODE_SECONDS = 7 * 24 * 3600  # no TF node outlives this, whatever happens to the driver
 
 
+# What early stopping watches (`early_stopping_patience`); the epoch where it was lowest is the
+# model kept, which a sweep ranks its trial by.
+STOPPING_METRIC = "val_loss"
+
+
 @dataclass(frozen=True)
 class NodeArgs:
     strategy: str
@@ -38,6 +43,7 @@ class NodeArgs:
     gradient_exchange: str
     threads: int
     profile_steps: int
+    score_test: bool = True
     max_node_seconds: float = MAX_NODE_SECONDS
 
     @classmethod
@@ -49,6 +55,7 @@ class NodeArgs:
             shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,
             model=tr.model, steps_per_execution=tr.steps_per_execution,
             dense_gradient_limit=tr.dense_gradient_limit, gradient_exchange=tr.gradient_exchange, threads=tr.threads, profile_steps=tr.profile_steps,
+            score_test=tr.score_test,
         )
 
     def to_dict(self) -> dict[str, Any]:

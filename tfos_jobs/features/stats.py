@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
@@ -64,8 +65,9 @@ def any_missing(names: Sequence[str], numeric: Sequence[str]) -> Column:
 
 def quantile_bins(train: DataFrame, bins: dict[str, int]) -> dict[str, list[float]]:
     """Per column, the edges of `bins[column]` bins holding equal shares of the train rows
-    (missing values left out), in one job. Equal edges (a value most rows share) are merged, so
-    a column may get fewer bins; a constant one gets a single bin one unit wide."""
+    (missing values left out), in one job, as float32 values. Equal edges (a value most rows
+    share) are merged, so a column may get fewer bins; a constant one gets a single bin one unit
+    wide."""
     if not bins:
         return {}
     names = list(bins)
@@ -76,6 +78,7 @@ def quantile_bins(train: DataFrame, bins: dict[str, int]) -> dict[str, list[floa
         if not quantiles:
             raise ValueError(f"features.{name}: every train value is missing, so its bins have no edges")
         at = dict(zip(ask, quantiles))
-        edges = sorted({stable(at[i / bins[name]]) for i in range(bins[name] + 1)})
+        # as the model holds them (float32): edges that would meet there are merged here
+        edges = sorted({float(np.float32(at[i / bins[name]])) for i in range(bins[name] + 1)})
         out[name] = edges if len(edges) > 1 else [edges[0], edges[0] + 1.0]
     return out

@@ -59,20 +59,30 @@ def metric_history(lines: list[dict[str, Any]], metric: str) -> list[float]:
 
 
 def trial_result(trial: int, settings: dict[str, Any], lines: list[dict[str, Any]], metric: str, status: TrialStatus,
-                 error: str | None, started: float, host: str | None = None, pid: int | None = None) -> TrialResult:
+                 error: str | None, started: float, host: str | None = None, pid: int | None = None,
+                 kept_at_lowest: str | None = None) -> TrialResult:
     """A trial's row of the results: who ran it when, and `summarise` of its progress `lines`."""
     finished = time.time()
-    summary = summarise(lines, metric, status, error)
+    summary = summarise(lines, metric, status, error, kept_at_lowest)
     return TrialResult(trial=trial, settings=settings, started=started, host=host, pid=pid, finished=finished,
                        seconds=round(finished - started, 2), **summary)
 
 
-def summarise(lines: list[dict[str, Any]], metric: str, status: TrialStatus, error: str | None) -> dict[str, Any]:
-    """Status, the metric's final value and the last epoch's metrics, from the trial's progress.
-    A trial that finished without the metric failed, and says which metrics it had."""
+def summarise(lines: list[dict[str, Any]], metric: str, status: TrialStatus, error: str | None,
+              kept_at_lowest: str | None = None) -> dict[str, Any]:
+    """Status, the metric's value and the metrics of the epoch whose model the trial keeps (the
+    last, or with `kept_at_lowest` the one where that metric was lowest: early stopping's
+    restored epoch), from the trial's progress. A trial that finished without the metric
+    failed, and says which metrics it had."""
     history = metric_history(lines, metric)
-    metrics = metrics_of(lines[-1]) if lines else {}
-    out: dict[str, Any] = {"status": status.value, "value": history[-1] if history else None, "error": error,
+    kept, value = (lines[-1] if lines else None), (history[-1] if history else None)
+    lowest = metric_by_epoch(lines, kept_at_lowest) if kept_at_lowest else {}
+    if lowest and history:
+        epoch = min(lowest, key=lambda e: (lowest[e], e))
+        kept = [line for line in lines if int(line[EPOCH]) == epoch][-1]
+        value = metric_by_epoch(lines, metric).get(epoch, value)
+    metrics = metrics_of(kept) if kept else {}
+    out: dict[str, Any] = {"status": status.value, "value": value, "error": error,
                            "epochs_run": len(history) if history else len({line[EPOCH] for line in lines}),
                            "metrics": metrics}
     if status in (TrialStatus.COMPLETED, TrialStatus.PRUNED) and not history:

@@ -30,8 +30,10 @@ def local_copy(storage: Storage, path: str, workdir: str, name: str) -> str | No
 
 
 def summary_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The final figures of a training's metrics.json: eval_<metric>, seconds, epochs, attempts."""
-    out = {f"eval_{k}": v for k, v in (metrics.get(Split.EVAL.value) or {}).items() if isinstance(v, (int, float))}
+    """The final figures of a training's metrics.json: eval_<metric>, test_<metric> (a held-out
+    split), seconds, epochs, attempts."""
+    out = {f"{split}_{k}": v for split in (Split.EVAL.value, Split.TEST.value)
+           for k, v in (metrics.get(split) or {}).items() if isinstance(v, (int, float))}
     out.update({"train_seconds": metrics.get("seconds", 0.0), "epochs": metrics.get("epochs", 0),
                 "attempts": metrics.get("attempts", 1)})
     threshold = (metrics.get("anomaly") or {}).get("threshold")

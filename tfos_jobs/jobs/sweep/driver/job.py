@@ -29,7 +29,8 @@ from pyspark.sql import SparkSession
 from tfos_jobs import config as config_mod
 from tfos_jobs import control_channel as cc
 from tfos_jobs.config import parse_ports
-from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.dataset import SPLITS
+from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.sweep_dir import SweepDir, TrialDir
 from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.data.dataset import DatasetMeta
@@ -66,6 +67,7 @@ class Running:
     cancelled: bool = False  # by the time budget or an interrupt: runs again when the sweep is resumed
     pruned: bool = False  # a TFoS-cluster trial the pruner stopped (a single-process trial stops itself)
     stop: threading.Event = field(default_factory=threading.Event)  # ends a TFoS-cluster trial
+    restores_best: bool = False  # early stopping keeps the epoch of the lowest val_loss: its metric is the value
 
 
 @dataclass
@@ -247,12 +249,16 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
     except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
         trial.outcome["result"] = _record(ctx, trial, TrialStatus.FAILED, str(e))
         return trial
+    # A held-out test split is for the model the sweep ends with, not for choosing it.
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, score_test=False))
+    trial.restores_best = cfg.train.early_stopping_patience > 0
 
     if sweep.workers_per_trial > 1:
         target = _cluster_trial(ctx, cfg, trial)
     else:
         tr = dataclasses.replace(cfg.train, strategy=Strategy.LOCAL, tensorboard=False)
-        wanted = node_inputs.everything(ctx.meta)
+        wanted = node_inputs.everything(ctx.meta, [*ctx.meta.meta_files(),
+                                                   *(path for s in SPLITS for path in ctx.meta.files(s))])
         payload = TrialPayload(trial=n, settings=settings, metric=sweep.metric, pruning=sweep.early_stopping != "none",
                                args=NodeArgs.from_train_config(tr, dataset=ctx.meta.root), server=ctx.server,
                                run_id=ctx.run_id, local_dir=tr.local_dir, inputs=wanted)
@@ -326,7 +332,7 @@ def _record(ctx: Context, trial: Running, status: TrialStatus, error: str | None
     """The trial's result row, written to its directory unless it was cancelled (a resumed
     sweep runs it again, from its resume state), with the traceback of a trial that failed."""
     result = trial_result(trial.number, trial.settings, trial.progress.lines(), ctx.sweep.metric, status, error,
-                          trial.started, host, pid)
+                          trial.started, host, pid, kept_at_lowest=STOPPING_METRIC if trial.restores_best else None)
     if status != TrialStatus.CANCELLED:
         trial.directory.write_result(ctx.storage, result)
         ctx.storage.delete(trial.directory.backup)  # a finished trial is never resumed

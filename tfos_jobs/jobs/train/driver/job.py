@@ -26,7 +26,7 @@ from tfos_jobs import control_channel as cc
 from tfos_jobs.config import Config, TrainConfig, parse_ports
 from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.contracts.model_dir import ModelDir
-from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset
 from tfos_jobs.data.dataset import DatasetMeta
@@ -304,7 +304,7 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
     storage.delete(model_dir.backup)  # training ended well: nothing to resume
     shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.EVAL].items())
     kept = metrics["kept_epoch"]
-    restored = f" (the model of epoch {kept}, the lowest val_loss)" if kept and kept < metrics["epochs"] else ""
+    restored = f" (the model of epoch {kept}, the lowest {STOPPING_METRIC})" if kept and kept < metrics["epochs"] else ""
     log(f"trained in {seconds:.1f} s; eval: {shown}{restored}")
     if Split.TEST in metrics:
         log("test (held out): " + "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.TEST].items()))

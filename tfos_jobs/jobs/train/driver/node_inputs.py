@@ -25,7 +25,8 @@ from tfos_jobs.jobs.train.executor.inputs import key
 from tfos_jobs.topology import Role, Strategy, worker_rank
 
 
-def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list[dict[str, str]]:
+def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str, score_test: bool = True
+         ) -> list[dict[str, str]]:
     """Per node (in `roles` order): key of each file it gets -> its place in the node's workspace."""
     train, evals = meta.files(Split.TRAIN), meta.files(Split.EVAL)
     workers = len(roles)
@@ -34,7 +35,7 @@ def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str) -> list
         paths = list(meta.meta_files())
         if role != Role.PS:
             paths += evals
-            if role == Role.CHIEF and meta.has_test and not meta.spec.is_sequence:
+            if role == Role.CHIEF and score_test and meta.has_test and not meta.spec.is_sequence:
                 paths += meta.files(Split.TEST)
             if strategy == Strategy.PARAMETER_SERVER:
                 paths += train if role == Role.WORKER or meta.spec.is_sequence else []

@@ -66,7 +66,7 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: R
     address = server.start()
     node_roles = roles(tr.strategy, nodes, args.num_ps)
     node_names = [node_name(role, index) for role, index in node_roles]
-    plans = node_inputs.plan(meta, node_roles, tr.strategy)
+    plans = node_inputs.plan(meta, node_roles, tr.strategy, tr.score_test)
     launch = Launch(run_id=state.id, strategy=tr.strategy, nodes=nodes, num_ps=args.num_ps, server=address,
                     tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir, inputs=plans)
     template = {Role.CHIEF.value: [0]} | ({Role.WORKER.value: list(range(1, nodes))} if nodes > 1 else {})

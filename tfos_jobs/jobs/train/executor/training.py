@@ -13,7 +13,7 @@ import os
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.dataset import Split
-from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
 from tfos_jobs.jobs.train.executor.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
@@ -151,7 +151,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=workspace.logs))
     stopper = None
     if args.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
-        stopper = tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.early_stopping_patience,
+        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=args.early_stopping_patience,
                                                    restore_best_weights=True)
         callbacks.append(stopper)
     callbacks.extend(extra_callbacks)
@@ -198,8 +198,10 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     if is_chief:
         link.publish(cc.SAVED_MODEL, workspace.saved_model)
         test = None
-        if meta.has_test and not spec.is_sequence:
-            test = _test_metrics(model, meta.files(Split.TEST), spec, meta.compression, args.batch_size)
+        if meta.has_test and args.score_test and not spec.is_sequence:
+            test_files = meta.files(Split.TEST)
+            with _naming_corrupt_files(test_files, meta.compression, workspace.dataset, args.dataset):
+                test = _test_metrics(model, test_files, spec, meta.compression, args.batch_size)
         result = {"final": final, Split.TEST.value: test, "kept_epoch": history.epoch[kept] + 1 if history.epoch else None,
                   "epochs_run": len(history.epoch), "steps_per_epoch": steps,
                   "gradient_exchange": gradient_exchange,
@@ -211,7 +213,8 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
 
 def _kept_epoch(history, stopper) -> int:
     """The index in `history` of the epoch whose weights the model holds: the last, or the one
-    early stopping restored (absent from this attempt's history when it came before a resume)."""
+    early stopping restored. A relaunched run's early stopping knows the epochs since the resume
+    only (Keras keeps no stopping state in its backup)."""
     if stopper is None or stopper.best_weights is None or stopper.best_epoch not in history.epoch:
         return -1
     return history.epoch.index(stopper.best_epoch)
