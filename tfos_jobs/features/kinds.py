@@ -28,6 +28,10 @@ class NumericEncoding(Name):
 
 
 NUMERIC_ENCODINGS = tuple(e.value for e in NumericEncoding)
+# The settings each encoding reads (the others are not written to the spec's JSON).
+ENCODING_SETTINGS: dict[str, tuple[str, ...]] = {
+    NumericEncoding.LINEAR: (), NumericEncoding.PIECEWISE_LINEAR: ("bins", "embedding_dim"),
+    NumericEncoding.PERIODIC: ("frequencies", "sigma", "embedding_dim")}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class NumericFeature:
     sigma: float = 10.0
     embedding_dim: int = 16
     kind: Literal["numeric"] = "numeric"
+
+    def encoding_key(self) -> tuple:
+        """The encoding and the settings it reads: features with equal keys can share a layer."""
+        return (self.encoding, *(getattr(self, s) for s in ENCODING_SETTINGS.get(self.encoding, ())))
 
 
 @dataclass(frozen=True)

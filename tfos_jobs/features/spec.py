@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.features.kinds import (FEATURE_KINDS, NUMERIC_ENCODINGS, SPARK_TYPES, WINDOW_END, WINDOW_START,
+from tfos_jobs.features.kinds import (ENCODING_SETTINGS, FEATURE_KINDS, NUMERIC_ENCODINGS, SPARK_TYPES, WINDOW_END, WINDOW_START,
                                       BucketizedFeature, CategoricalFeature, CrossedFeature, Feature, KeyFeature, Label,
                                       NumericEncoding, NumericFeature, RecordDtype, SequenceFeature, TimeFeature,
                                       accepted_input_types)
@@ -299,16 +299,12 @@ class FeatureSpec:
         return FeatureSpec(tuple(feature if f.name == feature.name else f for f in self.features))
 
 
-# The settings each numeric encoding reads; the others' are left out of the spec's JSON and its
-# fingerprint, so a spec that does not use them reads and hashes as before they existed.
-_ENCODING_SETTINGS = {NumericEncoding.LINEAR: (), NumericEncoding.PIECEWISE_LINEAR: ("bins", "embedding_dim"),
-                      NumericEncoding.PERIODIC: ("frequencies", "sigma", "embedding_dim")}
-
-
 def _feature_to_dict(f: Feature) -> dict[str, Any]:
+    """The feature's settings, but for those its numeric encoding does not read: a spec that
+    does not use them reads and hashes (`fingerprint`) as before they existed."""
     d = asdict(f)
     if isinstance(f, NumericFeature):
-        unused = {k for settings in _ENCODING_SETTINGS.values() for k in settings}
-        unused -= set(_ENCODING_SETTINGS.get(f.encoding, ()))
+        unused = {k for settings in ENCODING_SETTINGS.values() for k in settings}
+        unused -= set(ENCODING_SETTINGS.get(f.encoding, ()))
         d = {k: v for k, v in d.items() if k not in unused and (k != "encoding" or v != NumericEncoding.LINEAR)}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

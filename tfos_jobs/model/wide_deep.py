@@ -21,7 +21,7 @@ import tensorflow as tf
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import MODEL_OUTPUT
 from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec, NumericEncoding
-from tfos_jobs.contracts.dataset import STATS_BINS
+from tfos_jobs.contracts.dataset import STATS, STATS_BINS
 from tfos_jobs.model.layers import PeriodicEmbeddings, PiecewiseLinearEmbeddings, SharedEmbedding
 from tfos_jobs.tasks import ModelKind, Task
 
@@ -58,23 +58,20 @@ class WideDeep:
                 self.normalize[f.name] = layers.Normalization(axis=None, mean=mean, variance=variance,
                                                               name=f"norm_{f.name}")
             self.reshape[f.name] = layers.Reshape((1,), name=f"col_{f.name}")
-        # Embedded numerics, one layer per encoding and settings (few variables: see SharedEmbedding).
+        # Embedded numerics: one layer per encoding and settings (few variables: see SharedEmbedding).
         self.embedded: dict[tuple, list[str]] = {}
         for f in self.numeric:
-            if f.encoding == NumericEncoding.PERIODIC:
-                self.embedded.setdefault((f.encoding, f.frequencies, f.sigma, f.embedding_dim), []).append(f.name)
-            elif f.encoding == NumericEncoding.PIECEWISE_LINEAR:
-                self.embedded.setdefault((f.encoding, f.embedding_dim), []).append(f.name)
+            if f.encoding != NumericEncoding.LINEAR:
+                self.embedded.setdefault(f.encoding_key(), []).append(f.name)
         self.embed_numeric, self.side_by_side = {}, {}
         for i, (group, names) in enumerate(self.embedded.items()):
             if len(names) > 1:
                 self.side_by_side[group] = layers.Concatenate(axis=1, name=f"numeric_{i}")
-            if group[0] == NumericEncoding.PERIODIC:
-                _, frequencies, sigma, dim = group
-                self.embed_numeric[group] = PeriodicEmbeddings(len(names), frequencies, sigma, dim, name=f"periodic_{i}")
-            else:
-                edges = [_bins(stats, name) for name in names]
-                self.embed_numeric[group] = PiecewiseLinearEmbeddings(edges, group[1], name=f"piecewise_linear_{i}")
+            f = spec.get(names[0])  # the group's settings
+            self.embed_numeric[group] = (
+                PeriodicEmbeddings(len(names), f.frequencies, f.sigma, f.embedding_dim, name=f"periodic_{i}")
+                if f.encoding == NumericEncoding.PERIODIC else
+                PiecewiseLinearEmbeddings([_bins(stats, n) for n in names], f.embedding_dim, name=f"piecewise_linear_{i}"))
         for f in spec.features:  # categorical and bucketized in spec order: the order of the wide table
             if isinstance(f, CategoricalFeature):
                 values = vocab.get(f.name)
@@ -189,8 +186,8 @@ def of(model: Any) -> WideDeep | None:
 def _bins(stats: dict[str, Any], name: str) -> list[float]:
     edges = stats.get(name, {}).get(STATS_BINS)
     if not edges:
-        raise ValueError(f"features.{name}: encoding = \"{NumericEncoding.PIECEWISE_LINEAR}\" needs the bins prepare computes, and the "
-                         f"dataset's stats.json has none for it: prepare the dataset again with this spec")
+        raise ValueError(f"features.{name}: encoding = \"{NumericEncoding.PIECEWISE_LINEAR}\" needs the bins prepare "
+                         f"computes, and the dataset's {STATS} has none for it: prepare the dataset again with this spec")
     return edges
 
 
