@@ -12,8 +12,10 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from tfos_jobs import config
+from tfos_jobs.contracts.serving import task_of, udf_return_type
 from tfos_jobs.jobs.serve import sql
 from tfos_jobs.jobs.train.driver import tracked
+from udfs.register import served_spec
 
 from tests.conftest import CENSUS, ROOT, census_overrides, prepared_dataset
 from tests.hadoop.support import free_port
@@ -120,6 +122,20 @@ def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, t
     got = model.predict(rows.drop(columns=["expected"]))
     assert list(got.columns) == ["probability", "label"]
     assert got["probability"].to_numpy() == pytest.approx(rows["expected"].to_numpy(), abs=1e-6)
+    # mlflow.pyfunc.spark_udf on the same version scores as the UDF, on struct(*) and on the inputs as columns.
+    spec = served_spec(spark, str(model_dir))
+    spark.udf.register("mlflow_income", mlflow.pyfunc.spark_udf(
+        spark, "models:/census@candidate", result_type=udf_return_type(task_of(spec)), env_manager="local"))
+
+    def scored(call: str):
+        return spark.sql(f"SELECT education, age, p.probability, p.label FROM (SELECT *, {call} AS p FROM features)")
+
+    expected = scored("predict_income(struct(*))")
+    assert expected.count() == PEOPLE
+    assertDataFrameEqual(scored("mlflow_income(struct(*))"), expected, rtol=1e-6)
+    assertDataFrameEqual(scored(f"mlflow_income({', '.join(spec.model_inputs)})"), expected, rtol=1e-6)
+    with pytest.raises(Exception, match=r"the input lacks feature\(s\) \['age', .*\(it has columns \['0', '1'\]\)"):
+        scored("mlflow_income(age, workclass)").collect()
     with pytest.raises(Exception, match=r"models:/census@nope does not exist in .*aliases \['candidate'\]"):
         sql.run(spark, cfg, QUERY, model="models:/census@nope", log=lambda line: None)
 

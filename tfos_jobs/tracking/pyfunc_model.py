@@ -2,12 +2,29 @@
 UDF scores it (the UDF's Scorer: spec defaults for nulls, out-of-vocabulary buckets).
 
 `mlflow.pyfunc.load_model("models:/census@champion").predict(df)` gives the UDF's fields as
-columns; `.unwrap_python_model().saved_model` is the SavedModel itself."""
+columns; `.unwrap_python_model().saved_model` is the SavedModel itself. Through
+`mlflow.pyfunc.spark_udf` it takes `struct(*)` or the inputs as columns in the model's order,
+as the SQL UDF does."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import mlflow.pyfunc
+import pandas as pd
 
 SAVED_MODEL = "saved_model"  # the artifact's key, and its directory under the model's artifacts/
+
+
+def model_columns(frame: pd.DataFrame, inputs: Sequence[str]) -> pd.DataFrame:
+    """The frame's columns the model reads, in its input order. `spark_udf(*columns)` on a model
+    logged without a signature names the columns "0", "1", ...: those are taken by position."""
+    if list(frame.columns) == [str(i) for i in range(len(inputs))]:
+        return frame.set_axis(list(inputs), axis=1)
+    missing = [n for n in inputs if n not in frame.columns]
+    if missing:
+        raise ValueError(f"the input lacks feature(s) {missing} (it has columns {[str(c) for c in frame.columns]}); "
+                         f"the model takes {list(inputs)}, by name or as {len(inputs)} columns in that order")
+    return frame[list(inputs)]
 
 
 class SavedModelPyfunc(mlflow.pyfunc.PythonModel):
@@ -20,14 +37,10 @@ class SavedModelPyfunc(mlflow.pyfunc.PythonModel):
         self.saved_model = self.scorer._loaded
 
     def predict(self, context, model_input, params=None):
-        import pandas as pd
         import pyarrow as pa
 
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-        missing = [n for n in self.scorer.inputs if n not in frame.columns]
-        if missing:
-            raise ValueError(f"the input lacks feature(s) {missing}; the model takes {list(self.scorer.inputs)}")
-        table = pa.Table.from_pandas(frame[list(self.scorer.inputs)], preserve_index=False)
+        table = pa.Table.from_pandas(model_columns(frame, self.scorer.inputs), preserve_index=False)
         out = self.scorer(pa.StructArray.from_arrays([table[n].combine_chunks() for n in self.scorer.inputs],
                                                      names=list(self.scorer.inputs)), {})
         if isinstance(out, pa.StructArray):
