@@ -9,6 +9,7 @@ from typing import Mapping
 
 from tfos_jobs.bench.harness import Figure, Result, fmt, ratio
 from tfos_jobs.bench.context import Run
+from tfos_jobs.bench.stages.registered import FREE_MLFLOW, FREE_OURS
 from tfos_jobs.topology import Role, Strategy
 
 
@@ -190,6 +191,14 @@ def _details(run: Run) -> list[str]:
                      f"on the same rows, encoded beforehand: {_figure(codes)}, "
                      f"{fmt(ratio(codes.median, d['P4'].baseline.median))}× `serving_default`; the UDF reaches "
                      f"{fmt(ratio(d['P4'].measured.median, codes.median))}× it.")
+    if "P12" in d and FREE_OURS in run.details:
+        ours, theirs = run.details[FREE_OURS], run.details[FREE_MLFLOW]
+        lines.append(
+            f"- **P12** with a model that costs nothing on both sides: the no-op Arrow UDF {_figure(ours)}; "
+            f"`mlflow.pyfunc.spark_udf` on tfos's python_function with a free model (MLflow's pandas round trip and "
+            f"the python_function's conversions, no model) {_figure(theirs)}: {fmt(ratio(ours.median, theirs.median))}×. "
+            "Both sides run the same model on every row, so P12 falls as the model costs more: no faster scoring "
+            f"can take P12 (measured {fmt(d['P12'].value)}) above this ratio.")
     if "P11" in d:
         lines.append(
             f"- **P11** whole runs, start-up, export and publishing included: dataset on local files "

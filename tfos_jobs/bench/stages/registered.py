@@ -8,10 +8,39 @@ import os
 import tempfile
 from typing import Callable
 
+import mlflow.pyfunc
+import pyarrow as pa
+
+from tfos_jobs.bench import scoring
 from tfos_jobs.bench.context import Bench
 from tfos_jobs.bench.harness import Figure, Result, Sample
+from tfos_jobs.tracking.pyfunc_model import SAVED_MODEL, SavedModelPyfunc
 
 MODEL = "bench"
+FREE_OURS = "P12 free model ours"  # run.details keys, read by bench.report
+FREE_MLFLOW = "P12 free model mlflow"
+
+
+class _FreeScorer:
+    """The Scorer's interface with a model that costs nothing: constants of the UDF's type."""
+
+    def __init__(self, export_dir: str):
+        from tfos_jobs.contracts.serving import task_of
+        from tfos_jobs.model.export import read_spec
+
+        spec = read_spec(export_dir)
+        self.inputs = spec.model_inputs
+        self._noop = scoring.make_noop(task_of(spec))
+
+    def __call__(self, batch: pa.StructArray, counts: dict) -> pa.Array:
+        return next(self._noop(iter([batch])))
+
+
+class FreeModelPyfunc(SavedModelPyfunc):
+    """tfos's python_function with its conversions and a model that costs nothing."""
+
+    def load_context(self, context):
+        self.scorer = _FreeScorer(context.artifacts[SAVED_MODEL])
 
 
 def register_bench_model(bench: Bench, local_saved_model: str) -> str:
@@ -38,10 +67,10 @@ def register_bench_model(bench: Bench, local_saved_model: str) -> str:
 
 
 def registered_vs_mlflow(bench: Bench, local_saved_model: str, task: str,
-                         query: Callable[[str], Callable[[], Sample]]) -> None:
-    """`query(function)`: measures one scoring query over the serving stage's cached rows."""
+                         query: Callable[[str], Callable[[], Sample]], noop: str) -> None:
+    """`query(function)`: measures one scoring query over the serving stage's cached rows;
+    `noop`: the serving stage's no-op Arrow UDF."""
     import mlflow
-    import mlflow.pyfunc
 
     import udfs
     from tfos_jobs.contracts.serving import udf_return_type
@@ -52,10 +81,19 @@ def registered_vs_mlflow(bench: Bench, local_saved_model: str, task: str,
     mlflow.set_tracking_uri(uri)
     spark.udf.register("bench_mlflow_udf", mlflow.pyfunc.spark_udf(
         spark, f"models:/{MODEL}/1", result_type=udf_return_type(task), env_manager="local"))
+    free = os.path.join(bench.work, "mlflow-free-model")
+    mlflow.pyfunc.save_model(free, python_model=FreeModelPyfunc(), artifacts={SAVED_MODEL: local_saved_model})
+    spark.udf.register("bench_mlflow_free", mlflow.pyfunc.spark_udf(
+        spark, free, result_type=udf_return_type(task), env_manager="local"))
     out = bench.repeat("registered model", {
         "UDF on models:/": query("bench_registered"),
         "mlflow spark_udf": query("bench_mlflow_udf"),
+        "no-op UDF": query(noop),
+        "mlflow spark_udf, free model": query("bench_mlflow_free"),
     }, repeats=bench.sizes.serving_repeats)
+    bench.run.details[FREE_OURS] = Figure("no-op Arrow UDF, struct(*)", "rows/s", out["no-op UDF"]["rows_per_sec"])
+    bench.run.details[FREE_MLFLOW] = Figure("mlflow.pyfunc.spark_udf on tfos's python_function with a free model",
+                                            "rows/s", out["mlflow spark_udf, free model"]["rows_per_sec"])
     bench.run.results.append(Result(
         "P12", "SQL UDF on a registered model (models:/NAME/1) rows/s vs mlflow.pyfunc.spark_udf on the same "
                "version (same rows, Arrow batch size, struct(*) call)",

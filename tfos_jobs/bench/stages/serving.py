@@ -94,7 +94,7 @@ def serving(bench: Bench) -> None:
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
     batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
-    registered.registered_vs_mlflow(bench, udf.local_dir, task, query)
+    registered.registered_vs_mlflow(bench, udf.local_dir, task, query, "bench_noop")
     inputs.unpersist()
 
     def sql_variant(cfg: Config) -> Callable[[], Sample]:
