@@ -105,6 +105,7 @@ def test_train_logs_params_epochs_figures_and_the_model(trained, mlflow_server):
 
 
 def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, trained, mlflow_server):
+    import mlflow.artifacts
     import mlflow.pyfunc
 
     _, overrides = data
@@ -122,6 +123,10 @@ def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, t
     got = model.predict(rows.drop(columns=["expected"]))
     assert list(got.columns) == ["probability", "label"]
     assert got["probability"].to_numpy() == pytest.approx(rows["expected"].to_numpy(), abs=1e-6)
+    # Loaded again from the same files (spark_udf does so in every task on a local master): the same loaded model.
+    files = mlflow.artifacts.download_artifacts("models:/census@candidate")
+    first, second = (mlflow.pyfunc.load_model(files).unwrap_python_model() for _ in range(2))
+    assert first.scorer is second.scorer and first.scorer is not model.unwrap_python_model().scorer
     # mlflow.pyfunc.spark_udf on the same version scores as the UDF, on struct(*) and on the inputs as columns.
     spec = served_spec(spark, str(model_dir))
     spark.udf.register("mlflow_income", mlflow.pyfunc.spark_udf(

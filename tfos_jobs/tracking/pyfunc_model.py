@@ -4,13 +4,20 @@ UDF scores it (the UDF's Scorer: spec defaults for nulls, out-of-vocabulary buck
 `mlflow.pyfunc.load_model("models:/census@champion").predict(df)` gives the UDF's fields as
 columns; `.unwrap_python_model().saved_model` is the SavedModel itself. Through
 `mlflow.pyfunc.spark_udf` it takes `struct(*)` or the inputs as columns in the model's order,
-as the SQL UDF does."""
+as the SQL UDF does.
+
+On a local master (`local[*]`, `local-cluster`, a single-node cluster) `spark_udf` loads the
+model again in every Spark task; the model itself is kept in the SQL UDF's per-worker cache
+(`udfs.predict.scorer`), so a Python worker loads it once, as on a cluster."""
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import mlflow.pyfunc
 import pandas as pd
+
+from tfos_jobs.contracts.serving import SAVED_MODEL_FILE
 
 SAVED_MODEL = "saved_model"  # the artifact's key, and its directory under the model's artifacts/
 
@@ -31,9 +38,11 @@ class SavedModelPyfunc(mlflow.pyfunc.PythonModel):
     _skip_type_hint_validation = True  # a DataFrame of the spec's columns in, the UDF's fields out
 
     def load_context(self, context):
-        from udfs.predict import Scorer
+        from udfs.predict import scorer
 
-        self.scorer = Scorer(context.artifacts[SAVED_MODEL])
+        export_dir = context.artifacts[SAVED_MODEL]
+        written = os.stat(os.path.join(export_dir, SAVED_MODEL_FILE))
+        self.scorer = scorer(export_dir, f"{written.st_mtime_ns}-{written.st_size}")
         self.saved_model = self.scorer._loaded
 
     def predict(self, context, model_input, params=None):
