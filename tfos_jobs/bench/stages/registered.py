@@ -1,7 +1,13 @@
 """P12: a registered model served by this package's UDF (`models:/NAME/1`) against MLflow's own
 `mlflow.pyfunc.spark_udf` on the same registered version: same rows, Arrow batch size and call
-form (`struct(*)`). The MLflow model's python_function scores with the UDF's own Scorer, so the
-difference is the way each UDF runs in Spark, not the model code."""
+form (`struct(*)`). The MLflow model's python_function scores with the UDF's own Scorer, kept
+once per Python worker as the UDF keeps it, so the difference is the way each UDF runs in
+Spark, not the model code.
+
+Beside it, both sides with a model that costs nothing (the no-op Arrow UDF; tfos's
+python_function with a scorer that returns constants, its conversions kept). Both sides pay
+the same model on every row, so P12 = (MLflow's fixed cost + model) ÷ (ours + model) falls as
+the model costs more, and the ratio of the two free sides is the most P12 can be."""
 from __future__ import annotations
 
 import os
