@@ -15,6 +15,8 @@ from tfos_jobs.bench.harness import Figure, Result, Sample
 from tfos_jobs.config import Config
 from tfos_jobs.data.assemble import assemble
 
+NOOP = "bench_noop"  # the no-op Arrow UDF: the floor of P4 and of P12
+
 
 def serving(bench: Bench) -> None:
     from pyspark.sql.functions import ArrowUDFType, arrow_udf
@@ -35,7 +37,7 @@ def serving(bench: Bench) -> None:
     inputs.createOrReplaceTempView("bench_inputs")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        spark.udf.register("bench_noop", arrow_udf(scoring.make_noop(task), udf_return_type(task),
+        spark.udf.register(NOOP, arrow_udf(scoring.make_noop(task), udf_return_type(task),
                                                      ArrowUDFType.SCALAR_ITER))
     spark.udf.register("bench_spark_udf", scoring.spark_predict_batch_udf(udf.local_dir, spec, pr.batch_size))
     arrays = scoring.numpy_inputs(inputs.toPandas(), spec)
@@ -70,7 +72,7 @@ def serving(bench: Bench) -> None:
             lambda: scoring.in_process_codes_rows_per_sec(codes_signature, codes, pr.batch_size)),
         "UDF": query(pr.name, columns),
         "UDF, struct(*)": query(pr.name),
-        "no-op UDF": query("bench_noop", columns),
+        "no-op UDF": query(NOOP, columns),
         "predict_batch_udf": query("bench_spark_udf", columns),
     }, repeats=bench.sizes.serving_repeats)
     for variant, figures in out.items():
@@ -94,7 +96,7 @@ def serving(bench: Bench) -> None:
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
     batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
-    registered.registered_vs_mlflow(bench, udf.local_dir, task, query, "bench_noop")
+    registered.registered_vs_mlflow(bench, udf.local_dir, task, query, NOOP)
     inputs.unpersist()
 
     def sql_variant(cfg: Config) -> Callable[[], Sample]:
