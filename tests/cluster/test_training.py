@@ -68,13 +68,16 @@ def assert_no_node_process_left(m: dict) -> None:
 
 @pytest.fixture(scope="module")
 def mwms(dataset, tmp_path_factory):
-    model_dir = tmp_path_factory.mktemp("mwms") / "model"
-    proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]")
-    return model_dir, proc
+    root = tmp_path_factory.mktemp("mwms")
+    executor_tmp = root / "executor-tmp"  # the executors' temporary directory
+    executor_tmp.mkdir()
+    proc, _ = train(dataset, root / "model", "spark.master=local-cluster[2,1,1536]",
+                    f"spark.conf.spark.executorEnv.TMPDIR={executor_tmp}")
+    return root / "model", proc, executor_tmp
 
 
 def test_multi_worker_mirrored_learns_and_exports(mwms):
-    model_dir, proc = mwms
+    model_dir, proc, executor_tmp = mwms
     m = metrics(model_dir)
     assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
     assert len({n["executor_id"] for n in m["nodes"]}) == 2
@@ -90,6 +93,10 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     assert not list(model_dir.glob("saved_model.tmp*"))
     assert_exported_model_matches_trained(model_dir)
     assert_no_node_process_left(m)
+    # The nodes' workspaces are gone, and with them TensorFlow's autograph sources (a Spark Python
+    # worker never exits the way that would delete them).
+    left = [p.name for p in executor_tmp.iterdir()]
+    assert not [n for n in left if n.startswith(("tfos-", "__autograph_generated_file"))], left
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ and the resume state over the control channel, and publishes what it hands back.
         backup/         resume state (Keras BackupAndRestore), fetched from the model directory
         logs/           TensorBoard event files
         saved_model/    the export, before it is published
+        tmp/            the temporary files of its training (TensorFlow's autograph sources)
 
 The driver names the dataset files a node gets by their place under `dataset/` (DATASET).
 """
@@ -59,6 +60,10 @@ class Workspace:
     @property
     def saved_model(self) -> str:
         return os.path.join(self.own, "saved_model")
+
+    @property
+    def scratch(self) -> str:
+        return os.path.join(self.own, "tmp")
 
     @property
     def _users(self) -> str:

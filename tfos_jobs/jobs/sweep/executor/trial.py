@@ -55,8 +55,9 @@ def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str,
         link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
         training.configure_threads(args.threads)  # trials share the executors' cores
         pruner = pruning(link, payload.metric) if payload.pruning else None
-        training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link, workspace=workspace,
-                                extra_callbacks=(pruner,) if pruner else ())
+        with training.temp_files_in(workspace.scratch):
+            training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link,
+                                    workspace=workspace, extra_callbacks=(pruner,) if pruner else ())
         status = TrialStatus.PRUNED if pruner is not None and pruner.skip_export else TrialStatus.COMPLETED
     except Exception as e:
         status = TrialStatus.FAILED

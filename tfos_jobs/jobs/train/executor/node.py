@@ -78,9 +78,10 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
         else:
             from tfos_jobs.jobs.train.executor import training
 
-            training.fit_and_export(args, role=role, worker_index=worker_rank(role, index),
-                                    num_workers=training_workers(cluster),
-                                    link=node.link, workspace=node.workspace)
+            with training.temp_files_in(node.workspace.scratch):
+                training.fit_and_export(args, role=role, worker_index=worker_rank(role, index),
+                                        num_workers=training_workers(cluster),
+                                        link=node.link, workspace=node.workspace)
         status = cc.RUN_OK
     finally:
         if role == Role.CHIEF:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import tempfile
+from typing import Iterator
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.dataset import Split
@@ -79,6 +81,24 @@ def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> 
         return ALL_REDUCE
     gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
     return choose_exchange(args.gradient_exchange, num_workers, gradient_bytes)
+
+
+@contextlib.contextmanager
+def temp_files_in(directory: str) -> Iterator[None]:
+    """The process's temporary files in `directory` while an executor's node or trial trains.
+
+    TensorFlow's autograph writes a source file for every function it converts (Keras's train
+    and test steps, the layers' calls, the serving signatures) and deletes it only when the
+    interpreter exits normally, which a Spark Python worker never does: in the executor's
+    /tmp they piled up, a few dozen per node and run. In the workspace they go when the node
+    leaves it, or with the reaper when the task is killed."""
+    os.makedirs(directory, exist_ok=True)
+    previous = tempfile.tempdir
+    tempfile.tempdir = directory
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
 
 
 def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
