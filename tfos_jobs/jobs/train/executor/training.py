@@ -90,7 +90,7 @@ def temp_files_in(directory: str) -> Iterator[None]:
     TensorFlow's autograph writes a source file for every function it converts (Keras's train
     and test steps, the layers' calls, the serving signatures) and deletes it only when the
     interpreter exits normally, which a Spark Python worker never does: in the executor's
-    /tmp they piled up, a few dozen per node and run. In the workspace they go when the node
+    /tmp they piled up, about twenty per node and run. In the workspace they go when the node
     leaves it, or with the reaper when the task is killed."""
     os.makedirs(directory, exist_ok=True)
     previous = tempfile.tempdir
