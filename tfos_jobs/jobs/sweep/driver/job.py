@@ -257,8 +257,7 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
         target = _cluster_trial(ctx, cfg, trial)
     else:
         tr = dataclasses.replace(cfg.train, strategy=Strategy.LOCAL, tensorboard=False)
-        wanted = node_inputs.everything(ctx.meta, [*ctx.meta.meta_files(),
-                                                   *(path for s in SPLITS for path in ctx.meta.files(s))])
+        wanted = node_inputs.everything(ctx.meta, node_inputs.files_of(ctx.meta, SPLITS))
         payload = TrialPayload(trial=n, settings=settings, metric=sweep.metric, pruning=sweep.early_stopping != "none",
                                args=NodeArgs.from_train_config(tr, dataset=ctx.meta.root), server=ctx.server,
                                run_id=ctx.run_id, local_dir=tr.local_dir, inputs=wanted)

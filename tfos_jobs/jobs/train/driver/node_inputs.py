@@ -16,6 +16,8 @@ lives, and written to the node's local disk (`jobs.train.executor.inputs`). Each
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.workspace import DATASET
 from tfos_jobs.data import reader
@@ -47,10 +49,15 @@ def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str, score_t
     return out
 
 
+def files_of(meta: DatasetMeta, splits: Iterable[str]) -> list[str]:
+    """The dataset's `_meta/` files and those of `splits`."""
+    return [*meta.meta_files(), *(path for split in splits for path in meta.files(split))]
+
+
 def everything(meta: DatasetMeta, paths: list[str] | None = None) -> dict[str, str]:
     """`paths` (default: every file of the dataset) as key -> place under the workspace."""
     if paths is None:
-        paths = [*meta.meta_files(), *(path for split in meta.manifest.splits for path in meta.files(split))]
+        paths = files_of(meta, meta.manifest.splits)
     root = meta.root.rstrip("/")
     return {key(p): f"{DATASET}/{p[len(root) + 1:]}" for p in dict.fromkeys(paths)}
 
