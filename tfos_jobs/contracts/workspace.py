@@ -16,12 +16,17 @@ and the resume state over the control channel, and publishes what it hands back.
         tmp/            the temporary files of its training (TensorFlow's autograph sources)
 
 The driver names the dataset files a node gets by their place under `dataset/` (DATASET).
+Nodes of one host enter and leave under a lock on the local root, so that a node leaving never
+removes the root while another is entering it.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 DATASET = "dataset"
@@ -70,16 +75,31 @@ class Workspace:
         return os.path.join(self.root, "users")
 
     def enter(self) -> None:
-        os.makedirs(self._users, exist_ok=True)
-        open(os.path.join(self._users, self.node), "w").close()
-        os.makedirs(self.own, exist_ok=True)
+        with _host_lock(os.path.dirname(self.root)):
+            os.makedirs(self._users, exist_ok=True)
+            open(os.path.join(self._users, self.node), "w").close()
+            os.makedirs(self.own, exist_ok=True)
 
     def leave(self) -> None:
         """Remove the node's own files, and the whole root when no other node here uses it."""
         shutil.rmtree(self.own, ignore_errors=True)
-        try:
-            os.remove(os.path.join(self._users, self.node))
-            os.rmdir(self._users)  # fails while another node of this host is still in
-        except OSError:
-            return
-        shutil.rmtree(self.root, ignore_errors=True)
+        with _host_lock(os.path.dirname(self.root)):
+            try:
+                os.remove(os.path.join(self._users, self.node))
+                os.rmdir(self._users)  # fails while another node of this host is still in
+            except OSError:
+                return
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _host_lock(local_root: str) -> Iterator[None]:
+    """An exclusive lock on the local root directory itself: it leaves no file behind, and
+    every process of this host that enters or leaves a workspace under it takes the same one."""
+    os.makedirs(local_root, exist_ok=True)
+    fd = os.open(local_root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
