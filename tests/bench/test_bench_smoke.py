@@ -37,7 +37,7 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
         assert re.search(NUMBER, cells[4]), line  # ratio or absolute value
         assert cells[6] in ("yes", "**no**"), line
     for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse",
-                    "in memory", "## Scaling", "**tfos predict**", "**P12** with a model that costs nothing"):
+                    "in memory", "## Scaling", "**tfos predict**", "**P12** `mlflow.pyfunc.spark_udf` on version 1"):
         assert section in text
     # the scaling table: one process, one and two workers (with each gradient exchange, and at half the
     # batch), a parameter server; each with its step's parts

@@ -131,7 +131,9 @@ def spark_predict_batch_udf(export_dir: str, spec: FeatureSpec, batch_size: int)
     return predict_batch_udf(make_predict_fn, return_type=contract.udf_return_type(task), batch_size=batch_size)
 
 
-def score_sql(function: str, task: str, table: str, args: str = "struct(*)") -> str:
-    """One query that makes Spark score every row: the sum of the predictions."""
-    value = f"{function}({args})" + (f".{contract.PROBABILITY}" if contract.udf_returns_struct(task) else "")
+def score_sql(function: str, task: str, table: str, args: str = "struct(*)", plain: bool = False) -> str:
+    """One query that makes Spark score every row: the sum of the predictions. `plain`: the
+    function returns the probability itself, not the UDF's result for `task`."""
+    field = contract.udf_returns_struct(task) and not plain
+    value = f"{function}({args})" + (f".{contract.PROBABILITY}" if field else "")
     return f"SELECT count(*) AS n, sum({value}) AS total FROM {table}"

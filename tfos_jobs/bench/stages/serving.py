@@ -58,9 +58,10 @@ def serving(bench: Bench) -> None:
             sample.update({f"cpu {k}": 1e5 * v / rows for k, v in used.items()})
         return sample
 
-    def query(function: str, args: str = "struct(*)") -> Callable[[], Sample]:
+    def query(function: str, args: str = "struct(*)", plain: bool = False,
+              table: str = "bench_inputs") -> Callable[[], Sample]:
         def once() -> None:
-            n = spark.sql(scoring.score_sql(function, task, "bench_inputs", args)).first()["n"]
+            n = spark.sql(scoring.score_sql(function, task, table, args, plain)).first()["n"]
             if n != rows:
                 raise RuntimeError(f"{function} scored {n} of {rows} rows")
         return lambda: measured(once)
@@ -96,7 +97,7 @@ def serving(bench: Bench) -> None:
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
     batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
-    registered.registered_vs_mlflow(bench, udf.local_dir, task, query, NOOP)
+    registered.registered_vs_mlflow(bench, udf.local_dir, task, inputs, query, NOOP)
     inputs.unpersist()
 
     def sql_variant(cfg: Config) -> Callable[[], Sample]:
