@@ -1,9 +1,10 @@
 """P12: one trained model registered twice, as tfos logs it (`models:/NAME/1`, served by this
 package's UDF) and as MLflow's own `mlflow.tensorflow.log_model` logs a Keras model
 (`models:/NAME/2`, served by `mlflow.pyfunc.spark_udf`, which calls Keras `model.predict` on
-every batch): same weights, rows, Arrow batch size and call form (`struct(*)`). Version 2 is the
-Keras model rebuilt from the bench's dataset and config with the SavedModel's variables restored,
-checked to score as the SavedModel does.
+every batch): same weights, rows, Arrow batch size and call form (the inputs as columns). Version
+2 is the Keras model rebuilt from the SavedModel's assets (spec, stats, vocabularies) and the
+bench's model config, with the SavedModel's variables restored, checked to score as the
+SavedModel does.
 
 Beside it, `spark_udf` on version 1: tfos's python_function scores with the UDF's own Scorer, kept
 once per Python worker, so what differs from the UDF is the way each runs in Spark. With a model
