@@ -84,9 +84,11 @@ def register_bench_model(bench: Bench, local_saved_model: str) -> str:
     return uri
 
 
-def register_keras_flavour(bench: Bench, uri: str, local_saved_model: str, inputs: "DataFrame") -> str:
-    """The bench's model as MLflow's own `mlflow.tensorflow.log_model` logs a Keras model, with a
-    signature of `inputs`' column types, registered as the next version of MODEL; its URI."""
+def register_keras_flavour(bench: Bench, uri: str, local_saved_model: str, spec: FeatureSpec,
+                           inputs: "DataFrame") -> str:
+    """The bench's model (`spec`: the one in its assets) as MLflow's own `mlflow.tensorflow.log_model`
+    logs a Keras model, with a signature of `inputs`' column types, registered as the next version
+    of MODEL; its URI."""
     import mlflow.tensorflow
     import numpy as np
     from mlflow.models import ModelSignature
@@ -94,11 +96,10 @@ def register_keras_flavour(bench: Bench, uri: str, local_saved_model: str, input
 
     from tfos_jobs.contracts import serving as contract
     from tfos_jobs.model.builder import resolve_model_fn
-    from tfos_jobs.model.export import load_signature, read_spec
+    from tfos_jobs.model.export import load_signature
     from tfos_jobs.tf_import import tensorflow
 
     tf = tensorflow()
-    spec = read_spec(local_saved_model)  # the model's own spec, stats and vocabularies (its assets)
     with open(contract.stats_asset(local_saved_model), encoding="utf-8") as fh:
         stats = json.load(fh)
     vocab = {}
@@ -132,28 +133,29 @@ def filled_inputs(inputs: "DataFrame", spec: FeatureSpec) -> "DataFrame":
     return inputs.select(*(coalesce(col(c), lit(spec.get(c).default)).alias(c) for c in inputs.columns))
 
 
-def registered_vs_mlflow(bench: Bench, local_saved_model: str, task: str, inputs: "DataFrame",
+def registered_vs_mlflow(bench: Bench, local_saved_model: str, spec: FeatureSpec, inputs: "DataFrame",
                          query: Callable[..., Callable[[], Sample]], noop: str) -> None:
-    """`inputs`: the serving stage's cached rows, the model's inputs; `query(function, args,
-    plain=, table=)`: measures one scoring query over a view of them (`plain`: the function
-    returns the probability itself); `noop`: the serving stage's no-op Arrow UDF. Every query
-    takes the inputs as columns, the one form both UDFs and MLflow's signatures accept."""
+    """`spec`: the model's; `inputs`: the serving stage's cached rows, the model's inputs;
+    `query(function, args, plain=, table=)`: measures one scoring query over a view of them
+    (`plain`: the function returns the probability itself); `noop`: the serving stage's no-op
+    Arrow UDF. Every query takes the inputs as columns, the one form both UDFs and MLflow's
+    signatures accept."""
     import time
 
     import mlflow
     from pyspark.sql.types import FloatType
 
     import udfs
-    from tfos_jobs.contracts.serving import udf_return_type
-    from tfos_jobs.model.export import read_spec
+    from tfos_jobs.contracts.serving import task_of, udf_return_type
 
     spark, pr = bench.spark, bench.big.predict
+    result_type = udf_return_type(task_of(spec))
     columns = ", ".join(inputs.columns)
     uri = register_bench_model(bench, local_saved_model)
     udfs.register(spark, "bench_registered", f"models:/{MODEL}/1", batch_size=pr.batch_size, tracking_uri=uri)
-    filled = filled_inputs(inputs, read_spec(local_saved_model))
+    filled = filled_inputs(inputs, spec)
     filled.createOrReplaceTempView("bench_inputs_filled")
-    keras = register_keras_flavour(bench, uri, local_saved_model, filled)
+    keras = register_keras_flavour(bench, uri, local_saved_model, spec, filled)
     started = time.perf_counter()
     mlflow.pyfunc.load_model(keras)
     bench.run.details[KERAS_LOAD] = Figure("mlflow.pyfunc.load_model of the Keras flavour", "s",
@@ -162,11 +164,11 @@ def registered_vs_mlflow(bench: Bench, local_saved_model: str, task: str, inputs
     spark.udf.register("bench_mlflow_keras", mlflow.pyfunc.spark_udf(
         spark, keras, result_type=FloatType(), env_manager="local"))
     spark.udf.register("bench_mlflow_udf", mlflow.pyfunc.spark_udf(
-        spark, f"models:/{MODEL}/1", result_type=udf_return_type(task), env_manager="local"))
+        spark, f"models:/{MODEL}/1", result_type=result_type, env_manager="local"))
     free = os.path.join(bench.work, "mlflow-free-model")
     mlflow.pyfunc.save_model(free, python_model=FreeModelPyfunc(), artifacts={SAVED_MODEL: local_saved_model})
     spark.udf.register("bench_mlflow_free", mlflow.pyfunc.spark_udf(
-        spark, free, result_type=udf_return_type(task), env_manager="local"))
+        spark, free, result_type=result_type, env_manager="local"))
     out = bench.repeat("registered model", {
         "UDF on models:/": query("bench_registered", columns),
         "mlflow spark_udf, mlflow.tensorflow flavour": query("bench_mlflow_keras", columns, plain=True,

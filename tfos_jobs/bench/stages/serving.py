@@ -97,7 +97,7 @@ def serving(bench: Bench) -> None:
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
     batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
-    registered.registered_vs_mlflow(bench, udf.local_dir, task, inputs, query, NOOP)
+    registered.registered_vs_mlflow(bench, udf.local_dir, spec, inputs, query, NOOP)
     inputs.unpersist()
 
     def sql_variant(cfg: Config) -> Callable[[], Sample]:
