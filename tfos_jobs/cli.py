@@ -222,7 +222,9 @@ def cmd_prepare(cfg, args) -> int:
 
 def cmd_train(cfg, args) -> int:
     from tfos_jobs.jobs.train.driver import tracked
+    from tfos_jobs.model.builder import check_model_fn
 
+    check_model_fn(model_cfg=cfg.train.model, spec=cfg.features)  # a wrong model fails here, before Spark starts
     tracked.run(_session(cfg), cfg, overwrite=args.overwrite)
     return 0
 
@@ -365,6 +367,7 @@ def cmd_sweep(cfg, args) -> int:
     from tfos_jobs.search import space
 
     definition = space.load(args.space, args.space_overrides, args.config, args.base_overrides)
+    space.check_models(args.config, args.base_overrides, definition)  # every model the trials build, before Spark
     # Trials are one-task jobs: the driver's own trial and epoch lines replace Spark's console bar.
     quiet = {**cfg.spark.conf, "spark.ui.showConsoleProgress": "false"}
     cfg = dataclasses.replace(cfg, spark=dataclasses.replace(cfg.spark, conf=quiet))

@@ -1,4 +1,5 @@
-"""A user model function that fails, as user code does: used to test failure handling."""
+"""User model functions that fail, as user code does: used to test failure handling and the checks
+before Spark starts."""
 
 
 def build(spec, vocab, stats, model_cfg):
@@ -21,3 +22,38 @@ def hang(spec, vocab, stats, model_cfg):
 
     out = tf.keras.layers.Lambda(lambda t: tf.ensure_shape(tf.py_function(stall, [t], tf.float32), t.shape))(model.output)
     return tf.keras.Model(model.inputs, out)
+
+
+def build_on_nodes(spec, vocab, stats, model_cfg):
+    """The census model on the driver's dry build; raises where training runs (a Spark task)."""
+    from pyspark import TaskContext
+
+    from tfos_jobs.model.builder import build_model
+
+    if TaskContext.get() is not None:
+        raise ValueError("boom: this model function always fails")
+    return build_model(spec, vocab, stats, model_cfg)
+
+
+def tensor(spec, vocab, stats, model_cfg):
+    """Returns the output tensor instead of a model."""
+    import tensorflow as tf
+
+    inputs = {n: tf.keras.Input(shape=(), dtype=spec.input_dtype(n), name=n) for n in spec.model_inputs}
+    numbers = [tf.keras.layers.Reshape((1,))(inputs[f.name]) for f in spec.numeric]
+    return tf.keras.layers.Dense(1, activation="sigmoid")(tf.keras.layers.Concatenate()(numbers))
+
+
+def extra_input(spec, vocab, stats, model_cfg):
+    """A model reading a column the spec does not have."""
+    import tensorflow as tf
+
+    first = spec.numeric[0].name
+    inputs = {first: tf.keras.Input(shape=(), name=first), "shoe_size": tf.keras.Input(shape=(), name="shoe_size")}
+    both = tf.keras.layers.Concatenate()([tf.keras.layers.Reshape((1,))(t) for t in inputs.values()])
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(1, activation="sigmoid")(both))
+
+
+def two_args(spec, vocab):
+    """The wrong signature."""
+    raise AssertionError("never called")

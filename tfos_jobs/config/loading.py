@@ -144,7 +144,9 @@ def build(cls: type, data: Any, where: str) -> Any:
     known = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in known:
-            raise ConfigError(f"{_join(where, key)}: unknown key; allowed keys: {', '.join(known)}")
+            # a table with a free `params` table ([train.model.params]) takes anyone's own settings there
+            free = f"; settings of your own go under {_join(where, 'params')}" if "params" in known else ""
+            raise ConfigError(f"{_join(where, key)}: unknown key; allowed keys: {', '.join(known)}{free}")
     kwargs = {}
     for f in dataclasses.fields(cls):
         key = _join(where, f.name)

@@ -2,17 +2,56 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Mapping, Union
 
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import ModelKind
 from tfos_jobs.topology import EXCHANGES, STRATEGIES, Strategy, node_count
 
 
+ParamScalar = Union[str, int, float, bool]
+PARAMS_KEY = "train.model.params"
+
+
+class ModelParams(dict):
+    """`[train.model.params]`, the settings of a user's own model function, read-only.
+
+    A dict underneath, so it prints, pickles, compares and turns into JSON (metrics.json, MLflow
+    params) as the TOML table it was written as; TOML lists are held as tuples."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"{PARAMS_KEY} is read-only")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+    def __reduce__(self) -> tuple:
+        return ModelParams, (dict(self),)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def param_errors(params: Mapping[str, Any]) -> list[str]:
+    """Each value must be a TOML string, number or boolean, or a list of them."""
+    errs = []
+    for key, value in params.items():
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if not all(isinstance(v, (str, int, float, bool)) for v in items):
+            errs.append(f"{PARAMS_KEY}.{key}: expected a string, number or boolean, or a list of them, got {value!r}")
+    return errs
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The model: `wide_deep` (built from the spec), `sequence_autoencoder` (for sequence
     features) or a user function given as "module:function".
+
+    `params` (`[train.model.params]`): the user function's own settings, any keys, handed to it
+    as `model_cfg.params`; the built-in models take none.
 
     Hidden layers of the deep part, as in the census wide & deep sample: `num_layers` layers,
     the first of `first_layer_size` units, each next one `scale_factor` times the previous.
@@ -29,6 +68,18 @@ class ModelConfig:
     units: int = 32
     latent_dim: int = 16
     anomaly_quantile: float = 0.99
+    params: Mapping[str, Any] = ModelParams()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, ModelParams):
+            if not isinstance(self.params, Mapping):
+                raise TypeError(f"{PARAMS_KEY}: expected a table, got {self.params!r}")
+            object.__setattr__(self, "params", ModelParams({str(k): _frozen(v) for k, v in self.params.items()}))
+
+    @property
+    def is_user_function(self) -> bool:
+        """A user's "module:function" rather than a model the package builds."""
+        return self.kind not in (ModelKind.WIDE_DEEP, ModelKind.SEQUENCE_AUTOENCODER) and ":" in self.kind
 
     def hidden_units(self) -> tuple[int, ...]:
         return tuple(max(2, round(self.first_layer_size * self.scale_factor**i)) for i in range(self.num_layers))
@@ -50,6 +101,11 @@ class ModelConfig:
                            else "without sequence features"))
         if not 0 < self.anomaly_quantile < 1:
             errs.append(f"train.model.anomaly_quantile: must be between 0 and 1 (exclusive), got {self.anomaly_quantile}")
+        errs += param_errors(self.params)
+        if self.params and not self.is_user_function:
+            errs.append(f"{PARAMS_KEY}: {', '.join(sorted(self.params))}: the built-in model {self.kind!r} takes no "
+                        "params (they are a 'module:function' model's own settings); its settings are the other "
+                        "train.model keys")
         return errs
 
 

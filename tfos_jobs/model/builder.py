@@ -11,10 +11,17 @@ ParameterServer strategies.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
+import inspect
+import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.config import ModelConfig
+from tfos_jobs.contracts.dataset import STATS_BINS
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.features.kinds import NumericEncoding
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import ModelKind, Task
 
@@ -108,5 +115,162 @@ def resolve_model_fn(kind: str) -> ModelFn:
         raise ValueError(f"train.model.kind: cannot import module {module_name!r} of {kind!r}: {e}") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"train.model.kind: {kind!r}: module {module_name!r} has no callable {attr!r}")
+        public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        close = difflib.get_close_matches(attr, public, n=1)
+        hint = f" (did you mean {module_name}:{close[0]}?)" if close else ""
+        raise ValueError(f"train.model.kind: {kind!r}: module {module_name!r} has no callable {attr!r}{hint}")
     return fn
+
+
+KIND = "train.model.kind"
+DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on
+
+
+def check_model_fn(*, model_cfg: ModelConfig, spec: FeatureSpec, fn: ModelFn | None = None) -> ModelFn:
+    """The model function, checked on the driver before any Spark job: `fn` (a callable), else
+    `model_cfg.kind` imported and resolved. A user function must take the four arguments of
+    `ModelFn` and, called with `spec` and placeholder vocabularies and statistics derived from
+    it (no dataset is read: it may be on a cluster filesystem), return a `tf.keras.Model` that
+    reads only the spec's model inputs and whose output export can name (one tensor per task,
+    `model.export`). Raises ConfigError naming `train.model.kind`, with the function's own
+    error as one line; the built-in kinds are only resolved."""
+    name = model_cfg.kind if fn is None else getattr(fn, "__qualname__", repr(fn))
+    if fn is None:
+        if model_cfg.is_user_function:  # the user's module imports TensorFlow the package's way (tf-keras)
+            from tfos_jobs.tf_import import tensorflow
+
+            tensorflow()
+        try:
+            fn = resolve_model_fn(model_cfg.kind)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not model_cfg.is_user_function:
+            return fn
+    elif not callable(fn):
+        raise ConfigError(f"{KIND}: {fn!r} is not callable: give a model function (spec, vocab, stats, model_cfg)")
+    try:
+        inspect.signature(fn).bind(spec, {}, {}, model_cfg)
+    except TypeError:
+        raise ConfigError(f"{KIND}: {name} must take four positional arguments (spec, vocab, stats, model_cfg); "
+                          f"its signature is {_signature(fn)}") from None
+    except ValueError:  # no signature to read (a builtin): the dry build below tells
+        pass
+    _dry_build(fn, name, model_cfg, spec)
+    return fn
+
+
+def _signature(fn: Callable) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "unknown"
+
+
+def _dry_build(fn: ModelFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec) -> None:
+    from tfos_jobs.tf_import import tensorflow
+
+    tf = tensorflow()
+    dry_spec = placeholder_spec(spec)
+    try:
+        try:
+            model = fn(dry_spec, placeholder_vocab(dry_spec), placeholder_stats(dry_spec), model_cfg)
+        except Exception as e:
+            raise ConfigError(f"{KIND}: {name} raised {_last_line(e)}") from None
+        if not isinstance(model, tf.keras.Model):
+            what = type(model).__name__
+            hint = (" (a layer's output: return tf.keras.Model(inputs, outputs))" if "KerasTensor" in what or
+                    tf.is_tensor(model) else " (tf-keras is the Keras of TFoS's strategies: build with tf.keras, "
+                    "not `import keras`)" if type(model).__module__.startswith("keras") else "")
+            raise ConfigError(f"{KIND}: {name} returned a {what}, not a tf.keras.Model{hint}")
+        inputs = input_names(model)
+        if inputs is not None:
+            extra = [n for n in inputs if n not in spec.model_inputs]
+            if extra:
+                raise ConfigError(f"{KIND}: {name} built a model with input(s) {', '.join(extra)} that the feature "
+                                  f"spec does not provide; its model inputs are {', '.join(spec.model_inputs)}")
+        _check_output(tf, model, name, dry_spec, inputs)
+    finally:
+        tf.keras.backend.clear_session()
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in "".join(traceback.format_exception_only(type(e), e)).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+def input_names(model: "tf.keras.Model") -> list[str] | None:
+    """The raw columns a model reads (a dict input's keys, else its input layers' names);
+    None for a subclassed model not yet called."""
+    if not getattr(model, "inputs", None):
+        return None
+    if isinstance(model.input, dict):
+        return list(model.input)
+    return list(model.input_names)
+
+
+def _check_output(tf, model: "tf.keras.Model", name: str, spec: FeatureSpec, inputs: list[str] | None) -> None:
+    """The model called on a placeholder batch, as export calls it (a dict of 1-D columns):
+    one tensor, per row one probability (binary), a distribution over the classes (multiclass)
+    or one value (regression)."""
+    batch = placeholder_batch(spec, inputs if inputs is not None else spec.model_inputs)
+    try:
+        out = model(batch, training=False)
+    except Exception as e:
+        raise ConfigError(f"{KIND}: the model {name} built fails on a batch of the spec's model inputs "
+                          f"(a dict of 1-D tensors): {_last_line(e)}") from None
+    if spec.is_sequence:
+        return
+    if not tf.is_tensor(out):
+        raise ConfigError(f"{KIND}: the model {name} built returns {type(out).__name__}; export needs one tensor")
+    task, shape, values = spec.label.task, tuple(out.shape), out.numpy()
+    if task == Task.MULTICLASS:
+        want = f"[rows, {num_outputs(spec)}] (a softmax over the classes)"
+        ok = shape == (DRY_ROWS, num_outputs(spec)) and abs(values.sum(axis=-1) - 1).max() < 1e-3
+    else:
+        what = "probability (a sigmoid)" if task == Task.BINARY else "value"
+        want = f"[rows] or [rows, 1] (one {what} per row)"
+        ok = shape in ((DRY_ROWS,), (DRY_ROWS, 1)) and (task != Task.BINARY or (0 <= values.min() and values.max() <= 1))
+    if not ok:
+        raise ConfigError(f"{KIND}: the model {name} built outputs shape {list(shape)} for {DRY_ROWS} rows of a "
+                          f"{task} label; export needs {want}")
+
+
+def placeholder_spec(spec: FeatureSpec) -> FeatureSpec:
+    """`spec` as a prepared dataset's would be: numeric defaults resolved, multiclass classes listed."""
+    for f in spec.numeric:
+        if f.default == "mean":
+            spec = spec.with_feature(dataclasses.replace(f, default=0.0))
+    if not spec.is_sequence and spec.label.task == Task.MULTICLASS and not spec.label.classes:
+        spec = spec.with_feature(dataclasses.replace(spec.label, classes=("class_0", "class_1", "class_2")))
+    return spec
+
+
+def placeholder_vocab(spec: FeatureSpec) -> dict[str, list[str]]:
+    """A two-token vocabulary per categorical feature, as `_meta/vocab/<name>.txt` holds them."""
+    return {f.name: [f"{f.name}_0", f"{f.name}_1"] for f in spec.categorical}
+
+
+def placeholder_stats(spec: FeatureSpec) -> dict[str, dict[str, Any]]:
+    """Statistics of the shape `_meta/stats.json` holds: per numeric (or sequence) feature count,
+    mean, std, min, max, and `bins` (edges) for a piecewise-linear encoding."""
+    stats: dict[str, dict[str, Any]] = {}
+    for f in (*spec.numeric, *spec.sequences):
+        stats[f.name] = {"count": DRY_ROWS, "mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0}
+        if getattr(f, "encoding", None) == NumericEncoding.PIECEWISE_LINEAR:
+            stats[f.name][STATS_BINS] = [-1.0 + 2.0 * i / f.bins for i in range(f.bins + 1)]
+    return stats
+
+
+def placeholder_batch(spec: FeatureSpec, names) -> dict[str, Any]:
+    """DRY_ROWS rows of each named input: a known and an unseen category, two numbers."""
+    import tensorflow as tf
+
+    out = {}
+    for n in names:
+        if spec.is_sequence:
+            out[n] = tf.zeros([DRY_ROWS, spec.time.window], tf.float32)
+        elif spec.input_dtype(n) == "string":
+            out[n] = tf.constant([f"{n}_0", "unseen"])
+        else:
+            out[n] = tf.constant([0.5, -0.5], tf.float32)
+    return out

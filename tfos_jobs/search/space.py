@@ -110,9 +110,29 @@ def load(path: str | Path, overrides: Sequence[str] = (), base_config: str | Non
         apply_override(raw, item)
     sweep = from_dict(raw, str(path))
     if base_config is not None:
-        for settings in _extremes(sweep):
-            trial_config(base_config, base_overrides, sweep, settings)
+        extreme_configs(base_config, base_overrides, sweep)
     return sweep
+
+
+def extreme_configs(base_config: str | Path, base_overrides: Sequence[str], sweep: SweepConfig) -> list[config_mod.Config]:
+    """Trial configs that together hold every parameter's low, high and each value once."""
+    return [trial_config(base_config, base_overrides, sweep, settings) for settings in _extremes(sweep)]
+
+
+def check_models(base_config: str | Path, base_overrides: Sequence[str], sweep: SweepConfig) -> None:
+    """Every model the trials build (each `train.model` of `extreme_configs`), imported and
+    built once on the driver (`model.builder.check_model_fn`); an error names the trials' model."""
+    from tfos_jobs.model.builder import check_model_fn
+
+    models = {cfg.train.model: cfg for cfg in extreme_configs(base_config, base_overrides, sweep)}
+    for model_cfg, cfg in models.items():
+        try:
+            check_model_fn(model_cfg=model_cfg, spec=cfg.features)
+        except ConfigError as e:
+            if len(models) == 1:
+                raise
+            shown = f"train.model.kind={model_cfg.kind!r}" + (f", params {dict(model_cfg.params)}" if model_cfg.params else "")
+            raise ConfigError(f"{e} (the trials with {shown})") from None
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
