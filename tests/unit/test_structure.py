@@ -172,7 +172,7 @@ LAYERS = (
      "tfos_jobs.env_archive"),  # the libraries the jobs are made of
     ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
     ("tfos_jobs.cli", "tfos_jobs.bench", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
-     "tfos_jobs.predict", "tfos_jobs.sweep"),  # the commands and entry points
+     "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api"),  # the commands, the Python API, the entry points
 )
 
 

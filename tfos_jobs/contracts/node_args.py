@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from pyspark import cloudpickle
 
 from tfos_jobs.config import ModelConfig, TrainConfig
 from tfos_jobs.topology import parameter_servers
@@ -45,9 +47,12 @@ class NodeArgs:
     profile_steps: int
     score_test: bool = True
     max_node_seconds: float = MAX_NODE_SECONDS
+    # A model function given as a Python callable (`tfos_jobs.api.train(model=fn)`), pickled by
+    # value with cloudpickle, so one defined in a script or notebook reaches the nodes; None: `model.kind`.
+    model_fn: bytes | None = None
 
     @classmethod
-    def from_train_config(cls, tr: TrainConfig, *, dataset: str) -> "NodeArgs":
+    def from_train_config(cls, tr: TrainConfig, *, dataset: str, model_fn: Callable | None = None) -> "NodeArgs":
         return cls(
             strategy=tr.strategy, num_ps=parameter_servers(tr.strategy, tr.ps), dataset=dataset,
             epochs=tr.epochs, steps_per_epoch=tr.steps_per_epoch, batch_size=tr.batch_size,
@@ -55,7 +60,7 @@ class NodeArgs:
             shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,
             model=tr.model, steps_per_execution=tr.steps_per_execution,
             dense_gradient_limit=tr.dense_gradient_limit, gradient_exchange=tr.gradient_exchange, threads=tr.threads, profile_steps=tr.profile_steps,
-            score_test=tr.score_test,
+            score_test=tr.score_test, model_fn=None if model_fn is None else cloudpickle.dumps(model_fn),
         )
 
     def to_dict(self) -> dict[str, Any]:

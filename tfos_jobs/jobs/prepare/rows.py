@@ -10,15 +10,17 @@ Order of work, chosen so that nothing is computed twice and nothing is written h
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tfos_jobs.config import Config
+from tfos_jobs.config import Config, SourceConfig
 from tfos_jobs.contracts.dataset import (ALL_SPLITS, EXAMPLE, RECORDS, REJECTS, STATS_BINS, Manifest, Split,
                                          SplitFiles)
 from tfos_jobs.contracts.dataset import staging as staging_dir
@@ -86,6 +88,24 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
         return manifest
     finally:
         rows.unpersist()
+
+
+@contextlib.contextmanager
+def dataframe_sources(spark: SparkSession, config: Config, tables: Mapping[str, DataFrame]) -> Iterator[Config]:
+    """`config` with each of `tables` (DataFrames the caller holds) as the source of that name,
+    for as long as the block runs: each is a session-scoped view that is dropped afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    views = {name: f"tfos_dataframe_{re.sub(r'[^0-9A-Za-z_]', '_', name)}_{tag}" for name in tables}
+    for name, df in tables.items():
+        if not isinstance(df, DataFrame):
+            raise InputError(f"tables[{name!r}]: expected a pyspark DataFrame, got {type(df).__name__}")
+        df.createOrReplaceTempView(views[name])
+    try:
+        sources = {**config.sources, **{name: SourceConfig(format="table", table=view) for name, view in views.items()}}
+        yield dataclasses.replace(config, sources=sources)
+    finally:
+        for view in views.values():
+            spark.catalog.dropTempView(view)
 
 
 def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFrame, spec: FeatureSpec,

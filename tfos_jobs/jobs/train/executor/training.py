@@ -101,6 +101,17 @@ def temp_files_in(directory: str) -> Iterator[None]:
         tempfile.tempdir = previous
 
 
+def model_fn_of(args: NodeArgs):
+    """The model function: the callable the driver pickled (`NodeArgs.model_fn`), else `model.kind`."""
+    if args.model_fn is not None:
+        from pyspark import cloudpickle
+
+        return cloudpickle.loads(args.model_fn)
+    from tfos_jobs.model.builder import resolve_model_fn
+
+    return resolve_model_fn(args.model.kind)
+
+
 def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
                    extra_callbacks: tuple = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
@@ -111,7 +122,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     import tensorflow as tf
 
     from tfos_jobs.model import steps as steps_mod
-    from tfos_jobs.model.builder import compile_model, resolve_model_fn
+    from tfos_jobs.model.builder import compile_model
     from tfos_jobs.model.export import export_saved_model
 
     is_chief = role == Role.CHIEF
@@ -124,8 +135,9 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
     crossing = args.strategy == Strategy.PARAMETER_SERVER or (args.strategy == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1)
     model_cfg = args.model
+    build = model_fn_of(args)
     with strategy.scope():
-        model = resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg)
+        model = build(spec, meta.vocab, meta.stats, model_cfg)
         gradient_exchange = gradient_exchange_for(args, num_workers, model.trainable_variables)
         trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0, gradient_exchange)
         compile_model(trainer, spec, args.optimizer, args.learning_rate,
@@ -195,7 +207,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         from tfos_jobs.jobs.train.executor import step_profile
 
         def build_copy():
-            copy = steps_mod.wrap(resolve_model_fn(model_cfg.kind)(spec, meta.vocab, meta.stats, model_cfg), 0)
+            copy = steps_mod.wrap(build(spec, meta.vocab, meta.stats, model_cfg), 0)
             return compile_model(copy, spec, args.optimizer, args.learning_rate,
                                  steps_per_execution=args.steps_per_execution)
 

@@ -1,0 +1,221 @@
+"""The Python API: prepare, train, sweep and serve from a notebook or a script, one call each.
+
+Every function is keyword-only and typed, checks its settings before any Spark job runs (an
+error names the argument or config key), and returns a typed result. The `tfos` commands are
+thin clients of these functions. Example (docs/python_api.md, examples/python_api.py)::
+
+    from tfos_jobs import api, config
+
+    spark = api.session(master="local[2]")
+    census = config.load("conf/census.toml")
+    manifest = api.prepare(spark, config=census, output="out/dataset", tables={"people": people_df})
+    result = api.train(spark, dataset="out/dataset", model_dir="out/model", model=build, epochs=2)
+    predict = api.register(spark, name="predict_income", model="out/model")
+    spark.sql("SELECT predict_income(struct(*)) FROM people").show()
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from tfos_jobs import config as config_mod
+from tfos_jobs.config import Config, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
+from tfos_jobs.config.loading import build, build_spec
+from tfos_jobs.contracts.dataset import Manifest, Split
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.tasks import ModelKind
+from tfos_jobs.topology import Strategy
+from tfos_jobs.search.space import SweepConfig
+from udfs.register import PredictionUdf
+
+DatasetManifest = Manifest  # a prepared dataset's `_meta/manifest.json`, typed
+Log = Callable[[str], None]
+
+
+def session(*, master: str = "local[2]", app_name: str = "tfos", conf: Mapping[str, str] | None = None,
+            packages: Sequence[str] = (), hive: bool = False) -> SparkSession:
+    """A SparkSession with what the package needs on the driver and every executor: the
+    TFRecord data source jar, tf-keras, and this interpreter for the Python workers (so a
+    script run as `.venv/bin/python script.py`, with no venv activated, works).
+
+    Example: ``spark = api.session(master="local-cluster[2,1,2048]")``. `spark-submit` keeps its
+    own master."""
+    from tfos_jobs import session as session_mod
+
+    return session_mod.build(SparkConfig(master=master, app_name=app_name, conf=dict(conf or {}),
+                                         packages=tuple(packages), hive=hive))
+
+
+def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Mapping[str, Any] | None = None,
+            config: Config | None = None, tables: Mapping[str, DataFrame] | None = None, main: str | None = None,
+            split: SplitConfig | Mapping[str, Any] | None = None, overwrite: bool = False,
+            log: Log = print) -> DatasetManifest:
+    """Prepare a dataset (train/eval TFRecords and `_meta/`) at `output` (local, hdfs://, s3a://)
+    and return its manifest.
+
+    The rows come from `tables`, DataFrames the caller holds, by source name, and from the
+    sources of `config` (a `tfos_jobs.config.load(...)` result) for the names not given; with
+    `config`, its `[prepare]` joins, activity and split apply. `spec`: a `FeatureSpec` or the
+    `[features]` table as a dict, else the config's. Without a config the table named `main`
+    (or the only one) is the rows, split as `split` says (default: a hash of the key, 20% eval).
+
+    Example: ``api.prepare(spark, spec=census.features, tables={"people": df}, output="out/dataset")``"""
+    from tfos_jobs.jobs import prepare as prepare_job
+    from tfos_jobs.jobs.prepare.rows import dataframe_sources
+
+    tables = dict(tables or {})
+    features = _spec(spec) if spec is not None else (config.features if config is not None else None)
+    if features is None:
+        raise ConfigError("prepare(): give spec= (a FeatureSpec or the [features] table) or config=")
+    if config is None:
+        if not tables:
+            raise ConfigError("prepare(): give tables= (DataFrames by name) or a config= with [sources]")
+        if main is None and len(tables) > 1:
+            raise ConfigError(f"prepare(): main= must name the table of rows, one of: {', '.join(tables)}")
+        prep = PrepareConfig(main=main or next(iter(tables)), output=output)
+        base = Config(features=features, sources={}, prepare=prep)
+    else:
+        prep = dataclasses.replace(config.prepare, output=output, **({"main": main} if main else {}))
+        base = dataclasses.replace(config, features=features, prepare=prep)
+    if split is not None:
+        split_cfg = split if isinstance(split, SplitConfig) else build(SplitConfig, dict(split), "split")
+        base = dataclasses.replace(base, prepare=dataclasses.replace(base.prepare, split=split_cfg))
+    if tables and features.is_sequence:
+        raise ConfigError("prepare(): tables= holds rows; a spec of sensor windows reads its files from [sources]")
+    with dataframe_sources(spark, base, tables) as cfg:
+        config_mod.validate(cfg)
+        return prepare_job.run(spark, cfg, overwrite=overwrite, log=log)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a training run ended with (the figures of `<model_dir>/metrics.json`).
+
+    `metrics`: per split (`eval`, and `test` when the dataset holds one), metric -> value, of
+    the model kept; `kept_epoch`: the epoch that model comes from; `epochs`: epochs run;
+    `nodes`: the TF nodes (role, index, executor); `attempts`: TF cluster launches."""
+
+    metrics: Mapping[str, Mapping[str, float]]
+    kept_epoch: int | None
+    epochs: int
+    model_dir: str
+    saved_model: str
+    nodes: tuple[Mapping[str, Any], ...]
+    seconds: float
+    attempts: int
+    strategy: str
+
+    @classmethod
+    def of(cls, model_dir: str, metrics: Mapping[str, Any]) -> "TrainResult":
+        splits = {s: dict(metrics[s]) for s in (Split.EVAL.value, Split.TEST.value) if metrics.get(s)}
+        return cls(metrics=splits, kept_epoch=metrics.get("kept_epoch"), epochs=int(metrics["epochs"]),
+                   model_dir=model_dir, saved_model=metrics["saved_model"], nodes=tuple(metrics["nodes"]),
+                   seconds=float(metrics["seconds"]), attempts=int(metrics["attempts"]), strategy=metrics["strategy"])
+
+
+def train(spark: SparkSession, *, dataset: str, model_dir: str, model: str | Callable[..., Any] = ModelKind.WIDE_DEEP.value,
+          params: Mapping[str, Any] | None = None, strategy: str = Strategy.MULTI_WORKER_MIRRORED.value, workers: int = 2,
+          epochs: int = 5, batch_size: int = 512, learning_rate: float = 0.001,
+          settings: Mapping[str, Any] | None = None, overwrite: bool = False, log: Log = print) -> TrainResult:
+    """Train on the dataset at `dataset` (as `prepare` wrote it) and export a SavedModel into
+    `model_dir`; the model is built from the dataset's own feature spec.
+
+    `model`: "wide_deep", "sequence_autoencoder", "module:function", or a callable
+    `build(spec, vocab, stats, model_cfg) -> tf.keras.Model` (docs/training.md); one defined in a
+    script or notebook reaches the TF nodes by value. `params`: the model's own settings
+    (`model_cfg.params`). `settings`: any other `[train]` key (e.g. `{"early_stopping_patience": 2}`).
+
+    Example: ``api.train(spark, dataset="out/dataset", model_dir="out/model", model=build, epochs=3)``"""
+    from tfos_jobs.jobs.train.driver import job
+    from tfos_jobs.model.builder import check_model_fn
+    from tfos_jobs.storage import Storage
+
+    kind, model_fn = _model(model)
+    model_table: dict[str, Any] = {"kind": kind, **({"params": dict(params)} if params is not None else {})}
+    table = {**dict(settings or {}), "dataset": dataset, "model_dir": model_dir, "strategy": strategy,
+             "workers": workers, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+             "model": {**dict((settings or {}).get("model", {})), **model_table}}
+    tr = build(TrainConfig, table, "train()")
+    meta = job.read_dataset(Storage(spark), "dataset", dataset)
+    errors = tr.errors(meta.spec)
+    if errors:
+        raise ConfigError("train(): invalid settings:\n  " + "\n  ".join(errors))
+    check_model_fn(model_cfg=tr.model, spec=meta.spec, fn=model_fn)  # a dry build: a wrong model fails here
+    metrics = job.run(spark, tr, overwrite=overwrite, log=log, model_fn=model_fn)
+    return TrainResult.of(metrics["saved_model"].rsplit("/", 1)[0], metrics)
+
+
+def _model(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any] | None]:
+    """The model's `kind`, and the callable to pickle by value when its module cannot be imported
+    by name on the executors (a script's or notebook's `__main__`, a function defined in a function)."""
+    if isinstance(model, str):
+        return model, None
+    if not callable(model):
+        raise ConfigError(f"train(): model= must be a model kind, 'module:function' or a callable, got {model!r}")
+    module, name = getattr(model, "__module__", None) or "__main__", getattr(model, "__qualname__", "model")
+    kind = f"{module}:{name}"
+    if module == "__main__" or "<" in name or "." in name:
+        return kind, model
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        found = None
+    return (kind, None) if found is model else (kind, model)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: its best trial's result (None when none completed), every trial's."""
+
+    best: Mapping[str, Any] | None
+    results: tuple[Mapping[str, Any], ...]
+
+
+def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, space: SweepConfig | Mapping[str, Any],
+          overrides: Sequence[str] = (), log: Log = print) -> SweepResult:
+    """A hyperparameter sweep whose trials run as Spark tasks (docs/sweeps.md).
+
+    `config`: the base config (a `Config`, its tables as a dict, or a TOML path); `space`: a
+    `SweepConfig` or the sweep file's tables, e.g. ``{"sweep": {"dir": "out/sweep", "max_trials": 4},
+    "params": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "scale": "log"}}}``.
+
+    Example: ``api.sweep(spark, config=config.load("conf/census.toml"), space=space).best``"""
+    from tfos_jobs.jobs.sweep.driver import job
+    from tfos_jobs.search import space as space_mod
+
+    base = config_tables(config) if isinstance(config, Config) else config
+    definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
+    outcome = job.run(spark, base, list(overrides), definition, log=log)
+    return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
+
+
+def config_tables(config: Config) -> dict[str, Any]:
+    """A Config as the tables of its TOML file (what `config.from_dict` reads back)."""
+    tables = config_mod.to_dict(config)
+    tables["features"] = {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in tables["features"]}
+    return tables
+
+
+def register(spark: SparkSession, *, name: str, model: str, batch_size: int | None = None) -> PredictionUdf:
+    """Register `name` as a Spark SQL function scoring with the SavedModel trained into `model`
+    (a model directory on any filesystem, or `models:/NAME@alias`); the function also builds
+    Columns for the DataFrame API (`udfs.register`, docs/serving.md).
+
+    Example: ``api.register(spark, name="predict_income", model="out/model")``, then
+    ``spark.sql("SELECT predict_income(struct(*)) FROM people")``."""
+    from udfs.register import register as register_udf
+
+    return register_udf(spark, name, model, batch_size=batch_size, setting="model")
+
+
+def _spec(spec: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:
+    if isinstance(spec, FeatureSpec):
+        return spec
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"spec=: a FeatureSpec or the [features] table as a dict, got {type(spec).__name__}")
+    return build_spec(spec)
