@@ -1,0 +1,66 @@
+"""The Python API's checks that need no Spark: model resolution, configs as tables, bad arguments."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tfos_jobs import api, config
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.model.builder import build_model
+from tfos_jobs.search import space
+
+from tests.conftest import CENSUS, ROOT
+
+
+def test_import_tfos_jobs_loads_neither_spark_nor_tensorflow():
+    code = "import sys, tfos_jobs; print('pyspark' in sys.modules, 'tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "False"]
+    import tfos_jobs
+
+    assert tfos_jobs.TrainResult is api.TrainResult and tfos_jobs.api is api
+
+
+def test_a_callable_of_an_importable_module_goes_by_name_one_of_a_script_by_value():
+    assert api._model("wide_deep") == ("wide_deep", None)
+    assert api._model(build_model) == ("tfos_jobs.model.builder:build_model", None)
+
+    def local_build(spec, vocab, stats, model_cfg):
+        return None
+
+    kind, fn = api._model(local_build)
+    assert fn is local_build and kind.endswith("local_build")
+    with pytest.raises(ConfigError, match="model= must be"):
+        api._model(42)
+
+
+def test_a_config_as_tables_reads_back_the_same_config():
+    cfg = config.load(CENSUS, ["train.epochs=3"])
+    assert config.from_dict(api.config_tables(cfg)) == cfg
+
+
+def test_a_sweep_from_tables_is_checked_against_its_base_config():
+    base = api.config_tables(config.load(CENSUS))
+    tables = {"sweep": {"dir": "out/sweep", "max_trials": 2},
+              "params": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "scale": "log"}}}
+    assert space.from_tables(tables, (), base).max_trials == 2
+    assert tables["sweep"] == {"dir": "out/sweep", "max_trials": 2}  # the caller's dict is left as it was
+    bad = {**tables, "params": {"train.epochs": {"type": "int", "low": 0, "high": 2}}}
+    with pytest.raises(ConfigError, match="train.epochs: must be >= 1"):
+        space.from_tables(bad, (), base)
+    with pytest.raises(ConfigError, match="sweep.dir is required"):
+        space.from_tables({"params": tables["params"]})
+
+
+def test_prepare_refuses_missing_inputs_before_any_spark_job():
+    spec = config.load(CENSUS).features
+    with pytest.raises(ConfigError, match="give spec="):
+        api.prepare(None, output="out")
+    with pytest.raises(ConfigError, match="give tables="):
+        api.prepare(None, spec=spec, output="out")
+    with pytest.raises(ConfigError, match="main= must name the table of rows, one of: a, b"):
+        api.prepare(None, spec=spec, tables={"a": None, "b": None}, output="out")
+    with pytest.raises(ConfigError, match=r"features.age.kind: 'number' is not one of"):
+        api.prepare(None, spec={"age": {"kind": "number"}}, tables={"a": None}, output="out")
