@@ -19,14 +19,14 @@ from typing import Any
 
 from pyspark import AccumulatorParam
 from pyspark.sql import Column, SparkSession
-from pyspark.sql.functions import ArrowUDFType, arrow_udf
+from pyspark.sql.functions import ArrowUDFType, arrow_udf, call_function
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, StorageError, named
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.tracking import registry
-from udfs import shipping
+from udfs import arguments, environment, shipping
 from udfs.predict import make_udf_function
 
 
@@ -42,8 +42,10 @@ class CounterParam(AccumulatorParam):
         return a
 
 
-@dataclass
+@dataclass(repr=False)
 class PredictionUdf:
+    """A registered prediction function: call it on DataFrame columns, or by `name` in SQL."""
+
     name: str
     export_dir: str  # where the SavedModel is (qualified)
     local_dir: str  # its copy on the driver's disk
@@ -51,15 +53,21 @@ class PredictionUdf:
     udf: Any
     counter: Any
     version: str = ""  # the model's version (`served_version`): a new export or alias target changes it
+    checked: bool = False  # whether the analyzer checks its arguments (the package's jar is in the session)
 
     def __call__(self, *cols: Column | str) -> Column:
-        """The UDF on DataFrame columns: the features in spec order, or none for all of them.
-        Passed as arguments, not as one struct: Spark then builds no struct per row."""
-        return self.udf(*(cols or self.spec.model_inputs))
+        """The function on DataFrame columns: the features in spec order, or none for all of them.
+        Passed as arguments, not as one struct: Spark then builds no struct per row. Called by
+        its registered name, so the arguments are checked when the DataFrame is analysed."""
+        return call_function(self.name, *(cols or self.spec.model_inputs))
 
     def counts(self) -> dict[str, int]:
         """Totals so far over every query that used this UDF (updated when a query finishes)."""
         return dict(sorted(self.counter.value.items()))
+
+    def __repr__(self) -> str:
+        return (f"PredictionUdf(name={self.name!r}, model={self.export_dir!r}, version={self.version!r}, "
+                f"inputs={len(self.spec.model_inputs)})")
 
 
 def resolve_export_dir(storage: Storage, model_dir: str, setting: str = "predict.model",
@@ -162,8 +170,10 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
              setting: str = "predict.model", tracking_uri: str | None = None) -> PredictionUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
     the session reaches, or a registered model `models:/NAME@alias` at `tracking_uri`; errors
-    name `setting`)."""
+    name `setting`). Its arguments are checked when a query is analysed, and the executors'
+    Python is checked (or, on a local master, chosen) here, not at the first query."""
     refuse_connect(spark, name)
+    environment.check_workers(spark)
     storage = Storage(spark)
     export_dir = resolve_export_dir(storage, model_dir, setting, tracking_uri)
     with named(setting, model_dir):
@@ -178,5 +188,6 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
         warnings.simplefilter("ignore", UserWarning)
         udf = arrow_udf(make_udf_function(model, counter), contract.udf_return_type(contract.task_of(spec)),
                         ArrowUDFType.SCALAR_ITER)
-    spark.udf.register(name, udf)
-    return PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version)
+    registered = spark.udf.register(name, udf)
+    checked = arguments.register_checked(spark, name, registered, spec)
+    return PredictionUdf(name, export_dir, local_dir, spec, registered, counter, version, checked)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pyspark.errors import PythonException
+from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
@@ -118,15 +118,41 @@ def test_nulls_take_the_spec_defaults_and_are_counted(spark, setup):
     assert counts["null:age"] == n and counts["null:occupation"] == n
 
 
-def test_wrong_type_and_wrong_arity_name_the_problem(spark, setup):
+def test_wrong_calls_fail_when_the_query_is_analysed_before_any_job(spark, setup):
+    """A wrong column type (DataFrame form), a wrong argument count and a struct lacking features
+    (SQL) each fail when the query is analysed, naming what is wrong: no job is started."""
     cfg, model, features = setup
     p = udfs.register(spark, "predict_bad", str(model))
-    bad = features.limit(5).withColumn("age", F.lit("thirty"))
-    with pytest.raises(PythonException, match="column 'age' \\(numeric feature\\) got text values such as 'thirty'"):
-        bad.select(p()).collect()
-    features.limit(5).createOrReplaceTempView("few")
-    with pytest.raises(PythonException, match="takes 21 arguments in this order: age, workclass"):
-        spark.sql("SELECT predict_bad(age, workclass) FROM few").collect()
+    assert p.checked
+    sc = spark.sparkContext
+    sc.setJobGroup("wrong-calls", "calls the analyzer refuses")
+    try:
+        bad = features.limit(5).withColumn("age", F.lit("thirty"))
+        with pytest.raises(AnalysisException, match=r"argument 1 \('age'\) \(numeric feature\) has type string, "
+                                                    r"expected one of: byte, short, integer, long, float, double"):
+            bad.select(p())
+        features.limit(5).createOrReplaceTempView("few")
+        with pytest.raises(AnalysisException, match="it was given 2 argument\\(s\\). predict_bad takes the features "
+                                                    "as 21 arguments in this order: age, workclass"):
+            spark.sql("SELECT predict_bad(age, workclass) FROM few")
+        with pytest.raises(AnalysisException, match="the struct lacks feature\\(s\\) fnlwgt, education, [^;]*, days_since_last; "
+                                                    "its field 'age' \\(numeric feature\\) has type string"):
+            spark.sql("SELECT predict_bad(struct(CAST(age AS STRING) AS age, workclass)) FROM few")
+        assert sc.statusTracker().getJobIdsForGroup("wrong-calls") == []
+        # a right call in the same group does run: the check above could have seen a job
+        assert spark.sql("SELECT predict_bad(struct(*)).label FROM few").count() == 5
+        assert sc.statusTracker().getJobIdsForGroup("wrong-calls") != []
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+def test_the_function_reads_in_one_line(spark, setup):
+    cfg, model, _ = setup
+    p = udfs.register(spark, "predict_income", str(model))
+    text = repr(p)
+    assert text == (f"PredictionUdf(name='predict_income', model={p.export_dir!r}, version={p.version!r}, "
+                    f"inputs={len(p.spec.model_inputs)})")
+    assert len(text) < 120 + len(p.export_dir) and "\n" not in text
 
 
 def test_registration_checks_the_model_before_any_query(spark, setup, tmp_path):

@@ -18,6 +18,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import sources
 from tfos_jobs.jobs.serve import prediction_output as output
+from tfos_jobs.jobs.serve.sql import query_errors
 from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import ConfigError, InputError
 from udfs import PredictionUdf, register
@@ -67,14 +68,16 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     if missing:
         raise ConfigError(f"predict.partition_by: {', '.join(map(repr, missing))} not among the input's columns "
                           f"({', '.join(table.columns)})")
-    scored = output.Tally(with_predictions(table, udf), pr.partition_by)
+    with query_errors():  # a query error, or one in its tasks, as one line
+        scored = output.Tally(with_predictions(table, udf), pr.partition_by)
     if pr.output_source:
         out = output.Database(spark, pr.output_source, config.sources[pr.output_source])
     elif pr.output_table:
         out = output.CatalogTable(spark, pr.output_table, pr.partition_by)
     else:
         out = output.Files(spark, pr.output, pr.partition_by)
-    rows_out = out.write(scored, mode)
+    with query_errors():
+        rows_out = out.write(scored, mode)
     summary = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
                "seconds": round(time.time() - started, 1)}
     log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")

@@ -2,19 +2,54 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import logging
+import re
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
-from pyspark.errors import AnalysisException, ParseException
+from py4j.protocol import Py4JError
+from pyspark.errors import AnalysisException, PySparkException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 
 from tfos_jobs.config import Config
 from tfos_jobs.data import sources
 from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import ConfigError, InputError, TfosError
+from tfos_jobs.session import settle_console
 from udfs import register
 
 FEATURES_VIEW = "features"
 WINDOWS_VIEW = "windows"
+# pyspark logs every query error it converts, with the JVM's stack trace, before raising it.
+PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+PYTHON_ERROR_LINE = re.compile(r"^\w+(Error|Exception): .+")
+
+
+def error_line(e: BaseException) -> str:
+    """The line of a query's error that says what is wrong: the analyzer's or parser's message,
+    or, for a failure in a Python worker, its exception's last line, not the traceback."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if isinstance(e, PythonException):
+        raised = [line for line in lines if PYTHON_ERROR_LINE.match(line)]
+        lines = raised[-1:] or lines
+    first = lines[0] if lines else type(e).__name__
+    return re.sub(r"\s*SQLSTATE: \w+\.?", "", first)
+
+
+@contextmanager
+def query_errors(context: str = "") -> Iterator[None]:
+    """Errors of a query (analysis, parsing, its tasks) as one TfosError line, `context` first."""
+    loggers = [logging.getLogger(name) for name in PYSPARK_ERROR_LOGGERS]
+    disabled = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    except (PySparkException, Py4JError) as e:
+        raise TfosError(f"{context}{error_line(e)}") from None
+    finally:
+        for logger, was in zip(loggers, disabled):
+            logger.disabled = was
 
 
 def statements(text: str) -> list[str]:
@@ -77,17 +112,19 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
     if not todo:
         raise TfosError("no SQL statement given")
     result = None
-    for text in todo:
-        try:
+    for n, text in enumerate(todo, 1):
+        with query_errors(f"statement {n} of {len(todo)}: " if len(todo) > 1 else ""):
             result = spark.sql(text)
-        except (AnalysisException, ParseException) as e:
-            raise TfosError(f"SQL error: {str(e).strip().splitlines()[0]}\nin: {text[:300]}") from None
+    with query_errors():
+        if output:
+            try:
+                result.write.parquet(output)
+            except AnalysisException as e:  # the output is there already, or cannot be written
+                raise TfosError(f"cannot write {output!r}: {error_line(e)}") from None
+        else:
+            table = result._show_string(rows, truncate=False)  # runs the query
+            settle_console(spark)  # a stage bar drawn late would overwrite the table's first line
+            print(table)
     if output:
-        try:
-            result.write.parquet(output)
-        except AnalysisException as e:
-            raise TfosError(f"cannot write {output!r}: {str(e).strip().splitlines()[0]}") from None
         log(f"wrote {spark.read.parquet(output).count():,} rows to {output}")
-    else:
-        result.show(rows, truncate=False)
     return result

@@ -1,0 +1,88 @@
+"""The Python the executors run: it must import this package, or every task of the first query
+fails with `No module named 'udfs'`.
+
+Spark starts Python workers with the interpreter the SparkContext was given
+(`spark.pyspark.python` through spark-submit, else `PYSPARK_PYTHON`, else `python3` from PATH),
+which in a notebook started as `.venv/bin/python`, with nothing activated, is another Python.
+On a local master the workers run on this host, so they are given this very interpreter. On
+any other master, a one-task job asks a worker to import the package, once per application,
+and a worker that cannot ends registration (or training) with an error saying what to set.
+
+    from udfs.environment import check_workers
+    check_workers(spark)   # before the first job that runs this package's code on executors
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from tfos_jobs.errors import ConfigError
+
+PYTHON_SETTING = "spark.pyspark.python"
+PYTHON_VARIABLE = "PYSPARK_PYTHON"
+LOCAL_MASTERS = ("local", "local[", "local-cluster[")
+MODULES = ("tfos_jobs", "udfs")  # what a worker imports to run the prediction function and the jobs
+
+_lock = threading.Lock()
+_checked: set[str] = set()  # applications whose workers imported MODULES
+
+
+def is_local(master: str) -> bool:
+    """Whether executors run on this host (local and local-cluster masters)."""
+    return master == "local" or master.startswith(LOCAL_MASTERS[1:])
+
+
+def configured_python(spark: SparkSession) -> str | None:
+    """The workers' interpreter as the user set it, if they did."""
+    return spark.sparkContext.getConf().get(PYTHON_SETTING) or os.environ.get(PYTHON_VARIABLE) or None
+
+
+def check_workers(spark: SparkSession) -> str:
+    """Make sure this application's Python workers import tfos_jobs and udfs; returns their
+    interpreter: `spark.pyspark.python` if set, else on a local master with no PYSPARK_PYTHON
+    the caller's own. Any other is probed once per application by a one-task job. Raises ConfigError naming
+    `spark.pyspark.python` and `tfos pack-env` when a worker cannot import the package."""
+    sc = spark.sparkContext
+    with _lock:  # sc.pythonExec is read whenever a UDF or an RDD function is wrapped for the workers
+        if setting := sc.getConf().get(PYTHON_SETTING):
+            sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
+        elif is_local(sc.master) and configured_python(spark) is None:
+            sc.pythonExec = sys.executable
+        if sc.pythonExec == sys.executable or sc.applicationId in _checked:
+            return sc.pythonExec
+        failure = _probe(sc)
+        if failure:
+            raise ConfigError(
+                f"the executors' Python workers ({sc.pythonExec!r}) cannot import {' and '.join(MODULES)}: {failure}. "
+                f"Set {PYTHON_SETTING} (or {PYTHON_VARIABLE} before the session starts) to a Python that has tfos-jobs "
+                "installed on every executor, or ship this environment: `tfos pack-env tfos-env.tar.gz`, then "
+                f"--archives tfos-env.tar.gz#env with {PYTHON_SETTING}=./env/bin/python (docs/deploy.md)")
+        _checked.add(sc.applicationId)
+        return sc.pythonExec
+
+
+def _probe(sc: Any) -> str:
+    """What a Python worker says when it imports MODULES: "" when it can. The function sent is
+    pickled by value (it is local), so a worker without this package can still run it, and it
+    returns its failure instead of raising: a raising task would be retried."""
+    modules = MODULES
+
+    def imports(_: Any) -> list[str]:
+        import importlib
+
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # any failure to import is the answer
+                return [f"{type(e).__name__}: {e}"]
+        return [""]
+
+    try:
+        return sc.parallelize([0], 1).mapPartitions(imports).collect()[0]
+    except Exception as e:  # the worker did not start at all (no such interpreter, no pyspark in it)
+        lines = [line for line in str(e).splitlines() if "Error" in line or "Exception" in line]
+        return (lines[-1] if lines else str(e).splitlines()[0]).strip()
