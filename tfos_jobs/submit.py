@@ -10,6 +10,9 @@ the spark-submit command line:
 - with `--env-archive A`: `--archives A#tfos-env` and executors (and in cluster mode the
   driver) on `./tfos-env/bin/python` (`tfos pack-env` makes the archive; `A#name` unpacks it
   as `./name` instead);
+- for `train` and `sweep` with a model of your own ("module:function") that this process
+  imports from its own files, the module's `.py` file or its package zipped (`tfos_jobs.user_code`)
+  in `--py-files`, merged with the user's: executors and, in cluster mode, the driver import it;
 - on YARN, unless given: `spark.yarn.maxAppAttempts=1` (a failed run is resumed by the
   package's own attempts from its model directory, and rerunning a whole driver would only
   repeat the failure), and in cluster mode the driver's environment for TensorFlowOnSpark.
@@ -18,6 +21,7 @@ the spark-submit command line:
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import shutil
@@ -26,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tfos_jobs.errors import ConfigError
+from tfos_jobs import user_code
+from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.session import FIXED_ENV, tfrecord_jar
 
 ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)
@@ -119,6 +124,12 @@ def command(sub: Submission) -> list[str]:
             extra += _conf(sub, "spark.yarn.appMasterEnv.PYSPARK_PYTHON", python)
         else:
             extra += _conf(sub, "spark.pyspark.driver.python", sys.executable)
+    py_files = _split(sub.option("--py-files"))
+    if sub.app == str(JOB_SCRIPT):
+        py_files += user_code.files_for(model_kinds(sub.app_args))
+    if py_files:
+        options = _without(options, "--py-files")
+        extra += ["--py-files", ",".join(dict.fromkeys(py_files))]
     if master.startswith("yarn"):
         extra += _conf(sub, "spark.yarn.maxAppAttempts", "1")
         if cluster_mode:
@@ -127,6 +138,40 @@ def command(sub: Submission) -> list[str]:
     if sub.option("--name") is None and sub.app == str(JOB_SCRIPT):
         extra += ["--name", f"tfos {sub.app_args[0]}"]
     return [spark_submit(), *extra, *options, sub.app, *sub.app_args]
+
+
+def model_kinds(app_args: Sequence[str]) -> list[str]:
+    """The `train.model.kind`s a `train` or `sweep` job builds, from its `--config` and `--set`
+    (and a sweep's `--space`), as far as they are files on this machine."""
+    from tfos_jobs import config as config_mod
+    from tfos_jobs import resources
+    from tfos_jobs.search import space
+
+    if not app_args or app_args[0] not in ("train", "sweep"):
+        return []
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    parser.add_argument("--space")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args, _ = parser.parse_known_args(list(app_args[1:]))
+    raw: dict = {}
+    try:
+        if args.config and not config_mod.is_url(args.config):
+            raw = config_mod.read_config_file(resources.config_path(args.config))
+        for item in args.overrides:
+            if item.startswith("train."):
+                config_mod.apply_override(raw, item)
+    except TfosError:  # the job itself reports a config it cannot read
+        pass
+    model = raw.get("train", {}).get("model", {}) if isinstance(raw.get("train"), dict) else {}
+    kind = model.get("kind", "wide_deep") if isinstance(model, dict) else "wide_deep"
+    if app_args[0] != "sweep" or not args.space or config_mod.is_url(args.space):
+        return [str(kind)]
+    try:
+        sweep = space.load(resources.config_path(args.space), [o for o in args.overrides if o.startswith(("sweep.", "params."))])
+    except TfosError:
+        return [str(kind)]
+    return space.model_kinds(sweep, str(kind))
 
 
 def _conf(sub: Submission, key: str, value: str) -> list[str]:

@@ -95,7 +95,7 @@ def grid(dataset, tmp_path_factory):
         "dir": str(root / "sweep"), "algorithm": "grid", "max_trials": 10, "max_parallel_trials": 2,
         "early_stopping": "none",
     }, '[params."train.learning_rate"]\ntype = "categorical"\nvalues = [0.01, 1e-7]\n'
-       '[params."train.model.kind"]\ntype = "categorical"\nvalues = ["wide_deep", "tests.cluster.boom:build"]\n')
+       '[params."train.model.kind"]\ntype = "categorical"\nvalues = ["wide_deep", "tests.cluster.boom:build_on_nodes"]\n')
     return root / "sweep", sweep(dataset, space, FAST)
 
 
@@ -104,9 +104,9 @@ def test_grid_sweep_runs_every_point_in_parallel_and_records_failures(grid):
     table = results(sweep_dir)
     assert list(table.index) == [1, 2, 3, 4]  # 2 × 2 grid points, max_trials 10
     points = set(zip(table["learning_rate"], table["model_kind"]))
-    assert points == {(lr, kind) for lr in (0.01, 1e-7) for kind in ("wide_deep", "tests.cluster.boom:build")}
+    assert points == {(lr, kind) for lr in (0.01, 1e-7) for kind in ("wide_deep", "tests.cluster.boom:build_on_nodes")}
     assert overlapping(table), "no two trials ran at the same time"
-    failed = table[table["model_kind"] == "tests.cluster.boom:build"]
+    failed = table[table["model_kind"] == "tests.cluster.boom:build_on_nodes"]
     assert list(failed["status"]) == ["failed", "failed"]
     assert all("boom: this model function always fails" in e for e in failed["error"])
     n_failed = int(failed.index[0])

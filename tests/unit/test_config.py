@@ -115,3 +115,38 @@ def test_eval_from_train_needs_a_split_column_and_a_key():
     assert adult.prepare.split.eval_from_train and adult.prepare.split.column == "source_split"
     assert {f.name: f.encoding for f in adult.features.numeric} == dict.fromkeys(
         ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"), "periodic")
+
+
+def test_model_params_are_a_free_read_only_table_for_a_user_model():
+    cfg = config.load(CENSUS, ["train.model.kind=mymodels:build", "train.model.params.cross_layers=3",
+                               "train.model.params.deep_units=[64, 32]", 'train.model.params.norm="batch"',
+                               "train.model.params.residual=true"])
+    params = cfg.train.model.params
+    assert params == {"cross_layers": 3, "deep_units": (64, 32), "norm": "batch", "residual": True}
+    with pytest.raises(TypeError, match="train.model.params is read-only"):
+        params["cross_layers"] = 4
+    # as the TOML table it was: in the resolved config (metrics.json, MLflow params) and through pickling
+    import json
+
+    assert json.loads(json.dumps(config.to_dict(cfg)))["train"]["model"]["params"] == {
+        "cross_layers": 3, "deep_units": [64, 32], "norm": "batch", "residual": True}
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cfg.train.model)) == cfg.train.model
+    assert hash(cfg.train.model) == hash(pickle.loads(pickle.dumps(cfg.train.model)))
+    from tfos_jobs.tracking.params import flatten
+
+    flat = flatten(config.to_dict(cfg))
+    assert flat["train.model.params.cross_layers"] == "3" and flat["train.model.params.deep_units"] == "[64, 32]"
+
+
+def test_model_params_refused_where_they_would_be_ignored_or_cannot_be_values():
+    with pytest.raises(ConfigError, match=r"train\.model\.params: cross_layers: the built-in model 'wide_deep' takes no"):
+        config.load(CENSUS, ["train.model.params.cross_layers=3"])
+    with pytest.raises(ConfigError, match=r"train\.model\.params\.layer: expected a string, number or boolean"):
+        config.load(CENSUS, ["train.model.kind=m:build", "train.model.params.layer={units = 3}"])
+    # a setting of one's own outside params is still an unknown key, with where it belongs
+    with pytest.raises(ConfigError, match=r"train\.model\.cross_layers: unknown key; .*go under train\.model\.params"):
+        config.load(CENSUS, ["train.model.kind=m:build", "train.model.cross_layers=3"])
+    with pytest.raises(ConfigError, match=r"train\.batch: unknown key"):
+        config.load(CENSUS, ["train.batch=3"])

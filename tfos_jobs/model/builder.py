@@ -109,6 +109,9 @@ def resolve_model_fn(kind: str) -> ModelFn:
     if not sep or not module_name or not attr:
         raise ValueError(f"train.model.kind: {kind!r} is not '{ModelKind.WIDE_DEEP}', "
                          f"'{ModelKind.SEQUENCE_AUTOENCODER}' or 'module:function'")
+    from tfos_jobs.user_code import find_in_current_dir
+
+    find_in_current_dir(kind)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -114,6 +114,16 @@ def load(path: str | Path, overrides: Sequence[str] = (), base_config: str | Non
     return sweep
 
 
+MODEL_KIND = "train.model.kind"
+
+
+def model_kinds(sweep: SweepConfig, base_kind: str) -> list[str]:
+    """Every `train.model.kind` a trial may build: the base config's, a fixed one, the searched values."""
+    kinds = [str(sweep.fixed.get(MODEL_KIND, base_kind))]
+    kinds += [str(v) for p in sweep.params if p.key == MODEL_KIND for v in p.values or ()]
+    return list(dict.fromkeys(kinds))
+
+
 def extreme_configs(base_config: str | Path, base_overrides: Sequence[str], sweep: SweepConfig) -> list[config_mod.Config]:
     """Trial configs that together hold every parameter's low, high and each value once."""
     return [trial_config(base_config, base_overrides, sweep, settings) for settings in _extremes(sweep)]

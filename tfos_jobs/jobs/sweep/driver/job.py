@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs import config as config_mod
 from tfos_jobs import control_channel as cc
+from tfos_jobs import user_code
 from tfos_jobs.config import parse_ports
 from tfos_jobs.contracts.dataset import SPLITS
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
@@ -44,6 +45,7 @@ from tfos_jobs.jobs.train.driver.job import new_run_id, read_dataset
 from tfos_jobs.jobs.train.driver.tf_cluster import control_address
 from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
 from tfos_jobs.search import samplers
+from tfos_jobs.search.space import model_kinds
 from tfos_jobs.search.space import ParamValue, SweepConfig, largest, trial_config
 from tfos_jobs.search.study import StudyPlace, SweepStudy, default_name, mask
 from tfos_jobs.search.trials import FINISHED, TrialResult, TrialStatus, trial_result
@@ -97,6 +99,7 @@ def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sw
     base = config_mod.load(base_config, base_overrides)
     storage = Storage(spark)
     meta = read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
+    user_code.ship(spark.sparkContext, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors
     if sweep.workers_per_trial > 1 and base.train.strategy == Strategy.LOCAL:
         raise ConfigError("sweep.workers_per_trial > 1 makes every trial a TF cluster: set train.strategy to "
                           "multi_worker_mirrored or parameter_server")

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs import user_code
 from tfos_jobs.config import Config, TrainConfig, parse_ports
 from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.contracts.model_dir import ModelDir
@@ -69,6 +70,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
         resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    user_code.ship(spark.sparkContext, [tr.model.kind], log)  # a module the executors cannot import themselves
     with named("train.model_dir", tr.model_dir):
         model_dir = ModelDir(storage.qualify(tr.model_dir))
     storage.check_writable("train.model_dir", model_dir.path)
@@ -289,6 +291,7 @@ def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: Pr
         "kept_epoch": result.get("kept_epoch"),
         "history": epochs,
         "saved_model": model_dir.saved_model,
+        "model": {"kind": tr.model.kind, "params": dict(tr.model.params)},  # params: [train.model.params]
     }
     if result.get(Split.TEST.value):  # the held-out split, scored once by the kept model
         metrics[Split.TEST.value] = result[Split.TEST.value]

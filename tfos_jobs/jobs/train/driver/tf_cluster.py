@@ -117,7 +117,7 @@ def run_cluster(sc, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: R
                                     f"(train.step_timeout = {tr.step_timeout} s): a TF node hangs", retriable=True)
             thread.join(POLL)
         lost.report()  # a lost worker's retry may report it just before the run ends
-        if "error" in outcome:
+        if "error" in outcome or state.errors():  # nodes that reported their error end their tasks well
             _record_task_errors(sc, group, state, node_names)
             raise _failure(state, outcome, keep_errors)
     except BaseException:

@@ -97,7 +97,8 @@ def guard(node_fn, launch: Launch, secret: bytes):
     node only in this closure), writes its input files to its local workspace, fetches the
     resume state, and reserves its place; its TF server listens on a free port of its share of
     the TF ports ([0]: any; `port_share`). Whatever fails is reported to the driver with its
-    traceback. A TF node's task runs again only when its executor was lost, and a TF cluster
+    traceback; the task then ends without an error (it is not Spark's to retry or to log again),
+    unless the driver could not be told. A TF node's task runs again only when its executor was lost, and a TF cluster
     cannot take a node at a new address: the retry of a parameter-server worker reports the
     worker lost and returns (the chief goes on with the other workers); any other retry fails
     the attempt."""
@@ -137,6 +138,16 @@ def guard(node_fn, launch: Launch, secret: bytes):
                     node_fn(iter([partition]))
             finally:
                 workspace.leave()
+            return iter(())
+        except Exception:
+            told = False
+            with contextlib.suppress(Exception):
+                link.failed(traceback.format_exc())
+                told = True
+            if not told:  # the driver learns it from Spark's record of the failed task
+                raise
+            # The driver has the traceback (the node's error file and the summary): failing the
+            # task too would print it again, in Spark's log of the lost task.
             return iter(())
         except BaseException:
             with contextlib.suppress(Exception):
