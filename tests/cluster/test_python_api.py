@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "python_api.py"
@@ -29,6 +31,7 @@ def test_the_page_shows_the_example_file_as_it_is():
     assert EXAMPLE.read_text() in blocks
 
 
+@pytest.mark.slow  # about 80 s on 2 idle cores, 150 s beside other work
 def test_the_example_runs_with_the_venvs_python_and_nothing_activated(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(EXAMPLE), str(out)], cwd=tmp_path, env=scrubbed_env(),
