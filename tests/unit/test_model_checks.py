@@ -180,3 +180,18 @@ def test_submit_adds_the_model_module_to_py_files(tmp_path):
                            "--space", str(space)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"--py-files {tmp_path / 'submitnets.py'}" in proc.stdout
+
+
+def test_a_sweep_searches_a_user_models_params(tmp_path):
+    from tfos_jobs.search import space
+
+    overrides = [f"sweep.dir={tmp_path}/s", 'sweep.fixed.train.model.kind="mymodels:build"',
+                 "params.train.model.params.cross_layers.type=int", "params.train.model.params.cross_layers.low=1",
+                 "params.train.model.params.cross_layers.high=4"]
+    sweep = space.load(SWEEP, overrides, CENSUS)
+    param = next(p for p in sweep.params if p.key == "train.model.params.cross_layers")
+    assert param.column == "model_params_cross_layers"
+    cfg = space.trial_config(CENSUS, [], sweep, {"train.model.params.cross_layers": 3, "train.learning_rate": 0.01,
+                                                 "train.batch_size": 256})
+    assert cfg.train.model.kind == "mymodels:build" and cfg.train.model.params == {"cross_layers": 3}
+    assert space.model_kinds(sweep, "wide_deep") == ["mymodels:build"]
