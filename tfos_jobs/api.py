@@ -190,6 +190,7 @@ def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, spac
 
     base = config_tables(config) if isinstance(config, Config) else config
     definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
+    space_mod.check_models(base, overrides, definition)  # every model the trials build, by a dry build
     outcome = job.run(spark, base, list(overrides), definition, log=log)
     return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
 

@@ -6,13 +6,14 @@ by the same validation as `--set` before any Spark job starts.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from tfos_jobs import config as config_mod
 from tfos_jobs.errors import ConfigError
@@ -101,14 +102,24 @@ _PARAM_KEYS = {f.name for f in fields(Param)} - {"key"}
 _SWEEP_KEYS = {f.name for f in fields(SweepConfig)}
 
 
-def load(path: str | Path, overrides: Sequence[str] = (), base_config: str | None = None,
+# The config a sweep varies: a TOML file, or its tables as a dict (`config.to_dict` of a Config).
+BaseConfig = str | Path | Mapping[str, Any]
+
+
+def load(path: str | Path, overrides: Sequence[str] = (), base_config: BaseConfig | None = None,
          base_overrides: Sequence[str] = ()) -> SweepConfig:
     """Read and validate the sweep file; with `base_config`, also check that every parameter
     value and fixed setting makes a valid training config."""
-    raw = config_mod.read_toml(path, "sweep file")
+    return from_tables(config_mod.read_toml(path, "sweep file"), overrides, base_config, base_overrides, str(path))
+
+
+def from_tables(raw: Mapping[str, Any], overrides: Sequence[str] = (), base_config: BaseConfig | None = None,
+                base_overrides: Sequence[str] = (), where: str = "sweep") -> SweepConfig:
+    """A sweep from its tables (`{"sweep": {...}, "params": {...}}`, as in the sweep file), checked as `load` does."""
+    raw = copy.deepcopy(dict(raw))
     for item in overrides:
         apply_override(raw, item)
-    sweep = from_dict(raw, str(path))
+    sweep = from_dict(raw, where)
     if base_config is not None:
         extreme_configs(base_config, base_overrides, sweep)
     return sweep
@@ -124,12 +135,12 @@ def model_kinds(sweep: SweepConfig, base_kind: str) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
-def extreme_configs(base_config: str | Path, base_overrides: Sequence[str], sweep: SweepConfig) -> list[config_mod.Config]:
+def extreme_configs(base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig) -> list[config_mod.Config]:
     """Trial configs that together hold every parameter's low, high and each value once."""
     return [trial_config(base_config, base_overrides, sweep, settings) for settings in _extremes(sweep)]
 
 
-def check_models(base_config: str | Path, base_overrides: Sequence[str], sweep: SweepConfig) -> None:
+def check_models(base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig) -> None:
     """Every model the trials build (each `train.model` of `extreme_configs`), imported and
     built once on the driver (`model.builder.check_model_fn`); an error names the trials' model."""
     from tfos_jobs.model.builder import check_model_fn
@@ -288,11 +299,21 @@ def overrides_for(sweep: SweepConfig, settings: dict[str, ParamValue]) -> list[s
     return [f"{key}={json.dumps(value)}" for key, value in both.items()]
 
 
-def trial_config(base_config: str, base_overrides: Sequence[str], sweep: SweepConfig,
+def base(base_config: BaseConfig, overrides: Sequence[str] = ()) -> config_mod.Config:
+    """The sweep's config, from its file or its tables, with `overrides` set."""
+    if not isinstance(base_config, Mapping):
+        return config_mod.load(base_config, overrides)
+    raw = copy.deepcopy(dict(base_config))
+    for item in overrides:
+        config_mod.apply_override(raw, item)
+    return config_mod.from_dict(raw)
+
+
+def trial_config(base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig,
                  settings: dict[str, ParamValue]) -> config_mod.Config:
     """The base config with the trial's settings; names the parameter when a value is invalid."""
     items = overrides_for(sweep, settings)
     try:
-        return config_mod.load(base_config, [*base_overrides, *items])
+        return base(base_config, [*base_overrides, *items])
     except ConfigError as e:
         raise ConfigError(f"sweep setting {', '.join(items)}: {e}") from None

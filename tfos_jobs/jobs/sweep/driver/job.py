@@ -26,7 +26,6 @@ from typing import Any, Callable, Sequence
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
-from tfos_jobs import config as config_mod
 from tfos_jobs import control_channel as cc
 from tfos_jobs import user_code
 from tfos_jobs.config import parse_ports
@@ -46,7 +45,8 @@ from tfos_jobs.jobs.train.driver.tf_cluster import control_address
 from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
 from tfos_jobs.search import samplers
 from tfos_jobs.search.space import model_kinds
-from tfos_jobs.search.space import ParamValue, SweepConfig, largest, trial_config
+from tfos_jobs.search.space import BaseConfig, ParamValue, SweepConfig, largest, trial_config
+from tfos_jobs.search.space import base as space_base
 from tfos_jobs.search.study import StudyPlace, SweepStudy, default_name, mask
 from tfos_jobs.search.trials import FINISHED, TrialResult, TrialStatus, trial_result
 from tfos_jobs.storage import Storage, named
@@ -79,7 +79,7 @@ class Context:
     spark: SparkSession
     storage: Storage
     meta: DatasetMeta
-    base_config: str
+    base_config: BaseConfig
     base_overrides: Sequence[str]
     sweep: SweepConfig
     dir: str
@@ -92,11 +92,11 @@ class Context:
     notify: Guarded
 
 
-def run(spark: SparkSession, base_config: str, base_overrides: Sequence[str], sweep: SweepConfig, *,
+def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig, *,
         log: Callable[[str], None] = print, observer: SweepObserver | None = None) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"best": the best trial's result (None when none
     completed), "results": every trial's}. `observer` hears of the sweep's progress."""
-    base = config_mod.load(base_config, base_overrides)
+    base = space_base(base_config, base_overrides)
     storage = Storage(spark)
     meta = read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
     user_code.ship(spark.sparkContext, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors

@@ -49,16 +49,18 @@ __all__ = ["run", "TrainingError"]
 POLL = 0.5
 
 
-def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
-        stop: threading.Event | None = None, progress: ProgressLog | None = None,
-        on_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = False,
+        log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
+        on_epoch: Callable[[dict[str, Any]], None] | None = None, model_fn: Callable | None = None) -> dict[str, Any]:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
     Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
     `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
     log to keep (a sweep watches its trials' as they train); by default the model directory's.
-    `on_epoch` gets each epoch's line once, on this thread, as it is printed."""
-    tr = config.train
+    `on_epoch` gets each epoch's line once, on this thread, as it is printed. Only the `[train]`
+    section is used: a `TrainConfig` will do. `model_fn`: the model function as a callable, which
+    the nodes get pickled by value, in place of `train.model.kind`."""
+    tr = config if isinstance(config, TrainConfig) else config.train
     if tr.strategy != Strategy.LOCAL:
         check_fixed_executors(spark.sparkContext.getConf())
         advice = container_memory_advice(spark.sparkContext.getConf())
@@ -67,10 +69,12 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
     storage = Storage(spark)
     meta = read_dataset(storage, "train.dataset", tr.dataset)
     try:
-        resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
+        if model_fn is None:
+            resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    user_code.ship(spark.sparkContext, [tr.model.kind], log)  # a module the executors cannot import themselves
+    if model_fn is None:  # a callable travels pickled in the node args
+        user_code.ship(spark.sparkContext, [tr.model.kind], log)  # a module the executors cannot import themselves
     with named("train.model_dir", tr.model_dir):
         model_dir = ModelDir(storage.qualify(tr.model_dir))
     storage.check_writable("train.model_dir", model_dir.path)
@@ -82,7 +86,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
     printer = ProgressPrinter(progress, log, on_epoch)
     transfers = Transfers(storage, targets(model_dir))
     rejected: Counter = Counter()
-    args = NodeArgs.from_train_config(tr, dataset=meta.root)
+    args = NodeArgs.from_train_config(tr, dataset=meta.root, model_fn=model_fn)
     try:
         for attempt in range(1, tr.max_attempts + 1):
             run_id = new_run_id()
