@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
                              + ", ".join(resources.sample_configs()))
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set prepare.split.eval_fraction=0.25 (repeatable)")
+    common.add_argument("--verbose", action="store_true", help="Spark's logs at INFO (--set spark.conf.spark.log.level=INFO)")
     parser = argparse.ArgumentParser(prog="tfos", description="Distributed TensorFlow on Apache Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("config", parents=[common], help="print the resolved configuration and exit")
@@ -91,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _pack_env(args.output)
     try:
         overrides = list(args.overrides)
+        if args.verbose:
+            from tfos_jobs.session import LOG_LEVEL
+            overrides.append(f"spark.conf.{LOG_LEVEL}={json.dumps('INFO')}")
         if getattr(args, "people", None) is not None:
             overrides.append(f"synthetic.people={args.people}")
         for key in ("register", "alias"):

@@ -1,7 +1,9 @@
 """Build the SparkSession every job uses. The master comes from spark-submit when it set one."""
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -9,6 +11,7 @@ from typing import Mapping
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from tfos_jobs import resources
 from tfos_jobs.config import SparkConfig
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.tf_import import LEGACY_KERAS
@@ -42,8 +45,25 @@ def tfrecord_jar() -> Path:
     return TFRECORD_JAR
 
 
+# Spark's own setting of the log level (SparkContext.setLogLevel at start); at INFO or finer the
+# package's profile steps aside for Spark's.
+LOG_LEVEL = "spark.log.level"
+DEFAULT_LOG_LEVEL = "WARN"
+VERBOSE_LEVELS = ("INFO", "DEBUG", "TRACE", "ALL")
+# Masters whose executors run on this machine (they read the profile from the driver's disk).
+LOCAL_MASTER = re.compile(r"local(-cluster)?(\[|$)")
+# The JVM option naming a log4j2 configuration; a user's own (in extraJavaOptions) wins over ours.
+LOG4J2_OPTION = "-Dlog4j2.configurationFile="
+# Python loggers that print a line per connection or font cache at INFO, once a library (TFoS)
+# sets the root logger to INFO.
+CHATTY_PYTHON_LOGGERS = ("py4j", "matplotlib")
+
+
 def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A session configured from `[spark]`, with the TFRecord jar and runtime env on every executor."""
+    """A session configured from `[spark]`, with the TFRecord jar and runtime env on every executor.
+
+    Spark logs through the package's quiet console profile at WARN and draws stage bars only on
+    a terminal; `spark.log.level` = INFO or finer (`--verbose`) gives Spark's own profile back."""
     env = runtime_env()
     # PYSPARK_PYTHON must be in the driver's environment before the context starts: setting
     # spark.pyspark.python on the builder does not reach executors in every deploy mode.
@@ -73,12 +93,18 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
         for j in spark_cfg.jars:
             if not Path(j).is_file():
                 raise ConfigError(f"spark.jars: {j!r} is not a file")
+    hive = _hive_settings(spark_cfg) if spark_cfg.hive else {}
+    configured = {**dict(spark_cfg.conf), **dict(extra_conf or {})}
+    level = (conf.get(LOG_LEVEL, "") if submitted else "") or configured.get(LOG_LEVEL, DEFAULT_LOG_LEVEL)
+    verbose = level.upper() in VERBOSE_LEVELS
     settings = {
         "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(),
         **{f"spark.executorEnv.{k}": v for k, v in env.items()},
-        **(_hive_settings(spark_cfg) if spark_cfg.hive else {}),
-        **dict(spark_cfg.conf),
-        **dict(extra_conf or {}),
+        **hive,
+        **configured,
+        # spark-submit started the driver with its own profile; executors are the cluster's
+        **console_settings(configured, hive, master=spark_cfg.master, profile=not (verbose or submitted)),
         "spark.jars": ",".join(dict.fromkeys(jars)),
     }
     if packages:
@@ -97,9 +123,57 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
         if submitted and key not in JAR_LISTS and conf.contains(key):
             continue  # what was given to spark-submit (--conf, spark-defaults.conf) wins over the config
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark = _started(builder, yarn=(conf.get("spark.master", "") if submitted else spark_cfg.master or "") == "yarn")
+    spark.sparkContext.setLogLevel(level)
+    if not verbose:
+        for name in CHATTY_PYTHON_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     return spark
+
+
+def console_settings(given: Mapping[str, str], hive: Mapping[str, str], *, master: str | None,
+                     profile: bool) -> dict[str, str]:
+    """The JVM options of the driver and executors: the embedded metastore's and those given in
+    the config, merged, plus (with `profile`) the package's log4j2 profile for the driver and for
+    executors on this machine (local masters: they can read the file). A log4j2 configuration
+    the user names wins."""
+    path = resources.log4j2_profile()
+    option = f'{LOG4J2_OPTION}"{path}"' if any(c.isspace() for c in path) else f"{LOG4J2_OPTION}{path}"
+    local = master is None or LOCAL_MASTER.match(master) is not None
+    merged = {}
+    for key, ours in (("spark.driver.extraJavaOptions", profile), ("spark.executor.extraJavaOptions", profile and local)):
+        options = [o for o in (hive.get(key, ""), given.get(key, "")) if o]
+        if ours and not any(LOG4J2_OPTION in o for o in options):
+            options.append(option)
+        if options:
+            merged[key] = " ".join(dict.fromkeys(options))
+    return merged
+
+
+# Spark's UI can fail to start on YARN when the application master's proxy filter (AmIpFilter)
+# arrives while the UI's handlers are being started: Jetty's ServletHandler.initialize then
+# throws ConcurrentModificationException. Nothing of the application ran yet: start again once.
+UI_FILTER_RACE = ("java.util.ConcurrentModificationException", "ServletHandler")
+
+
+def is_ui_filter_race(error: BaseException | str) -> bool:
+    """Whether a failed SparkContext start is the UI's filter race (and only that)."""
+    text = str(error)
+    return all(marker in text for marker in UI_FILTER_RACE)
+
+
+def _started(builder: SparkSession.Builder, *, yarn: bool) -> SparkSession:
+    try:
+        return builder.getOrCreate()
+    except Exception as e:
+        if not (yarn and is_ui_filter_race(e)):
+            raise
+        print("tfos: Spark's UI failed to start (a known race with YARN's proxy filter); starting again",
+              file=sys.stderr)
+        active = SparkContext._active_spark_context
+        if active is not None:  # what the failed start left behind
+            active.stop()
+        return builder.getOrCreate()
 
 
 def jars_given_to_submit(conf: SparkConf) -> list[str]:
@@ -134,3 +208,15 @@ def _hive_settings(spark_cfg: SparkConfig) -> dict[str, str]:
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={root / 'metastore_db'};create=true",
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={root}",  # derby.log beside the metastore
     }
+
+
+def settle_console(spark: SparkSession) -> None:
+    """Before a result is printed: Spark's stage bar is drawn from the status listener's view,
+    which trails the job's end, so a bar can appear after the job returned. Wait for that view
+    to catch up, then clear the bar."""
+    context = spark.sparkContext._jsc.sc()
+    bar = context.progressBar()
+    if bar.isDefined():
+        context.listenerBus().waitUntilEmpty()
+        bar.get().finishAll()
+    sys.stderr.flush()

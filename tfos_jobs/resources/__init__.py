@@ -1,5 +1,5 @@
-"""Files the package ships: the sample configs, the sweep file and queries (`conf/`), and the
-GPU discovery script Spark runs on executors.
+"""Files the package ships: the sample configs, the sweep file and queries (`conf/`), the
+GPU discovery script Spark runs on executors, and the console's log4j2 profile.
 
 In a checkout these are the repository's own files (linked from here); a wheel holds copies.
 Either way a user can name a sample instead of a path: `tfos prepare --config census`.
@@ -39,3 +39,8 @@ def demo_query(kind: str = "rows") -> str:
 
 def gpu_discovery_script() -> str:
     return str(root() / "gpu_discovery.sh")
+
+
+def log4j2_profile() -> str:
+    """The log4j2 configuration every command's JVMs log with (`--verbose`: Spark's own)."""
+    return str(root() / "log4j2.properties")
