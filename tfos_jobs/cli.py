@@ -215,11 +215,10 @@ def fleet_anomalies() -> str:
 
 
 def cmd_prepare(cfg, args) -> int:
+    from tfos_jobs import api
     from tfos_jobs.data.dataset import summary
-    from tfos_jobs.jobs import prepare
 
-    spark = _session(cfg)
-    manifest = prepare.run(spark, cfg, overwrite=args.overwrite)
+    manifest = api.prepare(_session(cfg), config=cfg, output=cfg.prepare.output, overwrite=args.overwrite)
     print(summary(manifest))
     return 0
 
