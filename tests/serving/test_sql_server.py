@@ -179,6 +179,23 @@ def test_beeline_and_dbapi_give_tfos_sqls_numbers(spark, setup, server):
     assert status == {FUNCTION: scored, PINNED: 0}
 
 
+def test_a_wrong_call_gets_one_message_and_runs_no_task(server):
+    """Over JDBC, a struct lacking features is refused when the query is analysed: the client's
+    error is the one message naming them, and the function scored no row."""
+    srv, _ = server
+    from pyhive.exc import OperationalError
+
+    before = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}", PASSWORD))
+    with pytest.raises(OperationalError) as refused:
+        dbapi(srv.port, f"SELECT {FUNCTION}(struct(age, workclass)) FROM {sql.FEATURES_VIEW}", PASSWORD)
+    message = refused.value.args[0].status.errorMessage
+    assert "the struct lacks feature(s) fnlwgt, education" in message
+    assert f"{FUNCTION} takes the features as 21 arguments in this order: age, workclass" in message
+    assert "Traceback" not in message and "PythonException" not in message and len(message.splitlines()) == 1
+    after = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}", PASSWORD))
+    assert after == before
+
+
 def test_wrong_password_is_rejected_right_one_admitted(server):
     srv, _ = server
     from pyhive.exc import OperationalError
