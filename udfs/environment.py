@@ -14,6 +14,7 @@ and a worker that cannot ends registration (or training) with an error saying wh
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -24,7 +25,7 @@ from tfos_jobs.errors import ConfigError
 
 PYTHON_SETTING = "spark.pyspark.python"
 PYTHON_VARIABLE = "PYSPARK_PYTHON"
-LOCAL_MASTERS = ("local", "local[", "local-cluster[")
+LOCAL_MASTER = re.compile(r"local(\[[^]]*\]|-cluster\[[^]]*\])?")  # local, local[N], local[N,F], local-cluster[N,C,MB]
 MODULES = ("tfos_jobs", "udfs")  # what a worker imports to run the prediction function and the jobs
 
 _lock = threading.Lock()
@@ -33,7 +34,7 @@ _checked: set[str] = set()  # applications whose workers imported MODULES
 
 def is_local(master: str) -> bool:
     """Whether executors run on this host (local and local-cluster masters)."""
-    return master == "local" or master.startswith(LOCAL_MASTERS[1:])
+    return LOCAL_MASTER.fullmatch(master.strip()) is not None
 
 
 def configured_python(spark: SparkSession) -> str | None:
