@@ -33,6 +33,7 @@ from typing import Sequence
 from tfos_jobs import user_code
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.session import FIXED_ENV, tfrecord_jar
+from tfos_jobs.tasks import ModelKind
 
 ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)
 JOB_SCRIPT = Path(__file__).parent / "job.py"
@@ -164,7 +165,7 @@ def model_kinds(app_args: Sequence[str]) -> list[str]:
     except TfosError:  # the job itself reports a config it cannot read
         pass
     model = raw.get("train", {}).get("model", {}) if isinstance(raw.get("train"), dict) else {}
-    kind = model.get("kind", "wide_deep") if isinstance(model, dict) else "wide_deep"
+    kind = model.get("kind", ModelKind.WIDE_DEEP.value) if isinstance(model, dict) else ModelKind.WIDE_DEEP.value
     if app_args[0] != "sweep" or not args.space or config_mod.is_url(args.space):
         return [str(kind)]
     try:

@@ -74,6 +74,7 @@ OWNERS = {
 OTHER_MEANINGS = {
     ("tfos_jobs/cli.py", "train"): "the command",
     ("tfos_jobs/train.py", "train"): "the command this entry point runs",
+    ("tfos_jobs/submit.py", "train"): "the command, whose model module is shipped with --py-files",
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/jobs/train/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
