@@ -188,7 +188,7 @@ def test_predict_job_keeps_every_row(spark, setup):
     summary = predict_job.run(spark, cfg, log=lambda _: None)
     out = spark.read.parquet(summary["output"])
     assert out.count() == PEOPLE == summary["rows"]
-    assert {"predicted_probability", "predicted_label", "person_id", "income"} <= set(out.columns)
+    assert {"predicted_probability", "predicted_label", "person_id"} <= set(out.columns)
     assert out.where("predicted_probability IS NULL OR predicted_label IS NULL").count() == 0
     assert summary["counts"]["rows"] == PEOPLE
     with pytest.raises(OutputExistsError):

@@ -16,6 +16,8 @@ class PredictConfig:
     output_table: Union[str, None] = None  # write a catalog (Hive) table instead of Parquet files
     output_source: Union[str, None] = None  # or a database table: the name of a jdbc source
     partition_by: tuple[str, ...] = ()  # columns the output is partitioned by (files and catalog tables)
+    # input columns written beside the key(s) and the predictions (partition_by's are kept too)
+    keep: tuple[str, ...] = ()
     # create: fail if the output exists; overwrite: replace it; overwrite_partitions: replace only
     # the partitions this run writes; append: add the rows to it.
     mode: Literal["create", "overwrite", "overwrite_partitions", "append"] = "create"
@@ -39,6 +41,9 @@ class PredictConfig:
                             "catalog tables")
         if self.mode == "overwrite_partitions" and not self.partition_by:
             errs.append("predict.mode: 'overwrite_partitions' needs predict.partition_by")
+        twice = sorted({c for c in self.keep if self.keep.count(c) > 1})
+        if twice:
+            errs.append(f"predict.keep: {', '.join(map(repr, twice))} listed more than once")
         if self.batch_size < 1:
             errs.append(f"predict.batch_size: must be >= 1, got {self.batch_size}")
         if not self.name.isidentifier():

@@ -19,6 +19,9 @@ ACTIVITY_COLUMNS = (EVENT_COUNT, ACTIVE_DAYS, CTR, DAYS_SINCE_LAST)
 DROP_REASON = "_drop_reason"
 PROBLEM = "_problem"
 
+# The package's own bookkeeping columns: never written into a user's outputs (predictions).
+INTERNAL = (CORRUPT, SOURCE_FILE, REJECT, DROP_REASON, PROBLEM)
+
 # A table of known anomaly intervals (the embedded fleet writes one; `tfos evaluate` reads
 # any): the key column, then these. `sensor` is optional.
 ANOMALY_START = "start"  # first anomalous time

@@ -69,7 +69,8 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         raise ConfigError(f"predict.partition_by: {', '.join(map(repr, missing))} not among the input's columns "
                           f"({', '.join(table.columns)})")
     with query_errors():  # a query error, or one in its tasks, as one line
-        scored = output.Tally(with_predictions(table, udf), pr.partition_by)
+        written = output.selected(with_predictions(table, udf), table.columns, udf.spec, pr.keep, pr.partition_by)
+    scored = output.Tally(written, pr.partition_by)
     if pr.output_source:
         out = output.Database(spark, pr.output_source, config.sources[pr.output_source])
     elif pr.output_table:

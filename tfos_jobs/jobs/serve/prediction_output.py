@@ -21,11 +21,29 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import SourceConfig
-from tfos_jobs.data import jdbc, sources
+from tfos_jobs.data import columns, jdbc, sources
+from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.storage import HadoopFS
-from tfos_jobs.errors import OutputExistsError, TfosError
+from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
 
 WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
+
+
+def selected(scored: DataFrame, input_columns: list[str], spec: FeatureSpec, keep: tuple[str, ...],
+             partition_by: tuple[str, ...]) -> DataFrame:
+    """What predictions hold: the key (and a window's bounds), the input columns asked for
+    (predict.keep, predict.partition_by), then the prediction columns; no other input column
+    and none of the package's own (columns.INTERNAL)."""
+    missing = [c for c in keep if c not in input_columns]
+    if missing:
+        raise ConfigError(f"predict.keep: {', '.join(map(repr, missing))} not among the input's columns "
+                          f"({', '.join(c for c in input_columns if c not in columns.INTERNAL)})")
+    keys = [spec.key.name] if spec.key else []
+    if spec.is_sequence:
+        keys += [WINDOW_START, WINDOW_END]
+    predictions = [c for c in scored.columns if c not in input_columns and c not in columns.INTERNAL]
+    wanted = [c for c in (*keys, *keep, *partition_by) if c in input_columns and c not in columns.INTERNAL]
+    return scored.select(*dict.fromkeys([*wanted, *predictions]))
 
 
 class Tally:
