@@ -209,6 +209,38 @@ def test_wrong_password_is_rejected_right_one_admitted(server):
     assert dbapi(srv.port, "SELECT 41 + 1", PASSWORD) == [(42,)]
 
 
+def test_a_refused_login_is_one_warning_line_on_the_server(server):
+    """No Java stack and no password: one WARN line per refused login, naming the user."""
+    srv, _ = server
+    from pyhive.exc import OperationalError
+    from thrift.transport.TTransport import TTransportException
+
+    for user in ("mallory", "eve"):  # eve's line closes what the server printed for mallory's login
+        with pytest.raises((TTransportException, OperationalError), match="Error validating the login"):
+            hive_login(srv.port, user, "guessed-password")
+    printed = lines_until(srv, "login refused for user 'mallory'") + lines_until(srv, "login refused for user 'eve'")
+    from_mallory = printed[next(i for i, line in enumerate(printed) if "'mallory'" in line):]
+    assert [re.sub(r"^\S+ \S+ ", "", line) for line in from_mallory] == [
+        "WARN PasswordAuthenticator: login refused for user 'mallory'",
+        "WARN PasswordAuthenticator: login refused for user 'eve'"], from_mallory
+    assert not [line for line in srv.seen if line.startswith("\tat ") or "guessed-password" in line]
+
+
+def lines_until(srv: Server, text: str, timeout: float = 60.0) -> list[str]:
+    """The server's lines read from now up to the first one holding `text`, that one included."""
+    start = len(srv.seen)
+    line = srv.wait_for("", timeout)
+    while text not in line:
+        line = srv.wait_for("", timeout)
+    return srv.seen[start:]
+
+
+def hive_login(port: int, user: str, password: str) -> None:
+    from pyhive import hive
+
+    hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM").close()
+
+
 @pytest.mark.slow  # trains a second model
 def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, server, second_model):
     srv, config_file = server

@@ -5,6 +5,7 @@ import java.security.{MessageDigest, SecureRandom}
 import javax.security.sasl.AuthenticationException
 
 import org.apache.hive.service.auth.PasswdAuthenticationProvider
+import org.slf4j.LoggerFactory
 
 /** The password `tfos serve-sql` admits, set from Python over the driver's gateway when the
   * server starts: it never passes through Spark or Hive configuration, logs or files. Only a
@@ -41,10 +42,15 @@ object PasswordAuthenticator {
   }
 }
 
-/** HiveServer2's CUSTOM authentication provider (`hive.server2.custom.authentication.class`). */
+/** HiveServer2's CUSTOM authentication provider (`hive.server2.custom.authentication.class`).
+  * A refused login is one WARN line here (never the password); the package's log4j2 profile
+  * keeps Thrift from logging the same refusal again with its stack. */
 class PasswordAuthenticator extends PasswdAuthenticationProvider {
+  private val log = LoggerFactory.getLogger(classOf[PasswordAuthenticator])
+
   override def Authenticate(user: String, password: String): Unit = {
     if (!PasswordAuthenticator.admits(user, password)) {
+      log.warn(s"login refused for user '$user'")
       Thread.sleep(PasswordAuthenticator.failureDelayMillis)
       throw new AuthenticationException(s"wrong user name or password for user '$user'")
     }
