@@ -45,15 +45,16 @@ def configured_python(spark: SparkSession) -> str | None:
 def check_workers(spark: SparkSession) -> str:
     """Make sure this application's Python workers import tfos_jobs and udfs; returns their
     interpreter: `spark.pyspark.python` if set, else on a local master with no PYSPARK_PYTHON
-    the caller's own. Any other is probed once per application by a one-task job. Raises ConfigError naming
-    `spark.pyspark.python` and `tfos pack-env` when a worker cannot import the package."""
+    the caller's own. Any other (and any on a cluster) is probed once per application by a
+    one-task job. Raises ConfigError naming `spark.pyspark.python` and `tfos pack-env` when a
+    worker cannot import the package."""
     sc = spark.sparkContext
     with _lock:  # sc.pythonExec is read whenever a UDF or an RDD function is wrapped for the workers
         if setting := sc.getConf().get(PYTHON_SETTING):
             sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
         elif is_local(sc.master) and configured_python(spark) is None:
             sc.pythonExec = sys.executable
-        if sc.pythonExec == sys.executable or sc.applicationId in _checked:
+        if (is_local(sc.master) and sc.pythonExec == sys.executable) or sc.applicationId in _checked:
             return sc.pythonExec
         failure = _probe(sc)
         if failure:

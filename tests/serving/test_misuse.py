@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from pyspark.errors.exceptions.captured import AnalysisException, PythonException
+
 from tfos_jobs.errors import TfosError
 from tfos_jobs.jobs.serve import sql
+from udfs.environment import is_local
 
 from tests.conftest import CENSUS, ROOT, census_overrides
 from tests.serving.conftest import PEOPLE
@@ -67,6 +70,21 @@ def test_tfos_sql_names_a_wrong_count_and_a_wrong_type_in_one_line(spark, setup)
     assert ("argument 1 ('age') (numeric feature) has type string, expected one of: byte, short, integer, long, "
             "float, double, decimal, void.") in str(kind.value)
     assert "SQLSTATE" not in str(kind.value)
+
+
+def test_an_error_line_is_the_message_not_the_traceback(spark):
+    worker = PythonException(desc="An exception was thrown from the Python worker. Please see the stack trace below.\n"
+                                  "Traceback (most recent call last):\n  File \"udfs/predict.py\", line 240, in _windows\n"
+                                  "ValueError: column 'rpm' (sequence feature): the model takes windows of 64 values\n", stackTrace="")
+    assert sql.error_line(worker) == "ValueError: column 'rpm' (sequence feature): the model takes windows of 64 values"
+    analysis = AnalysisException(desc="[UNRESOLVED_COLUMN] A column `agee` cannot be resolved. SQLSTATE: 42703; "
+                                      "line 1 pos 7\n== SQL ==\nSELECT agee", stackTrace="")
+    assert sql.error_line(analysis) == "[UNRESOLVED_COLUMN] A column `agee` cannot be resolved. (line 1 pos 7)"
+
+
+def test_local_masters_are_those_whose_executors_run_here():
+    assert all(is_local(m) for m in ("local", "local[2]", "local[*]", "local[2,4]", "local-cluster[2,1,2048]"))
+    assert not any(is_local(m) for m in ("yarn", "spark://host:7077", "k8s://https://api:6443", "localhost:7077"))
 
 
 NOTEBOOK = """

@@ -23,6 +23,7 @@ WINDOWS_VIEW = "windows"
 # pyspark logs every query error it converts, with the JVM's stack trace, before raising it.
 PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 PYTHON_ERROR_LINE = re.compile(r"^\w+(Error|Exception): .+")
+SQL_STATE = re.compile(r"\s*SQLSTATE: \w+(?:; (line \d+ pos \d+))?.*$")
 
 
 def error_line(e: BaseException) -> str:
@@ -33,7 +34,10 @@ def error_line(e: BaseException) -> str:
         raised = [line for line in lines if PYTHON_ERROR_LINE.match(line)]
         lines = raised[-1:] or lines
     first = lines[0] if lines else type(e).__name__
-    return re.sub(r"\s*SQLSTATE: \w+\.?", "", first)
+    state = SQL_STATE.search(first)  # Spark's "<message> SQLSTATE: 42703; line 1 pos 7"
+    if state is None:
+        return first
+    return first[:state.start()] + (f" ({state[1]})" if state[1] else "")
 
 
 @contextmanager
