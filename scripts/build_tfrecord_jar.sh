@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the package's jar (the TFRecord Spark data source, the SQL server's password check) with
+# Builds the package's jar (the TFRecord Spark data source, the prediction function's argument
+# check, the SQL server's password check) with
 # the Scala compiler shipped inside pyspark, so the jar matches that pyspark's Scala and Spark
 # versions exactly. Sources: every jvm/*/src/main/scala tree.
 #   usage: scripts/build_tfrecord_jar.sh <python-of-venv> <out.jar>
