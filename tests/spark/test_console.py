@@ -34,3 +34,40 @@ def test_verbose_gives_sparks_own_logs_back(tmp_path):
     lines = sql(tmp_path, "--verbose")
     assert "Using Spark's default log4j profile: org/apache/spark/log4j2-defaults.properties" in lines
     assert "|42    |" in lines
+
+
+def on_terminal(argv: list[str], cwd: Path) -> str:
+    """What `argv` writes to a terminal (a pseudo-terminal: stdout and stderr both on it)."""
+    import os
+    import pty
+
+    out = bytearray()
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: run the command on the terminal
+        os.chdir(cwd)
+        os.execv(argv[0], argv)
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the command ended and closed the terminal
+            break
+        if not chunk:
+            break
+        out.extend(chunk)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, out.decode(errors="replace")[-3000:]
+    return out.decode(errors="replace")
+
+
+def test_on_a_terminal_stage_bars_are_drawn_and_never_over_the_result(tmp_path):
+    missing = tmp_path / "nowhere"
+    sets = ["spark.master=local[1]", f"predict.model={missing}/model",
+            *(f"sources.{name}.path={missing}/{name}" for name in ("people", "regions", "events"))]
+    text = on_terminal([str(BIN / "tfos"), "sql", "--config", "census", *[a for s in sets for a in ("--set", s)], "-e",
+                        "SELECT count(*) AS n FROM range(0, 2000000000, 1, 1) WHERE id % 7 = 3"], tmp_path)
+    assert "[Stage 0:" in text  # a job of a few seconds draws its bar on a terminal
+    visible = [line.split("\r")[-1] for line in text.replace("\r\n", "\n").split("\n")]  # what stays on screen
+    table = ["+---------+", "|n        |", "+---------+", "|285714286|", "+---------+"]
+    start = visible.index(table[0])
+    assert visible[start:start + len(table)] == table, visible
