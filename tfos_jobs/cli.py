@@ -11,6 +11,7 @@ from typing import Sequence
 from tfos_jobs import config as config_mod
 from tfos_jobs import resources
 from tfos_jobs.errors import ConfigError, TfosError
+from tfos_jobs.session import LOG_LEVEL
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,7 +21,8 @@ def _parser() -> argparse.ArgumentParser:
                              + ", ".join(resources.sample_configs()))
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set prepare.split.eval_fraction=0.25 (repeatable)")
-    common.add_argument("--verbose", action="store_true", help="Spark's logs at INFO (--set spark.conf.spark.log.level=INFO)")
+    common.add_argument("--verbose", dest="overrides", action="append_const", const=f"spark.conf.{LOG_LEVEL}=INFO",
+                        help=f"Spark's own logs at INFO (same as --set spark.conf.{LOG_LEVEL}=INFO)")
     parser = argparse.ArgumentParser(prog="tfos", description="Distributed TensorFlow on Apache Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("config", parents=[common], help="print the resolved configuration and exit")
@@ -92,9 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _pack_env(args.output)
     try:
         overrides = list(args.overrides)
-        if args.verbose:
-            from tfos_jobs.session import LOG_LEVEL
-            overrides.append(f"spark.conf.{LOG_LEVEL}={json.dumps('INFO')}")
         if getattr(args, "people", None) is not None:
             overrides.append(f"synthetic.people={args.people}")
         for key in ("register", "alias"):
