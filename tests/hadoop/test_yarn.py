@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.hadoop import support
 from tests.hadoop.fixtures import yarn_cluster, yarn_env_archive  # noqa: F401
 from tests.hadoop.test_pipeline import TRAIN, sets
 from tests.reliability.test_training_faults import executor_jvm_of
@@ -100,6 +101,23 @@ def test_prepare_train_predict_on_yarn_in_cluster_mode(spark, yarn_env_archive, 
     [row] = spark.read.parquet(f"{root}/sql").collect()  # the UDF, serving the model from HDFS in containers
     assert row["n"] == PEOPLE and 0 < row["p"] < 1
     assert not list(tmp_path.iterdir())  # nothing was written where it was submitted from
+
+    # A model of the user's own, in the directory it is submitted from and nowhere else: `tfos submit`
+    # ships it with --py-files to the driver in the application master and to the executors.
+    modules = tmp_path.parent / f"{tmp_path.name}-models"
+    modules.mkdir()
+    (modules / "teamnets.py").write_text((support.ROOT / "examples" / "mymodels.py").read_text())
+    own = [*paths, "--set", "train.model.kind=teamnets:build", "--set", "train.learning_rate=0.01",
+           "--set", "train.model.params.cross_layers=1",
+           "--set", "train.model.params.deep_units=[16]", "--set", f"train.model_dir={root}/own-model"]
+    submitted = yarn_cluster.submit(["train", "--config", f"{root}/conf/census.toml", *own], deploy_mode="cluster",
+                                    env_archive=yarn_env_archive, cwd=modules,
+                                    options=["--verbose"])
+    assert f"{modules / 'teamnets.py'}" in submitted.stdout + submitted.stderr  # in spark-submit's --py-files
+    assert yarn_cluster.applications()[-1]["finalStatus"] == "SUCCEEDED"
+    own_metrics = json.loads(storage.read_text(f"{root}/own-model/metrics.json"))
+    assert own_metrics["model"] == {"kind": "teamnets:build", "params": {"cross_layers": 1, "deep_units": [16]}}
+    assert [n["role"] for n in own_metrics["nodes"]] == ["chief", "worker"] and own_metrics["eval"]["auc"] > 0.7
 
 
 @pytest.mark.slow
