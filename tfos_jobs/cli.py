@@ -161,9 +161,10 @@ def _session(cfg, extra: dict[str, str] | None = None):
 
 def cmd_generate(cfg, args) -> int:
     from tfos_jobs.data import synthetic
+    from tfos_jobs.jobs import demo
 
     if cfg.features.is_sequence:
-        _generate_fleet(cfg)
+        demo.generate_fleet(cfg, lambda: _session(cfg))
         return 0
     syn = cfg.synthetic
     spark = _session(cfg)
@@ -172,29 +173,8 @@ def cmd_generate(cfg, args) -> int:
     return 0
 
 
-def _generate_fleet(cfg) -> None:
-    """The fleet's files are written on this machine; an output on another filesystem (HDFS,
-    S3, ...) receives them whole afterwards."""
-    import tempfile
-
-    from tfos_jobs.data import fleet
-    from tfos_jobs.storage import Storage, named
-
-    fl = cfg.fleet
-    remote = "://" in fl.output and not fl.output.startswith("file:")
-    with tempfile.TemporaryDirectory(prefix="tfos-fleet-") as tmp:
-        local = tmp if remote else fl.output
-        counts = fleet.generate(local, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
-                                csv_every=fl.csv_every)
-        if remote:
-            storage = Storage(_session(cfg))
-            with named("fleet.output", fl.output):
-                for part in (fleet.SENSORS_DIR, fleet.ANOMALIES_DIR):
-                    storage.replace_dir(os.path.join(tmp, part), f"{storage.qualify(fl.output)}/{part}")
-    print(f"wrote {fl.output}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
-
-
 def cmd_evaluate(cfg, args) -> int:
+    from tfos_jobs.data.fleet import ANOMALIES_DIR
     from tfos_jobs.jobs.serve import evaluate as anomaly_report
     from udfs.register import served_spec
 
@@ -202,15 +182,9 @@ def cmd_evaluate(cfg, args) -> int:
     spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
     if not spec.is_sequence:
         raise ConfigError(f"{cfg.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
-    truth = args.truth or f"{cfg.fleet.output}/{fleet_anomalies()}"
+    truth = args.truth or f"{cfg.fleet.output}/{ANOMALIES_DIR}"
     anomaly_report.evaluate(spark, cfg, spec, args.scores or cfg.predict.output, truth)
     return 0
-
-
-def fleet_anomalies() -> str:
-    from tfos_jobs.data.fleet import ANOMALIES_DIR
-
-    return ANOMALIES_DIR
 
 
 def cmd_prepare(cfg, args) -> int:
@@ -223,11 +197,11 @@ def cmd_prepare(cfg, args) -> int:
 
 
 def cmd_train(cfg, args) -> int:
-    from tfos_jobs.jobs.train.driver import tracked
+    from tfos_jobs import api
     from tfos_jobs.model.builder import check_model_fn
 
     check_model_fn(model_cfg=cfg.train.model, spec=cfg.features)  # a wrong model fails here, before Spark starts
-    tracked.run(_session(cfg), cfg, overwrite=args.overwrite)
+    api.train(_session(cfg), config=cfg, overwrite=args.overwrite)
     return 0
 
 
@@ -276,76 +250,9 @@ def cmd_serve_sql(cfg, args) -> int:
 
 
 def cmd_demo(cfg, args) -> int:
-    from tfos_jobs.data import synthetic
-    from tfos_jobs.data.dataset import summary
-    from tfos_jobs.jobs.serve import predict
-    from tfos_jobs.jobs import prepare
-    from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.jobs.train.driver import tracked as train
+    from tfos_jobs.jobs import demo
 
-    if cfg.features.is_sequence:
-        return _demo_fleet(cfg)
-    syn = cfg.synthetic
-    spark = _session(cfg)
-    print(f"== generate: {syn.people:,} people into {syn.output}")
-    counts = synthetic.generate(spark, syn.output, syn.people, syn.events_per_person, syn.seed, syn.as_of)
-    print("   " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()))
-    print(f"== prepare: {cfg.prepare.output}")
-    manifest = prepare.run(spark, cfg, overwrite=True)
-    print(summary(manifest))
-    print(f"== train: {cfg.train.strategy}, {cfg.train.workers} workers, into {cfg.train.model_dir}")
-    train.run(spark, cfg, overwrite=True)
-    query = resources.demo_query()
-    print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() registered")
-    with open(query, encoding="utf-8") as fh:
-        sql.run(spark, cfg, fh.read(), rows=20)
-    print(f"== predict: into {cfg.predict.output}")
-    predict.run(spark, cfg, overwrite=True)
-    print("== artifacts")
-    for what, where in (("raw tables", syn.output), ("dataset", cfg.prepare.output),
-                        ("model", cfg.train.model_dir), ("SavedModel", f"{cfg.train.model_dir}/saved_model"),
-                        ("learning curve", f"{cfg.train.model_dir}/learning_curve.png"),
-                        ("predictions", cfg.predict.output)):
-        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")
-    return 0
-
-
-def _demo_fleet(cfg) -> int:
-    from tfos_jobs.contracts.model_dir import ModelDir
-    from tfos_jobs.data.dataset import summary
-    from tfos_jobs.jobs.serve import evaluate as anomaly_report
-    from tfos_jobs.jobs.serve import predict
-    from tfos_jobs.jobs import prepare
-    from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.jobs.train.driver import tracked as train
-    from udfs.register import served_spec
-
-    fl = cfg.fleet
-    print(f"== generate: {fl.assets:,} assets x {fl.steps:,} steps into {fl.output}")
-    _generate_fleet(cfg)
-    spark = _session(cfg)
-    print(f"== prepare: windows into {cfg.prepare.output}")
-    print(summary(prepare.run(spark, cfg, overwrite=True)))
-    print(f"== train: {cfg.train.model.kind}, {cfg.train.strategy}, {cfg.train.workers} workers, "
-          f"into {cfg.train.model_dir}")
-    train.run(spark, cfg, overwrite=True)
-    query = resources.demo_query("windows")
-    print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() and the windows view")
-    with open(query, encoding="utf-8") as fh:
-        sql.run(spark, cfg, fh.read(), rows=10)
-    print(f"== predict: one row per window into {cfg.predict.output}")
-    predict.run(spark, cfg, overwrite=True)
-    print("== evaluate: scores against the true anomaly intervals")
-    spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
-    anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet_anomalies()}")
-    model_dir = ModelDir(cfg.train.model_dir)
-    print("== artifacts")
-    for what, where in (("raw sensors", fl.output), ("dataset", cfg.prepare.output),
-                        ("model", model_dir.path), ("SavedModel", model_dir.saved_model),
-                        ("metrics", model_dir.metrics), ("learning curve", model_dir.learning_curve),
-                        ("anomaly plot", model_dir.anomaly_plot), ("scores", cfg.predict.output)):
-        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")
-    return 0
+    return demo.run(cfg, lambda: _session(cfg))
 
 
 def cmd_sources(cfg, args) -> int:

@@ -77,6 +77,7 @@ OTHER_MEANINGS = {
     ("tfos_jobs/submit.py", "train"): "the command, whose model module is shipped with --py-files",
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
+    ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",
     ("tfos_jobs/jobs/train/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
     ("tfos_jobs/bench/stages/registered.py", "local"): "MLflow's env_manager: the Python the executors run",
     ("tfos_jobs/config/serve_sql.py", "binary"): "HiveServer2's binary (TCP) transport, beside http",
