@@ -118,35 +118,54 @@ class TrainResult:
                    seconds=float(metrics["seconds"]), attempts=int(metrics["attempts"]), strategy=metrics["strategy"])
 
 
-def train(spark: SparkSession, *, dataset: str, model_dir: str, model: str | Callable[..., Any] = ModelKind.WIDE_DEEP.value,
-          params: Mapping[str, Any] | None = None, strategy: str = Strategy.MULTI_WORKER_MIRRORED.value, workers: int = 2,
-          epochs: int = 5, batch_size: int = 512, learning_rate: float = 0.001,
-          settings: Mapping[str, Any] | None = None, overwrite: bool = False, log: Log = print) -> TrainResult:
+def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | None = None,
+          model: str | Callable[..., Any] | None = None, params: Mapping[str, Any] | None = None,
+          strategy: str | None = None, workers: int | None = None, epochs: int | None = None,
+          batch_size: int | None = None, learning_rate: float | None = None,
+          settings: Mapping[str, Any] | None = None, config: Config | None = None, overwrite: bool = False,
+          log: Log = print) -> TrainResult:
     """Train on the dataset at `dataset` (as `prepare` wrote it) and export a SavedModel into
     `model_dir`; the model is built from the dataset's own feature spec.
 
-    `model`: "wide_deep", "sequence_autoencoder", "module:function", or a callable
+    `model`: "wide_deep" (the default), "sequence_autoencoder", "module:function", or a callable
     `build(spec, vocab, stats, model_cfg) -> tf.keras.Model` (docs/training.md); one defined in a
     script or notebook reaches the TF nodes by value. `params`: the model's own settings
     (`model_cfg.params`). `settings`: any other `[train]` key (e.g. `{"early_stopping_patience": 2}`).
+    `config`: a loaded config whose `[train]` section gives every setting not passed here, and
+    whose `[tracking]` logs the run to MLflow (what `tfos train` does). Without one, `dataset` and
+    `model_dir` are required and no `sources` or `prepare` section is needed.
 
     Example: ``api.train(spark, dataset="out/dataset", model_dir="out/model", model=build, epochs=3)``"""
-    from tfos_jobs.jobs.train.driver import job
+    from tfos_jobs.jobs.train.driver import job, tracked
     from tfos_jobs.model.builder import check_model_fn
     from tfos_jobs.storage import Storage
 
-    kind, model_fn = _model(model)
-    model_table: dict[str, Any] = {"kind": kind, **({"params": dict(params)} if params is not None else {})}
-    table = {**dict(settings or {}), "dataset": dataset, "model_dir": model_dir, "strategy": strategy,
-             "workers": workers, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-             "model": {**dict((settings or {}).get("model", {})), **model_table}}
-    tr = build(TrainConfig, table, "train()")
-    meta = job.read_dataset(Storage(spark), "dataset", dataset)
+    if config is None and (dataset is None or model_dir is None):
+        raise ConfigError("train(): give dataset= and model_dir=, or a config= whose [train] names them")
+    table: dict[str, Any] = dataclasses.asdict(config.train) if config is not None else {}
+    given = {"dataset": dataset, "model_dir": model_dir, "strategy": strategy, "workers": workers, "epochs": epochs,
+             "batch_size": batch_size, "learning_rate": learning_rate}
+    table.update({**dict(settings or {}), **{k: v for k, v in given.items() if v is not None}})
+    model_fn = None
+    model_table = {**table.get("model", {}), **dict((settings or {}).get("model", {}))}
+    if model is not None:
+        kind, model_fn = _model(model)
+        model_table["kind"] = kind
+    if params is not None:
+        model_table["params"] = dict(params)
+    table["model"] = model_table
+    where = "train" if config is not None else "train()"
+    tr = build(TrainConfig, table, where)
+    meta = job.read_dataset(Storage(spark), "train.dataset" if config is not None else "dataset", tr.dataset)
     errors = tr.errors(meta.spec)
     if errors:
-        raise ConfigError("train(): invalid settings:\n  " + "\n  ".join(errors))
+        raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
     check_model_fn(model_cfg=tr.model, spec=meta.spec, fn=model_fn)  # a dry build: a wrong model fails here
-    metrics = job.run(spark, tr, overwrite=overwrite, log=log, model_fn=model_fn)
+    if config is not None:
+        metrics = tracked.run(spark, dataclasses.replace(config, train=tr), overwrite=overwrite, log=log,
+                              model_fn=model_fn)
+    else:
+        metrics = job.run(spark, tr, overwrite=overwrite, log=log, model_fn=model_fn)
     return TrainResult.of(metrics["saved_model"].rsplit("/", 1)[0], metrics)
 
 

@@ -28,10 +28,11 @@ def config_params(cfg: Config) -> dict[str, str]:
     return flatten(tree)
 
 
-def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print
-        ) -> dict[str, Any]:
+def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
+        model_fn: Callable | None = None) -> dict[str, Any]:
+    """`train.run`, tracked when `[tracking]` names a server; `model_fn`: the model as a callable."""
     if not cfg.tracking.enabled:
-        return train.run(spark, cfg, overwrite=overwrite, log=log)
+        return train.run(spark, cfg, overwrite=overwrite, log=log, model_fn=model_fn)
     tc = cfg.tracking
     tracking = Tracking(tc, log)
     with named("train.model_dir", cfg.train.model_dir):
@@ -47,7 +48,7 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
             json.dump(params, fh, indent=2)
         run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
         try:
-            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch)
+            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch, model_fn=model_fn)
         except BaseException:
             run.end("FAILED")
             tracking.wait()
