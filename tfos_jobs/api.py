@@ -31,6 +31,7 @@ from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import ModelKind
 from tfos_jobs.topology import Strategy
 from tfos_jobs.search.space import SweepConfig
+from udfs.environment import check_workers
 from udfs.register import PredictionUdf
 
 DatasetManifest = Manifest  # a prepared dataset's `_meta/manifest.json`, typed
@@ -87,6 +88,7 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Mapping[str
         base = dataclasses.replace(base, prepare=dataclasses.replace(base.prepare, split=split_cfg))
     if tables and features.is_sequence:
         raise ConfigError("prepare(): tables= holds rows; a spec of sensor windows reads its files from [sources]")
+    check_workers(spark)  # the executors' Python imports this package, or a clear error now
     with dataframe_sources(spark, base, tables) as cfg:
         config_mod.validate(cfg)
         return prepare_job.run(spark, cfg, overwrite=overwrite, log=log)
@@ -161,6 +163,7 @@ def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | N
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
     check_model_fn(model_cfg=tr.model, spec=meta.spec, fn=model_fn)  # a dry build: a wrong model fails here
+    check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
     if config is not None:
         metrics = tracked.run(spark, dataclasses.replace(config, train=tr), overwrite=overwrite, log=log,
                               model_fn=model_fn)
@@ -210,6 +213,7 @@ def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, spac
     base = config_tables(config) if isinstance(config, Config) else config
     definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
     space_mod.check_models(base, overrides, definition)  # every model the trials build, by a dry build
+    check_workers(spark)
     outcome = job.run(spark, base, list(overrides), definition, log=log)
     return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
 
