@@ -38,6 +38,7 @@ def generate(spark, root: str) -> None:
     synthetic.generate(spark, f"{root}/raw", PEOPLE, syn.events_per_person, syn.seed, syn.as_of)
 
 
+@pytest.mark.slow  # about 3 minutes on 2 cores: `make test-all`, with the other YARN cases
 def test_prepare_train_predict_on_yarn_in_client_mode(spark, yarn_env_archive, yarn_cluster):
     root = yarn_cluster.path("/client")
     generate(spark, root)

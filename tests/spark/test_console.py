@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 BIN = Path(sys.executable).parent
@@ -30,6 +32,7 @@ def test_a_command_prints_its_lines_and_its_result_only(tmp_path):
     assert lines[0].startswith("-- predict_income() is not registered"), lines
 
 
+@pytest.mark.slow  # a second and third command run: `make test-all`
 def test_verbose_gives_sparks_own_logs_back(tmp_path):
     lines = sql(tmp_path, "--verbose")
     assert "Using Spark's default log4j profile: org/apache/spark/log4j2-defaults.properties" in lines
@@ -60,6 +63,7 @@ def on_terminal(argv: list[str], cwd: Path) -> str:
     return out.decode(errors="replace")
 
 
+@pytest.mark.slow  # a second and third command run: `make test-all`
 def test_on_a_terminal_stage_bars_are_drawn_and_never_over_the_result(tmp_path):
     missing = tmp_path / "nowhere"
     sets = ["spark.master=local[1]", f"predict.model={missing}/model",

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException, PySparkException, PythonException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 
 from tfos_jobs.config import Config
@@ -43,7 +43,9 @@ def error_line(e: BaseException) -> str:
 @contextmanager
 def query_errors(context: str = "") -> Iterator[None]:
     """Errors of a query (analysis, parsing, its tasks) as one TfosError line, `context` first."""
-    loggers = [logging.getLogger(name) for name in PYSPARK_ERROR_LOGGERS]
+    # pyspark's own logger class: one this module created as a plain Logger would make pyspark's
+    # later error logging fail (its calls pass fields a plain Logger does not take)
+    loggers = [PySparkLogger.getLogger(name) for name in PYSPARK_ERROR_LOGGERS]
     disabled = [logger.disabled for logger in loggers]
     for logger in loggers:
         logger.disabled = True
