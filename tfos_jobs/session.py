@@ -154,6 +154,7 @@ def console_settings(given: Mapping[str, str], hive: Mapping[str, str], *, maste
 # arrives while the UI's handlers are being started: Jetty's ServletHandler.initialize then
 # throws ConcurrentModificationException. Nothing of the application ran yet: start again once.
 UI_FILTER_RACE = ("java.util.ConcurrentModificationException", "ServletHandler")
+UI_RACE_RETRY = "tfos: Spark's UI failed to start (a known race with YARN's proxy filter); starting again"
 
 
 def is_ui_filter_race(error: BaseException | str) -> bool:
@@ -168,8 +169,7 @@ def _started(builder: SparkSession.Builder, *, yarn: bool) -> SparkSession:
     except Exception as e:
         if not (yarn and is_ui_filter_race(e)):
             raise
-        print("tfos: Spark's UI failed to start (a known race with YARN's proxy filter); starting again",
-              file=sys.stderr)
+        print(UI_RACE_RETRY, file=sys.stderr)
         active = SparkContext._active_spark_context
         if active is not None:  # what the failed start left behind
             active.stop()
