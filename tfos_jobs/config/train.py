@@ -10,6 +10,7 @@ from tfos_jobs.topology import EXCHANGES, STRATEGIES, Strategy, node_count
 
 
 ParamScalar = Union[str, int, float, bool]
+KIND_KEY = "train.model.kind"  # the setting naming the model, in errors and sweep parameters
 PARAMS_KEY = "train.model.params"
 
 

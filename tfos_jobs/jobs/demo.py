@@ -9,6 +9,7 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs import resources
 from tfos_jobs.config import Config
+from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data import fleet
 from tfos_jobs.storage import Storage, named
 
@@ -59,17 +60,14 @@ def run(cfg: Config, session: Session) -> int:
         sql.run(spark, cfg, fh.read(), rows=20)
     print(f"== predict: into {cfg.predict.output}")
     predict.run(spark, cfg, overwrite=True)
-    print("== artifacts")
-    for what, where in (("raw tables", syn.output), ("dataset", cfg.prepare.output),
-                        ("model", cfg.train.model_dir), ("SavedModel", f"{cfg.train.model_dir}/saved_model"),
-                        ("learning curve", f"{cfg.train.model_dir}/learning_curve.png"),
-                        ("predictions", cfg.predict.output)):
-        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")
+    model_dir = ModelDir(cfg.train.model_dir)
+    _artifacts((("raw tables", syn.output), ("dataset", cfg.prepare.output), ("model", model_dir.path),
+                ("SavedModel", model_dir.saved_model), ("learning curve", model_dir.learning_curve),
+                ("predictions", cfg.predict.output)))
     return 0
 
 
 def _fleet(cfg: Config, session: Session) -> int:
-    from tfos_jobs.contracts.model_dir import ModelDir
     from tfos_jobs.data.dataset import summary
     from tfos_jobs.jobs.serve import evaluate as anomaly_report
     from tfos_jobs.jobs.serve import predict
@@ -97,10 +95,15 @@ def _fleet(cfg: Config, session: Session) -> int:
     spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
     anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet.ANOMALIES_DIR}")
     model_dir = ModelDir(cfg.train.model_dir)
-    print("== artifacts")
-    for what, where in (("raw sensors", fl.output), ("dataset", cfg.prepare.output),
-                        ("model", model_dir.path), ("SavedModel", model_dir.saved_model),
-                        ("metrics", model_dir.metrics), ("learning curve", model_dir.learning_curve),
-                        ("anomaly plot", model_dir.anomaly_plot), ("scores", cfg.predict.output)):
-        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")
+    _artifacts((("raw sensors", fl.output), ("dataset", cfg.prepare.output), ("model", model_dir.path),
+                ("SavedModel", model_dir.saved_model), ("metrics", model_dir.metrics),
+                ("learning curve", model_dir.learning_curve), ("anomaly plot", model_dir.anomaly_plot),
+                ("scores", cfg.predict.output)))
     return 0
+
+
+def _artifacts(places: tuple[tuple[str, str], ...]) -> None:
+    """What the demo wrote, and where: absolute paths, cluster URLs as they are."""
+    print("== artifacts")
+    for what, where in places:
+        print(f"  {what:<15} {where if '://' in where else os.path.abspath(where)}")

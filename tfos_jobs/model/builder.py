@@ -19,6 +19,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.config import ModelConfig
+from tfos_jobs.config.train import KIND_KEY as KIND
 from tfos_jobs.contracts.dataset import STATS_BINS
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.kinds import NumericEncoding
@@ -125,7 +126,6 @@ def resolve_model_fn(kind: str) -> ModelFn:
     return fn
 
 
-KIND = "train.model.kind"
 DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from tfos_jobs import config as config_mod
+from tfos_jobs.config.train import KIND_KEY as MODEL_KIND
 from tfos_jobs.errors import ConfigError
 
 ParamValue = int | float | str | bool
@@ -125,7 +126,6 @@ def from_tables(raw: Mapping[str, Any], overrides: Sequence[str] = (), base_conf
     return sweep
 
 
-MODEL_KIND = "train.model.kind"
 
 
 def model_kinds(sweep: SweepConfig, base_kind: str) -> list[str]:
