@@ -1,16 +1,15 @@
-# syntax=docker/dockerfile:1
-#
 # One image for the Spark driver and the executors of the tfos jobs: the pinned stack in a venv at
 # /opt/tfos/.venv (pyspark from pip: its bin/spark-submit and spark-class are the image's Spark),
 # the TFRecord data source jar, conf/ and scripts/. Usage: docs/deploy.md.
 #
+#   make image                  # scripts/build-image: Docker, buildah or podman, whichever is here
 #   docker build -t tfos-jobs:0.1.0 .
 #   docker build -t tfos-jobs:0.1.0-gpu --build-arg GPU=true .     # TensorFlow's CUDA build
+#   buildah bud --build-arg PYTHON_IMAGE=localhost/tfos-base:bookworm-py311 -t tfos-jobs:0.1.0 .
 #
-# NOT BUILT: this file was written on a machine without a Docker engine (the docker CLI is there,
-# no daemon), so it has never been built or run. Its steps were checked outside Docker where cheap
-# (the pyspark pin extraction, the jar build script, the wheel carrying the jar, the entrypoint's
-# driver/executor commands against this pyspark). Needs BuildKit (the `syntax` line, COPY <<EOF).
+# Plain Dockerfile instructions only (no heredocs, no `# syntax` frontend to pull), so BuildKit,
+# the classic builder, podman and buildah build it alike. Any Debian 12 base with python3.11,
+# `python` on PATH and the venv module can stand in for the default (--build-arg PYTHON_IMAGE=...).
 #
 # Base: python:3.11-slim-bookworm + Debian's openjdk-17-jre-headless, rather than
 # eclipse-temurin:17-jre-jammy. The stack is pinned and verified on CPython 3.11 (tensorflow 2.21
@@ -36,6 +35,12 @@ COPY scripts/build_tfrecord_jar.sh scripts/
 RUN python -m venv /build/venv \
  && /build/venv/bin/pip install --no-cache-dir "$(grep -oE '^pyspark==[0-9][0-9.]*' constraints.txt)" \
  && scripts/build_tfrecord_jar.sh /build/venv/bin/python /build/out/tfos-tfrecord.jar
+# The S3A connector (s3a:// paths) for that Spark's Hadoop client, from Maven Central, unless S3A=false:
+# on Kubernetes a job's jars cannot come from the submitting machine's disk, and a driver pod
+# cannot fetch the connector from S3 before it has the connector.
+ARG S3A=true
+COPY scripts/fetch-maven-jars scripts/s3a-jars.txt scripts/
+RUN mkdir -p /build/s3a && if [ "$S3A" = "true" ]; then python scripts/fetch-maven-jars scripts/s3a-jars.txt /build/s3a; fi
 
 # ---- stage 2: the image ---------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
@@ -71,87 +76,41 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/tfos
+# The pinned dependencies first, in a layer of their own: it changes only with pyproject.toml and
+# constraints.txt, so a change to the package's code rebuilds in seconds, not minutes.
+COPY pyproject.toml constraints.txt ./
+RUN python -m venv /opt/tfos/.venv \
+ && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+    > /tmp/requirements.txt \
+ && pip install --no-cache-dir -c constraints.txt -r /tmp/requirements.txt \
+ && if [ "$GPU" = "true" ]; then pip install --no-cache-dir -c constraints.txt "tensorflow[and-cuda]"; fi \
+ && rm /tmp/requirements.txt
+COPY --from=jar /build/s3a/ /tmp/s3a-jars/
+RUN if ls /tmp/s3a-jars/*.jar >/dev/null 2>&1; then cp /tmp/s3a-jars/*.jar "$SPARK_HOME/jars/"; fi && rm -rf /tmp/s3a-jars
 # pip install . needs pyproject.toml, README.md (the project's readme), the build backend, the
 # package sources and the files it ships (conf/, scripts/); the jar goes into tfos_jobs/jars/
 # first, so that the installed package carries it (package data) and the build backend uses it.
-COPY pyproject.toml README.md constraints.txt ./
+COPY README.md ./
 COPY build_support/ build_support/
 COPY conf/ conf/
 COPY scripts/ scripts/
 COPY tfos_jobs/ tfos_jobs/
 COPY udfs/ udfs/
 COPY --from=jar /build/out/tfos-tfrecord.jar tfos_jobs/jars/tfos-tfrecord.jar
-RUN python -m venv /opt/tfos/.venv \
- && pip install --no-cache-dir -c constraints.txt . \
- && if [ "$GPU" = "true" ]; then pip install --no-cache-dir -c constraints.txt "tensorflow[and-cuda]"; fi \
+RUN pip install --no-cache-dir --no-deps . \
  && rm -rf build ./*.egg-info \
  && cd / && python -c "import pyspark, tensorflowonspark, tf_keras, tfos_jobs.cli, tfos_jobs.session as s; \
 assert s.TFRECORD_JAR.is_file(), s.TFRECORD_JAR; print('pyspark', pyspark.__version__, 'jar', s.TFRECORD_JAR)"
 COPY docs/ docs/
 
-# Spark on Kubernetes starts its pods with container *args* only, never a command:
-#   driver pods:   driver --properties-file /opt/spark/conf/spark.properties --class ... <app> <args>
-#   executor pods: executor          (settings in SPARK_DRIVER_URL, SPARK_EXECUTOR_* ... env vars)
-# so the image's ENTRYPOINT has to turn those into a spark-submit and an executor JVM, as
-# /opt/entrypoint.sh in Apache Spark's images does; this is the same logic for the pip pyspark.
-# Any other command runs as given (`docker run tfos-jobs tfos prepare ...`, YARN's launch script).
-COPY --chmod=755 <<'EOF' /opt/entrypoint.sh
-#!/bin/bash
-set -euo pipefail
-
-# Hadoop's login needs a passwd entry for the UID; add one for an arbitrary UID when possible.
-if ! getent passwd "$(id -u)" >/dev/null 2>&1; then
-  if [[ -w /etc/passwd ]]; then
-    echo "$(id -u):x:$(id -u):$(id -g):${SPARK_USER_NAME:-anonymous uid}:/home/tfos:/bin/false" >>/etc/passwd
-  else
-    echo "entrypoint: UID $(id -u) has no passwd entry; set HADOOP_USER_NAME if Hadoop's login fails" >&2
-  fi
-fi
-
-case "${1:-}" in
-  driver)
-    shift
-    # The TensorFlowOnSpark reservation server advertises the pod IP, which the executors can reach.
-    export TFOS_SERVER_HOST="${TFOS_SERVER_HOST:-${SPARK_DRIVER_BIND_ADDRESS:-}}"
-    [[ -n "$TFOS_SERVER_HOST" ]] || unset TFOS_SERVER_HOST
-    exec /usr/bin/tini -s -- "$SPARK_HOME/bin/spark-submit" \
-      --conf "spark.driver.bindAddress=${SPARK_DRIVER_BIND_ADDRESS}" \
-      --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=${SPARK_DRIVER_BIND_ADDRESS}" \
-      --deploy-mode client "$@"
-    ;;
-  executor)
-    shift
-    # java directly, as Spark's own entrypoint does: spark-class would size the heap from
-    # SPARK_DRIVER_MEMORY for this class. Java options come as SPARK_JAVA_OPT_0, _1, ...
-    opts=()
-    for ((i = 0; ; i++)); do
-      var="SPARK_JAVA_OPT_$i"
-      [[ -n "${!var+x}" ]] || break
-      opts+=("${!var}")
-    done
-    classpath="${SPARK_CONF_DIR:+$SPARK_CONF_DIR:}${HADOOP_CONF_DIR:+$HADOOP_CONF_DIR:}${SPARK_CLASSPATH:+$SPARK_CLASSPATH:}$SPARK_HOME/jars/*:$PWD"
-    exec /usr/bin/tini -s -- "$JAVA_HOME/bin/java" "${opts[@]}" \
-      -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \
-      -cp "$classpath" \
-      org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
-      --driver-url "$SPARK_DRIVER_URL" \
-      --executor-id "$SPARK_EXECUTOR_ID" \
-      --cores "$SPARK_EXECUTOR_CORES" \
-      --app-id "$SPARK_APPLICATION_ID" \
-      --hostname "$SPARK_EXECUTOR_POD_IP" \
-      --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID:-0}" \
-      --podName "${SPARK_EXECUTOR_POD_NAME:-$(hostname)}"
-    ;;
-  *)
-    exec /usr/bin/tini -s -- "$@"
-    ;;
-esac
-EOF
+# Spark on Kubernetes starts its pods with arguments only (`driver ...`, `executor`): the entrypoint
+# turns them into a spark-submit and an executor JVM (scripts/image-entrypoint, installed above with
+# scripts/); any other command runs as given.
 
 # /opt/tfos is the working directory of drivers and executors (executors fetch files into it): it
 # is writable by the user (and by group 0, for platforms that run an arbitrary UID in group 0);
 # the sticky bit keeps the installed files from being replaced.
 RUN chown 185:0 /opt/tfos && chmod 1775 /opt/tfos
 USER 185
-ENTRYPOINT ["/opt/entrypoint.sh"]
+ENTRYPOINT ["/opt/tfos/scripts/image-entrypoint"]
 CMD ["tfos", "--help"]

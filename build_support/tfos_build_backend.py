@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from setuptools import build_meta as _setuptools
@@ -25,11 +26,21 @@ __all__ = ["build_editable", "build_sdist", "build_wheel", "get_requires_for_bui
 
 ROOT = Path(__file__).resolve().parent.parent
 JAR = ROOT / "tfos_jobs" / "jars" / "tfos-tfrecord.jar"
-PYSPARK = "pyspark>=4.0,<4.1"  # the Spark the jar is compiled against; keep in step with pyproject's range
+
+
+def pyspark_requirement() -> str:
+    """The project's own pyspark requirement (pyproject.toml): the jar is compiled against the
+    Spark the package runs on."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        dependencies = tomllib.load(f)["project"]["dependencies"]
+    found = [d for d in dependencies if d.replace(" ", "").lower().startswith(("pyspark>", "pyspark=", "pyspark<", "pyspark~"))]
+    if len(found) != 1:
+        raise RuntimeError(f"pyproject.toml must name pyspark exactly once in [project] dependencies, found {found}")
+    return found[0]
 
 
 def get_requires_for_build_wheel(config_settings=None):
-    extra = [PYSPARK] if _jar_needed() else []
+    extra = [pyspark_requirement()] if _jar_needed() else []
     return [*_setuptools.get_requires_for_build_wheel(config_settings), *extra]
 
 
