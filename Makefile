@@ -18,7 +18,10 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse test test-all bench clean
+K8S_RUN := .cache/k8s-run
+
+.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse test test-all bench clean \
+	image image-tools k8s-tools test-k8s
 
 help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
@@ -29,6 +32,8 @@ help:
 	@echo "make test        set up and run the test suite (slow cases excluded)"
 	@echo "make test-all    set up and run every test, slow cases included"
 	@echo "make bench       set up and measure every stage against its baseline into docs/benchmarks.md"
+	@echo "make image       build the jobs' image (Dockerfile) with Docker, buildah or podman"
+	@echo "make test-k8s    build the image and a single-node Kubernetes, run the jobs on it as pods, stop it"
 
 setup: $(STAMP) $(JAR)
 
@@ -89,10 +94,40 @@ demo-sweep: setup
 	$(VENV)/bin/tfos sweep --config conf/census.toml --space conf/sweep.toml
 
 test: setup test-servers test-jars
-	$(PY) -m pytest -m "not slow" --durations=10
+	$(PY) -m pytest -m "not slow and not k8s" --durations=10
 
 test-all: setup test-servers test-jars
-	$(PY) -m pytest --durations=10
+	$(PY) -m pytest -m "not k8s" --durations=10
+
+# The image: Docker when its daemon answers, else buildah or podman (Debian's buildah and mmdebstrap
+# are installed when none is there; without a registry the base is made from Debian's archive).
+image: image-tools
+	scripts/build-image
+
+image-tools:
+	@if ! { command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; } && ! command -v buildah >/dev/null \
+	    && ! command -v podman >/dev/null || ! command -v mmdebstrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing buildah and mmdebstrap (Debian) to build the image"; \
+	    scripts/apt-install-quietly buildah mmdebstrap; \
+	  else echo "note: no image builder; install Docker, buildah or podman"; fi; \
+	fi
+
+# A single-node Kubernetes (scripts/k8s-cluster): containerd, runc, dnsmasq and the CNI plugins from
+# Debian; Kubernetes and etcd built from the Go module proxy into ~/.cache/tfos-k8s (once).
+k8s-tools: image-tools
+	@missing=""; for c in containerd runc dnsmasq; do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ] || [ ! -d /usr/lib/cni ]; then \
+	  echo "installing containerd, runc, dnsmasq and the CNI plugins (Debian) for the Kubernetes tests"; \
+	  scripts/apt-install-quietly containerd runc dnsmasq-base containernetworking-plugins; \
+	fi
+	scripts/k8s-build
+
+# Starts the cluster, runs tests/k8s inside its network namespace, and stops it whatever happened.
+test-k8s: setup test-jars k8s-tools image
+	scripts/k8s-cluster start $(K8S_RUN); rc=$$?; \
+	if [ $$rc = 0 ]; then scripts/k8s-cluster exec $(K8S_RUN) -- $(PY) -m pytest -m k8s tests/k8s --durations=10; rc=$$?; fi; \
+	scripts/k8s-cluster stop $(K8S_RUN) || rc=1; exit $$rc
 
 # P11 trains from a real HDFS (Hadoop's MiniDFSCluster, started for the run and stopped after it).
 bench: setup test-jars

@@ -15,7 +15,10 @@ the spark-submit command line:
   in `--py-files`, merged with the user's: executors and, in cluster mode, the driver import it;
 - on YARN, unless given: `spark.yarn.maxAppAttempts=1` (a failed run is resumed by the
   package's own attempts from its model directory, and rerunning a whole driver would only
-  repeat the failure), and in cluster mode the driver's environment for TensorFlowOnSpark.
+  repeat the failure), and in cluster mode the driver's environment for TensorFlowOnSpark;
+- on Kubernetes (`k8s://`), what `tfos_jobs.kubernetes` sets and checks: the image's jar, job
+  script and Python, executors for every TF node, memory for TensorFlow beside the heap; and in
+  cluster mode the driver pod followed to its end, its failure as the exit code with its last lines.
 
 `--dry-run` (before JOB) prints the command instead of running it.
 """
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tfos_jobs import user_code
+from tfos_jobs import kubernetes, user_code
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.session import FIXED_ENV, tfrecord_jar
 from tfos_jobs.tasks import ModelKind
@@ -102,8 +105,9 @@ def parse(argv: Sequence[str], commands: Sequence[str]) -> Submission:
 def _confs(options: list[str]) -> dict[str, str]:
     conf = {}
     for i, arg in enumerate(options):
-        if arg in ("--conf", "-c") and i + 1 < len(options) and "=" in options[i + 1]:
-            key, value = options[i + 1].split("=", 1)
+        setting = options[i + 1] if arg in ("--conf", "-c") and i + 1 < len(options) else arg.removeprefix("--conf=")
+        if (arg in ("--conf", "-c") or arg.startswith("--conf=")) and "=" in setting:
+            key, value = setting.split("=", 1)
             conf[key] = value
     return conf
 
@@ -111,10 +115,16 @@ def _confs(options: list[str]) -> dict[str, str]:
 def command(sub: Submission) -> list[str]:
     """The spark-submit command line for `sub`."""
     options = _without(sub.options, "--jars")
-    jars = [str(tfrecord_jar()), *_split(sub.option("--jars"))]
+    conf = all_conf(sub)
+    master = sub.option("--master") or conf.get("spark.master", "")
+    cluster_mode = deploy_mode(sub) == "cluster"
+    on_kubernetes = kubernetes.is_kubernetes(master)
+    job = sub.app_args[0] if sub.app == str(JOB_SCRIPT) else None
+    # On Kubernetes in cluster mode the driver pod has the image's copy of the jar and job script.
+    pod_driver = on_kubernetes and cluster_mode
+    jars = [kubernetes.IMAGE_TFRECORD_JAR if pod_driver else str(tfrecord_jar()), *_split(sub.option("--jars"))]
+    app = kubernetes.IMAGE_JOB_SCRIPT if pod_driver and job else sub.app
     extra = ["--jars", ",".join(dict.fromkeys(jars))]
-    master = sub.option("--master") or sub.conf.get("spark.master", "")
-    cluster_mode = (sub.option("--deploy-mode") or sub.conf.get("spark.submit.deployMode", "client")) == "cluster"
     if sub.env_archive:
         archive = sub.env_archive if "#" in sub.env_archive else f"{sub.env_archive}#{ENV_LINK}"
         python = f"./{archive.rsplit('#', 1)[1]}/bin/python"  # in every container's working directory
@@ -126,19 +136,59 @@ def command(sub: Submission) -> list[str]:
         else:
             extra += _conf(sub, "spark.pyspark.driver.python", sys.executable)
     py_files = _split(sub.option("--py-files"))
-    if sub.app == str(JOB_SCRIPT):
+    if job:
         py_files += user_code.files_for(model_kinds(sub.app_args))
     if py_files:
         options = _without(options, "--py-files")
         extra += ["--py-files", ",".join(dict.fromkeys(py_files))]
+    if on_kubernetes:
+        local = [f for f in [*jars[1:], *py_files, *([] if job else [app])] if _is_local(f)]
+        given = {**conf, **({"spark.pyspark.python": "archive"} if sub.env_archive else {})}
+        extra += kubernetes.settings(conf=given, cluster_mode=cluster_mode, job=job, local_files=local,
+                                     nodes=train_nodes(sub.app_args) if job == "train" else None)
     if master.startswith("yarn"):
         extra += _conf(sub, "spark.yarn.maxAppAttempts", "1")
         if cluster_mode:
             for key, value in FIXED_ENV.items():  # before the driver's Python starts
                 extra += _conf(sub, f"spark.yarn.appMasterEnv.{key}", value)
-    if sub.option("--name") is None and sub.app == str(JOB_SCRIPT):
-        extra += ["--name", f"tfos {sub.app_args[0]}"]
-    return [spark_submit(), *extra, *options, sub.app, *sub.app_args]
+    if sub.option("--name") is None and job:
+        extra += ["--name", f"tfos {job}"]
+    return [spark_submit(), *extra, *options, app, *sub.app_args]
+
+
+def all_conf(sub: Submission) -> dict[str, str]:
+    """The settings given on the command line and in a local --properties-file (the command line wins)."""
+    return {**kubernetes.read_properties(sub.option("--properties-file")), **sub.conf}
+
+
+def deploy_mode(sub: Submission) -> str:
+    return sub.option("--deploy-mode") or all_conf(sub).get("spark.submit.deployMode", "client")
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def train_nodes(app_args: Sequence[str]) -> int | None:
+    """The TF nodes a `train` job starts, from its --config and --set; None when they cannot be read here."""
+    from tfos_jobs import config as config_mod
+    from tfos_jobs import resources
+
+    args, _ = _job_parser().parse_known_args(list(app_args[1:]))
+    if not args.config or config_mod.is_url(args.config):
+        return None
+    try:
+        return config_mod.load(resources.config_path(args.config), args.overrides).train.nodes()
+    except TfosError:  # the job itself reports a config it cannot read
+        return None
+
+
+def _job_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    parser.add_argument("--space")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    return parser
 
 
 def model_kinds(app_args: Sequence[str]) -> list[str]:
@@ -150,11 +200,7 @@ def model_kinds(app_args: Sequence[str]) -> list[str]:
 
     if not app_args or app_args[0] not in ("train", "sweep"):
         return []
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--config")
-    parser.add_argument("--space")
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
-    args, _ = parser.parse_known_args(list(app_args[1:]))
+    args, _ = _job_parser().parse_known_args(list(app_args[1:]))
     raw: dict = {}
     try:
         if args.config and not config_mod.is_url(args.config):
@@ -215,5 +261,8 @@ def run(argv: Sequence[str], commands: Sequence[str]) -> int:
     # spark-submit finds Spark through this Python's pyspark; the jobs' Python is spark.pyspark.python's
     env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **FIXED_ENV}
     sys.stdout.flush()
+    master = sub.option("--master") or all_conf(sub).get("spark.master", "")
+    if kubernetes.is_kubernetes(master) and deploy_mode(sub) == "cluster":
+        return kubernetes.follow(cmd, env, all_conf(sub), master)
     os.execve(cmd[0], cmd, env)
     return 0  # not reached

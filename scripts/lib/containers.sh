@@ -59,10 +59,19 @@ save_image() { # NAME FILE: a docker-archive of the image, for `ctr images impor
 }
 
 import_rootfs() { # TAR NAME: an image from a root file system archive
-  local env=(--change 'ENV LANG=C.UTF-8' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
-    --change 'CMD ["python3"]')
+  local env=('ENV LANG=C.UTF-8' 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' 'CMD ["python3"]')
+  local changes=() c container
+  for c in "${env[@]}"; do changes+=(--change "$c"); done
   case $builder in
-    docker) docker import "${env[@]}" "$1" "$2" >/dev/null ;;
-    *) podman import "${env[@]}" "$1" "$2" >/dev/null ;;
+    docker) docker import "${changes[@]}" "$1" "$2" >/dev/null ;;
+    podman) podman import "${changes[@]}" "$1" "$2" >/dev/null ;;
+    buildah)
+      container="$(buildah from scratch)"
+      buildah add --quiet "$container" "$1" / >/dev/null
+      buildah config --env LANG=C.UTF-8 --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --cmd python3 "$container"
+      buildah commit --quiet "$container" "$2" >/dev/null
+      buildah rm "$container" >/dev/null
+      ;;
   esac
 }

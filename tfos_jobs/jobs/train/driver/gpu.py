@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tfos_jobs.config import TrainConfig
 
+GPU_VENDOR = "nvidia.com"
+
 
 def gpu_conf(tr: TrainConfig, discovery_script: str) -> dict[str, str]:
     """Spark settings that give each TF node task `gpus_per_worker` GPUs; none without GPUs."""
@@ -16,6 +18,9 @@ def gpu_conf(tr: TrainConfig, discovery_script: str) -> dict[str, str]:
         "spark.executor.resource.gpu.amount": amount,
         "spark.task.resource.gpu.amount": amount,
         "spark.executor.resource.gpu.discoveryScript": discovery_script,
+        # Kubernetes: the device plugin's resource name; executor pods then request nvidia.com/gpu
+        # (the other cluster managers ignore it)
+        "spark.executor.resource.gpu.vendor": GPU_VENDOR,
         # standalone workers (and local-cluster) discover the GPUs they offer themselves
         "spark.worker.resource.gpu.amount": amount,
         "spark.worker.resource.gpu.discoveryScript": discovery_script,
