@@ -114,12 +114,13 @@ image-tools:
 	fi
 
 # A single-node Kubernetes (scripts/k8s-cluster): containerd, runc, dnsmasq and the CNI plugins from
-# Debian; Kubernetes and etcd built from the Go module proxy into ~/.cache/tfos-k8s (once).
+# Debian (and podman, which runs the image as a plain container); Kubernetes and etcd built from the
+# Go module proxy into ~/.cache/tfos-k8s (once).
 k8s-tools: image-tools
-	@missing=""; for c in containerd runc dnsmasq; do command -v $$c >/dev/null || missing=1; done; \
+	@missing=""; for c in containerd runc dnsmasq podman; do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ] || [ ! -d /usr/lib/cni ]; then \
-	  echo "installing containerd, runc, dnsmasq and the CNI plugins (Debian) for the Kubernetes tests"; \
-	  scripts/apt-install-quietly containerd runc dnsmasq-base containernetworking-plugins; \
+	  echo "installing containerd, runc, dnsmasq, the CNI plugins and podman (Debian) for the Kubernetes tests"; \
+	  scripts/apt-install-quietly containerd runc dnsmasq-base containernetworking-plugins podman; \
 	fi
 	scripts/k8s-build
 

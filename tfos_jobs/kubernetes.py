@@ -11,6 +11,7 @@ log lines (through kubectl, when it is on PATH).
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -35,6 +36,7 @@ NAMESPACE = "spark.kubernetes.namespace"
 UPLOAD_PATH = "spark.kubernetes.file.upload.path"
 EXECUTORS = "spark.executor.instances"
 PYTHON = "spark.pyspark.python"
+DRIVER_PYTHON = "spark.pyspark.driver.python"
 OVERHEAD = "spark.executor.memoryOverhead"
 # Any of these means the user sized the memory beside the executor's heap.
 OVERHEAD_SETTINGS = (OVERHEAD, "spark.executor.memoryOverheadFactor", "spark.kubernetes.memoryOverheadFactor",
@@ -93,7 +95,10 @@ def settings(*, conf: Mapping[str, str], cluster_mode: bool, job: str | None, no
         if key not in conf:
             out.extend(["--conf", f"{key}={value}"])
 
-    add(PYTHON, IMAGE_PYTHON)
+    if PYTHON not in conf:
+        add(PYTHON, IMAGE_PYTHON)
+        if not cluster_mode:  # spark.pyspark.python would name the driver's Python too
+            add(DRIVER_PYTHON, sys.executable)
     if nodes is not None:
         add(EXECUTORS, str(nodes))
     if job in TF_JOBS and not any(k in conf for k in OVERHEAD_SETTINGS):
@@ -155,8 +160,8 @@ def _kubectl(conf: Mapping[str, str], master: str, namespace: str | None, args: 
     prefix = "spark.kubernetes.authenticate.submission."
     flags = {"caCertFile": "--certificate-authority", "clientCertFile": "--client-certificate",
              "clientKeyFile": "--client-key", "oauthTokenFile": "--token-file"}
-    if any(prefix + k in conf for k in flags):
-        cmd += ["--server", master[len(MASTER_PREFIX):]]
+    if any(prefix + k in conf for k in flags):  # those alone: a kubeconfig's credentials would win over them
+        cmd += ["--kubeconfig", os.devnull, "--server", master[len(MASTER_PREFIX):]]
         for key, flag in flags.items():
             if prefix + key in conf:
                 value = conf[prefix + key]

@@ -6,18 +6,26 @@ executors pods). Nothing is shared between pods but S3 and the network."""
 from __future__ import annotations
 
 import json
+import secrets
+import socket
 import time
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.k8s.conftest import LOGS, PEOPLE, TIMES, Cluster, submission_pod
+from tests.k8s.conftest import LOGS, PEOPLE, TIMES, Cluster, submission_pod, wait_for
 from tfos_jobs.kubernetes import IMAGE_PACKAGE
 from tfos_jobs.resources import DEMO_QUERIES
 
 pytestmark = pytest.mark.k8s
 
 TRAIN = ["train.workers=2", "train.epochs=3", "train.batch_size=256", "train.reservation_timeout=180"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def sets(*overrides: str) -> list[str]:
@@ -108,3 +116,43 @@ def test_a_sweep_and_parameter_server_training_run_in_client_mode(cluster, datas
         mode="client", executors=3)
     metrics = json.loads(cluster.stored(f"{root}/ps/metrics.json").read_text())
     assert sorted(n["role"] for n in metrics["nodes"]) == ["chief", "ps", "worker"]
+
+
+def test_serve_sql_answers_a_sql_client_from_a_driver_pod(cluster, pipeline):
+    """`tfos serve-sql` in cluster mode: the driver pod serves HiveServer2's protocol with the
+    prediction function over the model on S3; its password comes from a Kubernetes Secret."""
+    from pyhive import hive
+
+    root, password, port = "k8s/pipeline", secrets.token_urlsafe(16), free_port()
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sql-password"},
+              "stringData": {"password": password}}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(secret))
+    paths = [f"sources.{name}.path={cluster.url(f'{root}/raw/{name}')}" for name in ("people", "regions", "events")]
+    proc = cluster.start(["serve-sql", "--config", "census", "--port", str(port),
+                          *sets(*paths, f"predict.model={cluster.url(root + '/model')}")],
+                         options=["--name", "tfos-serve-sql",
+                                  "--conf", "spark.kubernetes.driver.secretKeyRef.TFOS_SQL_PASSWORD=sql-password:password"])
+
+    def answer(statement: str):
+        conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password=password, auth="CUSTOM")
+        try:
+            cursor = conn.cursor()
+            cursor.execute(statement)
+            return cursor.fetchall()
+        finally:
+            conn.close()
+
+    def ready():
+        try:
+            return answer("SELECT count(*) FROM features")
+        except Exception:  # not listening yet, or still registering
+            return None
+
+    try:
+        assert wait_for("serve-sql in its pod", ready, timeout=600, interval=3) == [(PEOPLE,)]
+        rows = answer("SELECT education, avg(predict_income(struct(*)).probability) AS p FROM features GROUP BY education")
+        assert len(rows) == 16 and all(0 < p < 1 for _, p in rows)
+    finally:
+        cluster.kubectl("delete", "pods", "-l", "spark-app-name=tfos-serve-sql", "--wait=true", check=False, timeout=180)
+        proc.wait(timeout=180)
+        cluster.kubectl("delete", "secret", "sql-password", check=False)

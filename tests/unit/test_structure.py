@@ -75,6 +75,7 @@ OTHER_MEANINGS = {
     ("tfos_jobs/cli.py", "train"): "the command",
     ("tfos_jobs/train.py", "train"): "the command this entry point runs",
     ("tfos_jobs/submit.py", "train"): "the command, whose model module is shipped with --py-files",
+    ("tfos_jobs/kubernetes.py", "train"): "a command whose executors host TensorFlow",
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",

@@ -41,7 +41,7 @@ def test_cluster_mode_runs_the_images_job_script_jar_and_python_with_an_executor
     conf = conf_of(cmd)
     assert cmd[cmd.index("--jars") + 1] == kubernetes.IMAGE_TFRECORD_JAR
     assert cmd[cmd.index(kubernetes.IMAGE_JOB_SCRIPT) + 1:] == ["train", "--config", "census", "--set", "train.workers=3"]
-    assert conf[kubernetes.PYTHON] == kubernetes.IMAGE_PYTHON
+    assert conf[kubernetes.PYTHON] == kubernetes.IMAGE_PYTHON and kubernetes.DRIVER_PYTHON not in conf
     assert conf[kubernetes.EXECUTORS] == "3"
     assert conf[kubernetes.OVERHEAD] == kubernetes.TF_NODE_OVERHEAD
     assert str(session.TFRECORD_JAR) not in cmd and str(submit.JOB_SCRIPT) not in cmd
@@ -55,6 +55,7 @@ def test_client_mode_keeps_the_local_driver_files_and_user_settings_win():
     assert str(submit.JOB_SCRIPT) in cmd
     assert conf["spark.executor.memoryOverhead"] == "3g" and cmd.count("spark.executor.memoryOverhead=2g") == 0
     assert conf[kubernetes.PYTHON] == kubernetes.IMAGE_PYTHON  # executors run the image's Python
+    assert conf[kubernetes.DRIVER_PYTHON] == sys.executable  # the driver, this one
     assert conf["spark.executor.instances"] == "4"
 
 
