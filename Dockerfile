@@ -14,7 +14,7 @@
 # Base: python:3.11-slim-bookworm + Debian's openjdk-17-jre-headless, rather than
 # eclipse-temurin:17-jre-jammy. The stack is pinned and verified on CPython 3.11 (tensorflow 2.21
 # cp311 wheels); the official Python image is exactly that, and Debian 12 ships OpenJDK 17, the
-# same JVM the jar is compiled and the tests run with on our build machines (Debian 12, OpenJDK 17).
+# JVM the jar is compiled and tested with.
 # Temurin's jammy image has Ubuntu 22.04's Python 3.10, so it would need a second Python.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm

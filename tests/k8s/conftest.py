@@ -33,6 +33,11 @@ TIMES: dict[str, float] = {}  # seconds per job, printed at the end of the run
 LOGS: dict[str, str] = {}  # the driver pods' logs of the dataset's jobs
 
 
+def pytest_terminal_summary(terminalreporter):
+    if TIMES:
+        terminalreporter.write_line("job seconds (submit to exit): " + ", ".join(f"{k} {v:.0f}" for k, v in TIMES.items()))
+
+
 @dataclass
 class Cluster:
     run_dir: Path
@@ -65,7 +70,9 @@ class Cluster:
     def command(self, job: Sequence[str], *, mode: str = "cluster", executors: int = 2,
                 options: Sequence[str] = ()) -> list[str]:
         """`tfos submit` of a tfos job with this cluster's properties file and S3."""
-        return [str(BIN / "tfos"), "submit", "--properties-file", str(self.properties), "--deploy-mode", mode,
+        # a driver here needs the S3A connector the image gives the pods
+        local_driver = ["--jars", ",".join(map(str, self.s3.jars()))] if mode == "client" else []
+        return [str(BIN / "tfos"), "submit", "--properties-file", str(self.properties), "--deploy-mode", mode, *local_driver,
                 "--conf", f"spark.executor.instances={executors}", "--conf", "spark.executor.memory=1g",
                 "--conf", "spark.driver.memory=1g", "--conf", "spark.ui.showConsoleProgress=false",
                 *self.s3_settings(), *options, *job]
@@ -123,7 +130,6 @@ def cluster(tmp_path_factory) -> Cluster:
                   "stringData": {"access-key": s3.access_key, "secret-key": s3.secret_key}}
         c.kubectl("apply", "-f", "-", stdin=json.dumps(secret))  # on stdin: no key on a command line
         yield c
-        print("\njob seconds:", {k: round(v) for k, v in TIMES.items()})
         c.kubectl("delete", "pods", "--all", "--wait=true", check=False, timeout=180)
         c.kubectl("delete", "secret", SECRET, "--ignore-not-found", check=False)
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.k8s.conftest import Cluster, wait_for
+from tests.k8s.conftest import TIMES, Cluster, wait_for
 from tfos_jobs.jobs.train.driver.gpu import GPU_VENDOR
 
 pytestmark = pytest.mark.k8s
@@ -39,11 +39,13 @@ def test_an_executor_pod_deleted_mid_training_costs_an_attempt_not_the_run(clust
 
     deleter = threading.Thread(target=delete_worker_pod_after_first_epoch, daemon=True)
     deleter.start()
+    t0 = time.monotonic()
     proc = cluster.submit(["train", "--config", "census", "--set", f"train.dataset={dataset}",
                            "--set", f"train.model_dir={cluster.url(root)}", "--set", "train.epochs=4",
                            "--set", "train.batch_size=64", "--set", "train.steps_per_epoch=150",
                            "--set", "train.max_attempts=3", "--set", "train.reservation_timeout=300", "--overwrite"],
                           options=["--name", "tfos-train-faults"])
+    TIMES["train, an executor pod deleted"] = time.monotonic() - t0
     deleter.join(timeout=60)
     assert killed, "no executor pod was deleted"
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

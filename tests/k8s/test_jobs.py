@@ -1,31 +1,27 @@
 """Every step of the pipeline as pods, submitted with `tfos submit --master k8s://...` in cluster
 mode (the driver is a pod too) with every path on S3: generate, prepare, train (2 TF workers,
 multi_worker_mirrored, one per executor pod), the demo's SQL query with the prediction function,
-predict; a sweep of 2 trials and parameter-server training in client mode (the driver here, the
-executors pods). Nothing is shared between pods but S3 and the network."""
+predict, and `tfos serve-sql` answering a SQL client; a sweep of 2 trials and parameter-server
+training in client mode (the driver here, the executors pods). Nothing is shared between pods but
+S3 and the network."""
 from __future__ import annotations
 
 import json
 import secrets
-import socket
 import time
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.hadoop.support import free_port
 from tests.k8s.conftest import LOGS, PEOPLE, TIMES, Cluster, submission_pod, wait_for
+from tests.serving.clients import dbapi
 from tfos_jobs.kubernetes import IMAGE_PACKAGE
 from tfos_jobs.resources import DEMO_QUERIES
 
 pytestmark = pytest.mark.k8s
 
 TRAIN = ["train.workers=2", "train.epochs=3", "train.batch_size=256", "train.reservation_timeout=180"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sets(*overrides: str) -> list[str]:
@@ -103,8 +99,7 @@ def test_a_sweep_and_parameter_server_training_run_in_client_mode(cluster, datas
     run(cluster, "sweep (client)", ["sweep", "--config", "census", "--space", "sweep",
                                     *sets(f"train.dataset={dataset}", f"sweep.dir={cluster.url(root + '/sweep')}",
                                           "sweep.max_trials=2", "sweep.max_parallel_trials=2",
-                                          'sweep.fixed={"train.epochs" = 2, "train.steps_per_epoch" = 20, '
-                                          '"train.batch_size" = 128}')],
+                                          'sweep.fixed={"train.epochs" = 2, "train.steps_per_epoch" = 20}')],
         mode="client", executors=2)
     trials = pq.read_table(cluster.stored(f"{root}/sweep/results.parquet")).to_pylist()
     assert [t["status"] for t in trials] == ["completed", "completed"], trials
@@ -121,8 +116,6 @@ def test_a_sweep_and_parameter_server_training_run_in_client_mode(cluster, datas
 def test_serve_sql_answers_a_sql_client_from_a_driver_pod(cluster, pipeline):
     """`tfos serve-sql` in cluster mode: the driver pod serves HiveServer2's protocol with the
     prediction function over the model on S3; its password comes from a Kubernetes Secret."""
-    from pyhive import hive
-
     root, password, port = "k8s/pipeline", secrets.token_urlsafe(16), free_port()
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sql-password"},
               "stringData": {"password": password}}
@@ -133,14 +126,8 @@ def test_serve_sql_answers_a_sql_client_from_a_driver_pod(cluster, pipeline):
                          options=["--name", "tfos-serve-sql",
                                   "--conf", "spark.kubernetes.driver.secretKeyRef.TFOS_SQL_PASSWORD=sql-password:password"])
 
-    def answer(statement: str):
-        conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password=password, auth="CUSTOM")
-        try:
-            cursor = conn.cursor()
-            cursor.execute(statement)
-            return cursor.fetchall()
-        finally:
-            conn.close()
+    def answer(statement: str) -> list[tuple]:
+        return dbapi(port, statement, password)
 
     def ready():
         try:
@@ -149,7 +136,9 @@ def test_serve_sql_answers_a_sql_client_from_a_driver_pod(cluster, pipeline):
             return None
 
     try:
+        t0 = time.monotonic()
         assert wait_for("serve-sql in its pod", ready, timeout=600, interval=3) == [(PEOPLE,)]
+        TIMES["serve-sql, submit to first answer"] = time.monotonic() - t0
         rows = answer("SELECT education, avg(predict_income(struct(*)).probability) AS p FROM features GROUP BY education")
         assert len(rows) == 16 and all(0 < p < 1 for _, p in rows)
     finally:

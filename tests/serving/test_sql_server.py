@@ -26,6 +26,7 @@ from tfos_jobs.jobs.serve import sql
 from tfos_jobs.jobs.train.driver import job as train_job
 
 from tests.conftest import CENSUS
+from tests.serving.clients import dbapi
 
 ROOT = Path(__file__).resolve().parents[2]
 BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
@@ -93,18 +94,6 @@ def beeline(url: str, statement: str, password: str) -> list[list[str]]:
         raise RuntimeError(f"beeline exited {proc.returncode}: {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
     text = re.sub(r"(?m)^\d+: jdbc:\S+> ?", "", proc.stdout)  # its prompt, printed before the result
     return [row for row in csv.reader(io.StringIO(text)) if row]
-
-
-def dbapi(port: int, statement: str, password: str) -> list[tuple]:
-    from pyhive import hive
-
-    conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password=password, auth="CUSTOM")
-    try:
-        cursor = conn.cursor()
-        cursor.execute(statement)
-        return cursor.fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
