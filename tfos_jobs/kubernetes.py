@@ -67,12 +67,13 @@ def read_properties(path: str | None) -> dict[str, str]:
 
 
 def settings(*, conf: Mapping[str, str], cluster_mode: bool, job: str | None, nodes: int | None,
-             local_files: Iterable[str]) -> list[str]:
+             local_files: Iterable[str], image_python: bool = True) -> list[str]:
     """The `--conf` arguments tfos adds on Kubernetes; raises ConfigError for what cannot run.
 
     `conf` is every setting the user gave (--conf and the properties file); `job` the tfos
     command (None for a script of the user's); `nodes` the TF nodes a train job starts;
-    `local_files` the files of the submitting machine the job needs (scripts, --py-files, --jars).
+    `local_files` the files of the submitting machine the job needs (scripts, --py-files, --jars);
+    `image_python` False when the executors run a packed environment's Python instead of the image's.
     """
     if not conf.get(IMAGE):
         raise ConfigError(f"{IMAGE} is not set: Kubernetes runs the driver and executors from an image "
@@ -81,12 +82,12 @@ def settings(*, conf: Mapping[str, str], cluster_mode: bool, job: str | None, no
         raise ConfigError(f"{SERVICE_ACCOUNT} is not set: in cluster mode the driver pod creates the executor "
                           f"pods, which the namespace's default service account may not; {RBAC_MANIFEST} makes "
                           f"a `spark` account with those rights (then --conf {SERVICE_ACCOUNT}=spark)")
-    if cluster_mode and not conf.get(UPLOAD_PATH):
-        for path in local_files:
-            raise ConfigError(f"{path} is on this machine's disk, which the driver pod cannot read: put it in the "
-                              f"image (local://...) or on a shared filesystem (s3a://, hdfs://), or set {UPLOAD_PATH}")
+    local = list(local_files)
+    if cluster_mode and local and not conf.get(UPLOAD_PATH):
+        raise ConfigError(f"{local[0]} is on this machine's disk, which the driver pod cannot read: put it in the "
+                          f"image (local://...) or on a shared filesystem (s3a://, hdfs://), or set {UPLOAD_PATH}")
     executors = conf.get(EXECUTORS)
-    if nodes is not None and executors is not None and int(executors) < nodes:
+    if nodes is not None and executors is not None and executors.isdigit() and int(executors) < nodes:
         raise ConfigError(f"{EXECUTORS}={executors}, but the training cluster has {nodes} nodes, one per executor: "
                           f"set {EXECUTORS}={nodes} or fewer train.workers")
     out: list[str] = []
@@ -95,7 +96,7 @@ def settings(*, conf: Mapping[str, str], cluster_mode: bool, job: str | None, no
         if key not in conf:
             out.extend(["--conf", f"{key}={value}"])
 
-    if PYTHON not in conf:
+    if image_python and PYTHON not in conf:
         add(PYTHON, IMAGE_PYTHON)
         if not cluster_mode:  # spark.pyspark.python would name the driver's Python too
             add(DRIVER_PYTHON, sys.executable)

@@ -116,7 +116,7 @@ def command(sub: Submission) -> list[str]:
     """The spark-submit command line for `sub`."""
     options = _without(sub.options, "--jars")
     conf = all_conf(sub)
-    master = sub.option("--master") or conf.get("spark.master", "")
+    master = master_of(sub)
     cluster_mode = deploy_mode(sub) == "cluster"
     on_kubernetes = kubernetes.is_kubernetes(master)
     job = sub.app_args[0] if sub.app == str(JOB_SCRIPT) else None
@@ -143,9 +143,10 @@ def command(sub: Submission) -> list[str]:
         extra += ["--py-files", ",".join(dict.fromkeys(py_files))]
     if on_kubernetes:
         local = [f for f in [*jars[1:], *py_files, *([] if job else [app])] if _is_local(f)]
-        given = {**conf, **({"spark.pyspark.python": "archive"} if sub.env_archive else {})}
-        extra += kubernetes.settings(conf=given, cluster_mode=cluster_mode, job=job, local_files=local,
-                                     nodes=train_nodes(sub.app_args) if job == "train" else None)
+        executors = {kubernetes.EXECUTORS: n} if (n := sub.option("--num-executors")) else {}
+        extra += kubernetes.settings(conf={**conf, **executors}, cluster_mode=cluster_mode, job=job, local_files=local,
+                                     nodes=train_nodes(sub.app_args) if job == "train" else None,
+                                     image_python=not sub.env_archive)
     if master.startswith("yarn"):
         extra += _conf(sub, "spark.yarn.maxAppAttempts", "1")
         if cluster_mode:
@@ -154,6 +155,10 @@ def command(sub: Submission) -> list[str]:
     if sub.option("--name") is None and job:
         extra += ["--name", f"tfos {job}"]
     return [spark_submit(), *extra, *options, app, *sub.app_args]
+
+
+def master_of(sub: Submission) -> str:
+    return sub.option("--master") or all_conf(sub).get("spark.master", "")
 
 
 def all_conf(sub: Submission) -> dict[str, str]:
@@ -261,8 +266,7 @@ def run(argv: Sequence[str], commands: Sequence[str]) -> int:
     # spark-submit finds Spark through this Python's pyspark; the jobs' Python is spark.pyspark.python's
     env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **FIXED_ENV}
     sys.stdout.flush()
-    master = sub.option("--master") or all_conf(sub).get("spark.master", "")
-    if kubernetes.is_kubernetes(master) and deploy_mode(sub) == "cluster":
-        return kubernetes.follow(cmd, env, all_conf(sub), master)
+    if kubernetes.is_kubernetes(master_of(sub)) and deploy_mode(sub) == "cluster":
+        return kubernetes.follow(cmd, env, all_conf(sub), master_of(sub))
     os.execve(cmd[0], cmd, env)
     return 0  # not reached

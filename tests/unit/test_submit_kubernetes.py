@@ -76,6 +76,8 @@ def test_a_properties_file_gives_the_master_and_image(tmp_path):
     (["--master", MASTER, IMAGE, "--conf", "spark.executor.instances=1", "train", "--config", "census",
       "--set", "train.workers=2"],
      r"spark.executor.instances=1, but the training cluster has 2 nodes, one per executor"),
+    (["--master", MASTER, IMAGE, "--num-executors", "1", "train", "--config", "census"],
+     r"spark.executor.instances=1, but the training cluster has 2 nodes"),
     (["--master", MASTER, "--deploy-mode", "cluster", IMAGE, ACCOUNT, "my_job.py"],
      r"my_job.py is on this machine's disk, which the driver pod cannot read: .*spark.kubernetes.file.upload.path"),
 ])
@@ -104,3 +106,41 @@ def test_read_properties_takes_spark_submit_separators(tmp_path):
     props.write_text("a.b 1\nc.d=2\ne.f: 3\n! comment\n\n  g.h   four words  \n")
     assert kubernetes.read_properties(str(props)) == {"a.b": "1", "c.d": "2", "e.f": "3", "g.h": "four words"}
     assert kubernetes.read_properties(str(tmp_path / "missing")) == {}
+
+
+WATCHER = """\
+26/11/26 15:23:30 INFO LoggingPodStatusWatcherImpl: State changed, new state:
+\t pod name: tfos-train-9b37-driver
+\t namespace: tfos
+\t phase: {phase}
+\t container status:
+\t\t container state: {state}
+\t\t {detail}
+"""
+
+
+def follow(script: str, capsys, monkeypatch) -> tuple[int, str]:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no kubectl: its command is printed instead
+    code = kubernetes.follow(["/bin/bash", "-c", script], {}, {kubernetes.IMAGE: "img:1"}, MASTER)
+    return code, capsys.readouterr().err
+
+
+def test_a_failed_driver_pod_is_the_exit_code_though_spark_submit_exits_0(tmp_path, capsys, monkeypatch):
+    (tmp_path / "out").write_text(WATCHER.format(phase="Failed", state="terminated", detail="exit code: 3"))
+    code, err = follow(f"/bin/cat {tmp_path / 'out'}; exit 0", capsys, monkeypatch)
+    assert code == 3
+    assert err.splitlines() == ["tfos submit: error: the driver pod tfos/tfos-train-9b37-driver failed (exit code 3)",
+                                "  its log: kubectl -n tfos logs tfos-train-9b37-driver"]
+
+
+def test_a_succeeded_driver_pod_is_0(tmp_path, capsys, monkeypatch):
+    (tmp_path / "out").write_text(WATCHER.format(phase="Succeeded", state="terminated", detail="exit code: 0"))
+    assert follow(f"/bin/cat {tmp_path / 'out'}; exit 0", capsys, monkeypatch) == (0, "")
+
+
+def test_a_driver_whose_image_cannot_be_pulled_is_not_waited_for(tmp_path, capsys, monkeypatch):
+    (tmp_path / "out").write_text(WATCHER.format(phase="Pending", state="waiting", detail="pending reason: ErrImageNeverPull"))
+    # spark-submit would wait for ever
+    code, err = follow(f"/bin/cat {tmp_path / 'out'}; exec /bin/sleep 600", capsys, monkeypatch)
+    assert code == 1
+    assert "image 'img:1' is not on the node and cannot be pulled" in err
