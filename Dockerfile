@@ -110,7 +110,8 @@ COPY docs/ docs/
 # /opt/tfos is the working directory of drivers and executors (executors fetch files into it): it
 # is writable by the user (and by group 0, for platforms that run an arbitrary UID in group 0);
 # the sticky bit keeps the installed files from being replaced.
-RUN chown 185:0 /opt/tfos && chmod 1775 /opt/tfos
+# A local-cluster master (`tfos demo` in a container) keeps its workers' files in $SPARK_HOME/work.
+RUN chown 185:0 /opt/tfos && chmod 1775 /opt/tfos && mkdir -m 1777 "$SPARK_HOME/work"
 USER 185
 ENTRYPOINT ["/opt/tfos/scripts/image-entrypoint"]
 CMD ["tfos", "--help"]
