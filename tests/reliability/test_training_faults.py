@@ -141,3 +141,33 @@ def test_a_lost_parameter_server_worker_is_tolerated(dataset, tmp_path):
     assert [e["epoch"] for e in m["history"]] == [1, 2, 3, 4]  # no relaunch, no epoch repeated
     assert m["eval"]["auc"] > 0.75
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
+
+
+def test_a_killed_driver_run_again_resumes_after_its_last_finished_epoch(dataset, tmp_path):
+    """SIGKILL to the driver of `tfos train` once its second epoch is shown, then the same command
+    again: epochs 1-2 are shown as trained before, training goes on from epoch 3, each epoch
+    trained once in all, one export."""
+    model_dir = tmp_path / "model"
+    first = start_train(dataset, model_dir, "train.epochs=5")
+    shown: list[str] = []
+    for line in first.stdout:
+        shown.append(line)
+        if line.startswith("epoch   2/5"):
+            first.send_signal(signal.SIGKILL)
+            break
+    first.wait(timeout=120)
+    assert shown[-1].startswith("epoch   2/5"), "".join(shown)[-3000:]
+    killed_at = time.time()
+    assert (model_dir / "backup").is_dir() and not (model_dir / "saved_model").exists()
+    second = start_train(dataset, model_dir, "train.epochs=5")
+    out, err = second.communicate(timeout=900)
+    assert second.returncode == 0, out[-3000:] + err[-5000:]
+    assert f"resuming the unfinished run in file:{model_dir} from its last finished epoch: epochs 1-2 are not " \
+           "trained again" in out
+    lines = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert [line.endswith("(trained before the resume)") for line in lines] == [True, True, False, False, False]
+    m = json.loads((model_dir / "metrics.json").read_text())
+    history = m["history"]
+    assert [e["epoch"] for e in history] == [1, 2, 3, 4, 5]
+    assert all(e["time"] < killed_at for e in history[:2]) and all(e["time"] > killed_at for e in history[2:])
+    assert (model_dir / "saved_model" / "saved_model.pb").exists() and not (model_dir / "backup").exists()

@@ -78,11 +78,16 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
     with named("train.model_dir", tr.model_dir):
         model_dir = ModelDir(storage.qualify(tr.model_dir))
     storage.check_writable("train.model_dir", model_dir.path)
-    resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite, log)
+    resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite)
+    progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
+    if resuming:
+        done = len(progress.lines())
+        log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch: "
+            f"epochs 1-{done} are not trained again" if done else
+            f"resuming the unfinished run in {model_dir.path} from its last finished epoch")
     log(f"training {tr.strategy} on {meta.records(Split.TRAIN):,} records "
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
     started = time.time()
-    progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
     printer = ProgressPrinter(progress, log, on_epoch)
     transfers = Transfers(storage, targets(model_dir))
     rejected: Counter = Counter()
@@ -182,7 +187,7 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
 
 
-def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool, log: Callable[[str], None]) -> bool:
+def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:
     """A trained model is kept unless --overwrite; an interrupted run is resumed from its
     backup (the progress log goes on; returns True), anything else left behind is cleared."""
     if storage.exists(model_dir.saved_model) or storage.exists(model_dir.metrics):
@@ -191,7 +196,6 @@ def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool, l
                                     "pass --overwrite to replace it")
         storage.delete(model_dir.path)
     elif storage.tree(model_dir.backup):
-        log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch")
         return True
     else:
         storage.delete(model_dir.progress)

@@ -17,19 +17,25 @@ def format_epoch(e: dict[str, Any]) -> str:
             f"{e[EXAMPLES_PER_SEC]:,.0f} ex/s  {e[SECONDS]:.1f} s")
 
 
+EARLIER = "  (trained before the resume)"
+
+
 class ProgressPrinter:
     """Call `poll()` now and then: prints each epoch the run reported since, once, and hands it
-    to `on_epoch` (the tracking server's run)."""
+    to `on_epoch` (the tracking server's run). The epochs a resumed run starts with were trained
+    by the run it resumes, and say so."""
 
     def __init__(self, progress: ProgressLog, log: Callable[[str], None] = print,
                  on_epoch: Callable[[dict[str, Any]], None] | None = None):
         self.progress, self.log, self.on_epoch, self.seen = progress, log, on_epoch, 0
+        self.earlier = len(progress.lines())
 
     def poll(self) -> None:
         epochs = self.progress.lines()
-        for e in epochs[self.seen:]:
+        for i, e in enumerate(epochs[self.seen:], start=self.seen):
             # On a terminal, first clear the line Spark's console progress bar may be drawing on.
-            self.log(("\r\x1b[K" if self.log is print and sys.stdout.isatty() else "") + format_epoch(e))
+            self.log(("\r\x1b[K" if self.log is print and sys.stdout.isatty() else "") + format_epoch(e)
+                     + (EARLIER if i < self.earlier else ""))
             if self.on_epoch is not None:
                 self.on_epoch(e)
         self.seen = max(self.seen, len(epochs))
