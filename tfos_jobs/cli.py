@@ -79,9 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("submit", add_help=False,
                    help="spark-submit a job with the TFRecord jar and, with --env-archive, the packed environment: "
                         "tfos submit [spark-submit options] JOB [job options] (--dry-run prints the command)")
-    from tfos_jobs.bench import cli as bench_cli
+    from tfos_jobs.bench import arguments as bench_arguments
 
-    bench_cli.add_arguments(sub.add_parser("bench", parents=[common], help="measure every stage against its baseline"))
+    bench_arguments.add_arguments(sub.add_parser("bench", parents=[common], help="measure every stage against its baseline"))
     return parser
 
 

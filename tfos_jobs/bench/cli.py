@@ -1,4 +1,4 @@
-"""Arguments and entry of `tfos bench`: generate data, measure, write the report."""
+"""The entry of `tfos bench`: generate data, measure, write the report (its arguments: bench.arguments)."""
 from __future__ import annotations
 
 import argparse
@@ -11,34 +11,12 @@ import tempfile
 import time
 
 from tfos_jobs.bench import machine, report
+from tfos_jobs.bench.arguments import DEFAULT_OUTPUT
 from tfos_jobs.bench.sizes import FULL, SMOKE
 from tfos_jobs.bench.context import Bench, cleanup
 from tfos_jobs.bench.run import run_all
 from tfos_jobs.config import Config
 from tfos_jobs.tf_import import tensorflow
-
-DEFAULT_OUTPUT = "docs/benchmarks.md"
-SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
-TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks the harness only")
-    parser.add_argument("--output", help=f"the report (default {DEFAULT_OUTPUT}; with --smoke, one in the temp "
-                                         "directory); its plots go to the directory of the same name")
-    parser.add_argument("--people", type=int, help=f"people at 1x (default {FULL.people:,}; 16x is 16 times that)")
-    parser.add_argument("--repeats", type=int, help=f"repeats per figure (default {FULL.repeats}, training {FULL.train_repeats})")
-    parser.add_argument("--workdir", help="where the generated data, datasets and models go, kept afterwards "
-                                          "(default: a new temporary directory, deleted at the end)")
-    parser.add_argument("--spark-master", default=SPARK_MASTER,
-                        help=f"master for prepare, writes and SQL (default {SPARK_MASTER})")
-    parser.add_argument("--remote", metavar="URL",
-                        help="a directory on a Hadoop filesystem the session reaches (hdfs://, s3a://, ...) for P11: "
-                             "training with the dataset there vs on local files, and the model fetch from there; "
-                             "without it P11 is not measured (make bench starts a local HDFS for it)")
-    parser.add_argument("--tfos-master", default=TFOS_MASTER,
-                        help=f"master for the TFoS training runs, one executor per TF node (default {TFOS_MASTER})")
-
 
 def run(cfg: Config, args: argparse.Namespace) -> int:
     sizes = SMOKE if args.smoke else FULL
