@@ -152,21 +152,19 @@ def follow(cmd: Sequence[str], env: Mapping[str, str], conf: Mapping[str, str], 
 
 
 def _kubectl(conf: Mapping[str, str], master: str, namespace: str | None, args: list[str]) -> str | None:
-    """kubectl with the submission's credentials when spark-submit was given files, else the
-    kubeconfig's; None without kubectl or on its failure."""
+    """kubectl with the submission's certificate files when spark-submit was given them, else the
+    kubeconfig's (a token is not passed: on kubectl's command line any user could read it); None
+    without kubectl or on its failure."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         return None
     cmd = [kubectl, "-n", namespace or conf.get(NAMESPACE, "default")]
     prefix = "spark.kubernetes.authenticate.submission."
     flags = {"caCertFile": "--certificate-authority", "clientCertFile": "--client-certificate",
-             "clientKeyFile": "--client-key", "oauthTokenFile": "--token-file"}
-    if any(prefix + k in conf for k in flags):  # those alone: a kubeconfig's credentials would win over them
+             "clientKeyFile": "--client-key"}
+    if prefix + "clientCertFile" in conf:  # those alone: a kubeconfig's credentials would win over them
         cmd += ["--kubeconfig", os.devnull, "--server", master[len(MASTER_PREFIX):]]
-        for key, flag in flags.items():
-            if prefix + key in conf:
-                value = conf[prefix + key]
-                cmd += ["--token", Path(value).read_text().strip()] if key == "oauthTokenFile" else [flag, value]
+        cmd += [a for key, flag in flags.items() if prefix + key in conf for a in (flag, conf[prefix + key])]
     try:
         done = subprocess.run(cmd + args, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):

@@ -82,9 +82,8 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
     progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
     if resuming:
         done = len(progress.lines())
-        log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch: "
-            f"epochs 1-{done} are not trained again" if done else
-            f"resuming the unfinished run in {model_dir.path} from its last finished epoch")
+        kept = f": epochs 1-{done} are not trained again" if done else ""
+        log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch{kept}")
     log(f"training {tr.strategy} on {meta.records(Split.TRAIN):,} records "
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
     started = time.time()
