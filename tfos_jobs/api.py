@@ -138,6 +138,7 @@ def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | N
     `model_dir` are required and no `sources` or `prepare` section is needed.
 
     Example: ``api.train(spark, dataset="out/dataset", model_dir="out/model", model=build, epochs=3)``"""
+    from tfos_jobs.cluster.driver import node_inputs
     from tfos_jobs.jobs.train.driver import job, tracked
     from tfos_jobs.model.builder import check_model_fn
     from tfos_jobs.storage import Storage
@@ -158,7 +159,7 @@ def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | N
     table["model"] = model_table
     where = "train" if config is not None else "train()"
     tr = build(TrainConfig, table, where)
-    meta = job.read_dataset(Storage(spark), "train.dataset" if config is not None else "dataset", tr.dataset)
+    meta = node_inputs.read_dataset(Storage(spark), "train.dataset" if config is not None else "dataset", tr.dataset)
     errors = tr.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))

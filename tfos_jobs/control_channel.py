@@ -4,8 +4,8 @@ and sweep trials): reservations, everything a node reports, and files.
 A cluster shares no disk, so nothing between the driver and a node goes through files: start-up
 times, heartbeats, epoch progress, errors and tracebacks, lost workers, the chief's result, the
 run's end and the files a node publishes (its SavedModel, resume state, TensorBoard logs) all
-travel as messages defined here, the one owner for both sides (`jobs.train.driver.control_server` serves
-it, `jobs.train.executor.control_client` speaks it). TensorFlowOnSpark's own channel sends length-prefixed
+travel as messages defined here, the one owner for both sides (`cluster.driver.control_server` serves
+it, `cluster.node.control_client` speaks it). TensorFlowOnSpark's own channel sends length-prefixed
 pickles that anyone able to reach the driver can have unpickled, and answers the cluster's node
 managers' authkeys to anyone; this one:
 

@@ -17,7 +17,7 @@ import pytest
 from tfos_jobs import config
 from tfos_jobs.data import synthetic
 from tfos_jobs.jobs import prepare
-from tfos_jobs.jobs.train.executor.lifecycle import alive
+from tfos_jobs.cluster.node.lifecycle import alive
 from tfos_jobs import topology
 
 from tests.conftest import CENSUS, ROOT, prepared_dataset

@@ -2,7 +2,7 @@
 a secret other than the run's. Executors import it (PYTHONPATH points at the repository)."""
 from __future__ import annotations
 
-from tfos_jobs.jobs.train.executor import node
+from tfos_jobs.cluster.node import node
 
 REAL_GUARD = node.guard
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfos_jobs.jobs.train.executor.lifecycle import alive
+from tfos_jobs.cluster.node.lifecycle import alive
 
 pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
 

@@ -15,11 +15,10 @@ import pytest
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.config import parse_ports
-from tfos_jobs.jobs.train.driver.control_server import ControlServer
-from tfos_jobs.jobs.train.driver.run_state import RunState
-from tfos_jobs.jobs.train.driver.tf_cluster import control_address
-from tfos_jobs.jobs.train.driver.transfers import Transfers
-from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
+from tfos_jobs.cluster.driver.control_server import ControlServer, control_address
+from tfos_jobs.cluster.driver.run_state import RunState
+from tfos_jobs.cluster.driver.transfers import Transfers
+from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
 from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage
 

@@ -9,11 +9,11 @@ import pytest
 
 from tfos_jobs.config import ModelConfig, TrainConfig
 from tfos_jobs.contracts.node_args import NodeArgs
-from tfos_jobs.jobs.train.driver.failure_policy import failure_message, retriable, task_traceback
+from tfos_jobs.cluster.driver.failure_policy import failure_message, retriable, task_traceback
 from tfos_jobs.data.dataset import stable_name
-from tfos_jobs.jobs.train.executor.node import port_share
+from tfos_jobs.cluster.node.node import port_share
 from tfos_jobs.topology import assign_role, roles
-from tfos_jobs.jobs.train.executor.training import steps_for
+from tfos_jobs.cluster.node.training import steps_for
 from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.search.trials import TrialStatus, summarise, trial_result
 
@@ -143,7 +143,7 @@ def test_each_node_is_sent_the_dataset_files_it_reads():
     from tfos_jobs.data import reader
     from tfos_jobs.contracts.dataset import Manifest, SplitFiles
     from tfos_jobs.data.dataset import DatasetMeta
-    from tfos_jobs.jobs.train.driver import node_inputs
+    from tfos_jobs.cluster.driver import node_inputs
     from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, Label
 
     spec = FeatureSpec((CategoricalFeature(name="c"), Label(name="y")))

@@ -114,27 +114,6 @@ def test_sweep_overrides_take_dotted_config_keys():
     assert lr.high == 0.5 and s.fixed["train.epochs"] == 2 and s.max_trials == 3
 
 
-def test_lost_parameter_server_workers_are_tolerated_until_none_is_left():
-    from tfos_jobs import control_channel as cc
-    from tfos_jobs.config import TrainConfig
-    from tfos_jobs.jobs.train.driver.run_state import RunState
-    from tfos_jobs.jobs.train.driver.tf_cluster import LostWorkers
-    from tfos_jobs.errors import TrainingError
-
-    lines: list[str] = []
-    run = RunState("r", 4, progress=None, transfers=None)
-    lost = LostWorkers(TrainConfig(strategy="parameter_server", workers=2, reservation_timeout=0), run, lines.append)
-    assert not lost.tolerated(1)  # a failed task, no worker reported lost, no time left to wait
-    run.handle(cc.LOST, {cc.SENDER_NODE: "worker-1"})
-    assert lost.tolerated(1) and lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
-    assert not lost.tolerated(2)  # a second failure that is not a lost worker (e.g. the ps)
-    run.handle(cc.LOST, {cc.SENDER_NODE: "worker-0"})
-    with pytest.raises(TrainingError, match=r"all 2 parameter-server workers were lost .*worker-0, worker-1"):
-        lost.tolerated(2)
-    mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), run, lines.append)
-    assert not mwms.tolerated(1)
-
-
 # -- Optuna: samplers, pruners, the study ------------------------------------------------------
 
 def grid_sweep(tmp_path, **changes) -> space.SweepConfig:

@@ -52,7 +52,7 @@ def test_nothing_on_the_driver_or_a_node_shares_a_file_with_the_other():
     so no module opens a model, run or dataset path with Python's file calls or TensorFlow's gfile
     except the storage layer (driver) and the node's own workspace."""
     allowed = {"tfos_jobs/storage/__init__.py", "tfos_jobs/storage/hadoop.py", "tfos_jobs/contracts/workspace.py",
-               "tfos_jobs/jobs/train/executor/inputs.py"}
+               "tfos_jobs/cluster/node/inputs.py"}
     found = []
     for path in sources():
         rel = str(path.relative_to(ROOT))
@@ -79,7 +79,7 @@ OTHER_MEANINGS = {
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",
-    ("tfos_jobs/jobs/train/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
+    ("tfos_jobs/cluster/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
     ("tfos_jobs/bench/stages/registered.py", "local"): "MLflow's env_manager: the Python the executors run",
     ("tfos_jobs/config/serve_sql.py", "binary"): "HiveServer2's binary (TCP) transport, beside http",
 }
@@ -173,6 +173,7 @@ LAYERS = (
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
     ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases", "tfos_jobs.session",
      "tfos_jobs.env_archive"),  # the libraries the jobs are made of
+    ("tfos_jobs.cluster",),  # a TF cluster on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
     ("tfos_jobs.cli", "tfos_jobs.bench", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
      "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api"),  # the commands, the Python API, the entry points

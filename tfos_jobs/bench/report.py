@@ -111,7 +111,7 @@ def _scaling_section(run: Run, image: str) -> list[str]:
         "the model, *exchange* the step's communication alone (the gradients' sum across workers, or the "
         "parameter servers' reads and updates), *other* the rest of the measured step (dispatch, waiting for the "
         "slowest worker, the cores shared with the other nodes); *input* is one batch from the node's input "
-        "pipeline alone, which overlaps the step (`jobs/train/executor/step_profile.py`). Milliseconds, medians; "
+        "pipeline alone, which overlaps the step (`cluster/node/step_profile.py`). Milliseconds, medians; "
         "*start* is reservation to the first finished step.",
         "",
         "| configuration | examples/s | ÷ local (same batch) | step | compute | exchange | other | input | start (s) |",

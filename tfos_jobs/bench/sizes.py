@@ -21,7 +21,7 @@ class Sizes:
     train_batch: int
     ps_batch: int  # examples per parameter-server step for P8 (docs/training.md: larger batches under parameter_server)
     scaling_workers: tuple[int, ...]  # multi_worker_mirrored clusters measured
-    profile_steps: int  # steps each TF node times its step's parts over (jobs.train.executor.step_profile)
+    profile_steps: int  # steps each TF node times its step's parts over (cluster.node.step_profile)
     input_records: int  # records read per input pipeline run (in batches of the global training batch)
     write_rounds: int  # times the JVM writers write the DataFrame per sample: one write lasts under a second
     fleet_assets: int  # sensor-fleet assets at 1x (P10); the large fleet has `scale` times as many

@@ -3,7 +3,7 @@
 They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs;
 TensorFlowOnSpark passes a node's arguments on as they are, and its `run` looks inside them
 with `in`, so they travel as a dict (`to_dict`) and are rebuilt on the node (`from_dict`).
-`Launch` is how the node job starts (`jobs.train.executor.node.guard`).
+`Launch` is how the node job starts (`cluster.node.node.guard`).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class NodeArgs:
 @dataclass(frozen=True)
 class Launch:
     """How the node job starts: which node each partition is, where its control server is,
-    the files Spark hands each node (`jobs.train.driver.node_inputs.plan`), and where it keeps them."""
+    the files Spark hands each node (`cluster.driver.node_inputs.plan`), and where it keeps them."""
 
     run_id: str
     strategy: str

@@ -1,7 +1,7 @@
 """A TF node's (or sweep trial's) directory on its executor's local disk.
 
 A cluster shares no disk and TensorFlow opens local paths only, so a node trains from local
-copies and writes locally; the driver sends it the dataset through Spark (`jobs.train.driver.node_inputs`)
+copies and writes locally; the driver sends it the dataset through Spark (`cluster.driver.node_inputs`)
 and the resume state over the control channel, and publishes what it hands back.
 
     <local root>/tfos-<run id>/

@@ -7,7 +7,7 @@ serves the model reads the spec it was trained on from the model itself.
 
 The chief exports on its own disk, to `<export_dir>.tmp-<random>`, and renames it into place:
 an export directory is complete or absent. It is then published to the model directory,
-wherever that lives, through the driver (`jobs.train.executor.control_client.DriverLink.publish`).
+wherever that lives, through the driver (`cluster.node.control_client.DriverLink.publish`).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ model directory, sweep directory and output path goes through here on the driver
 calls, the rest (hdfs://, s3a://, abfs://, gs://, viewfs://, ...) through Hadoop's FileSystem
 with the session's Hadoop configuration, so the credentials and settings Spark already has apply.
 
-Executors never use this: TF nodes get their inputs through Spark (`jobs.train.driver.node_inputs`) and
+Executors never use this: TF nodes get their inputs through Spark (`cluster.driver.node_inputs`) and
 hand their outputs to the driver over the control channel, which publishes them here.
 
 Publishing is whole or absent: a directory is written beside its target and renamed into

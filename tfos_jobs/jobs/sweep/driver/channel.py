@@ -7,8 +7,7 @@ from typing import Any, Callable
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.sweep_dir import TrialDir
-from tfos_jobs.jobs.train.driver.job import targets
-from tfos_jobs.jobs.train.driver.transfers import FILE_MESSAGES, Transfers
+from tfos_jobs.cluster.driver.transfers import FILE_MESSAGES, Transfers, model_dir_targets
 from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage
 
@@ -30,7 +29,7 @@ class Trials:
         with self._lock:
             self._progress[number] = progress
             old = self._transfers.pop(number, None)
-            self._transfers[number] = Transfers(self.storage, targets(directory))
+            self._transfers[number] = Transfers(self.storage, model_dir_targets(directory))
             self._errors.pop(number, None)
         if old is not None:
             old.close()

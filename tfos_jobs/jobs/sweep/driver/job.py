@@ -28,6 +28,9 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs import user_code
+from tfos_jobs.cluster.driver import node_inputs
+from tfos_jobs.cluster.driver.control_server import ControlServer, control_address
+from tfos_jobs.cluster.driver.run_state import new_run_id
 from tfos_jobs.config import parse_ports
 from tfos_jobs.contracts.dataset import SPLITS
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
@@ -38,10 +41,6 @@ from tfos_jobs.errors import ConfigError, OutputExistsError
 from tfos_jobs.jobs.sweep.driver import report as sweep_report
 from tfos_jobs.jobs.sweep.driver.channel import Trials
 from tfos_jobs.jobs.sweep.driver.observer import Guarded, SweepObserver
-from tfos_jobs.jobs.train.driver import node_inputs
-from tfos_jobs.jobs.train.driver.control_server import ControlServer
-from tfos_jobs.jobs.train.driver.job import new_run_id, read_dataset
-from tfos_jobs.jobs.train.driver.tf_cluster import control_address
 from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
 from tfos_jobs.search import samplers
 from tfos_jobs.search.space import model_kinds
@@ -98,7 +97,7 @@ def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[s
     completed), "results": every trial's}. `observer` hears of the sweep's progress."""
     base = space_base(base_config, base_overrides)
     storage = Storage(spark)
-    meta = read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
+    meta = node_inputs.read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
     user_code.ship(spark.sparkContext, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors
     if sweep.workers_per_trial > 1 and base.train.strategy == Strategy.LOCAL:
         raise ConfigError("sweep.workers_per_trial > 1 makes every trial a TF cluster: set train.strategy to "
@@ -283,7 +282,7 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
 def _cluster_trial(ctx: Context, cfg, trial: Running) -> Callable[[], None]:
     """A trial that is a TFoS cluster of `workers_per_trial` workers, trained as `tfos train` does;
     the pruner stops it through `trial.stop` (see `_watch_epochs`)."""
-    from tfos_jobs.jobs.train.driver import job as train
+    from tfos_jobs.jobs import train
 
     tr = dataclasses.replace(cfg.train, workers=ctx.sweep.workers_per_trial, model_dir=trial.directory.path,
                              tensorboard=False)

@@ -19,7 +19,7 @@ from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.jobs.train.executor import lifecycle
+from tfos_jobs.cluster.node import lifecycle
 from tfos_jobs.search.trials import TrialOutcome, TrialStatus
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role
@@ -38,8 +38,8 @@ def task(payload: TrialPayload, secret: bytes):
 def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str, bytes]]) -> TrialOutcome:
     os.environ.pop("TF_CONFIG", None)  # before TensorFlow reads it
     tensorflow()  # a Python worker that earlier ran a TF node keeps its TF_CONFIG
-    from tfos_jobs.jobs.train.executor import inputs
-    from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink
+    from tfos_jobs.cluster.node import inputs
+    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
 
     number, args = payload.trial, payload.args
     client = ControlClient(payload.server, secret)
@@ -47,7 +47,7 @@ def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str,
     workspace = Workspace.of(payload.local_dir, payload.run_id, TrialDir.name(number))
     error = None
     try:
-        from tfos_jobs.jobs.train.executor import training
+        from tfos_jobs.cluster.node import training
 
         workspace.enter()
         lifecycle.start_reaper(os.getpid(), [], workspace)  # a trial cancelled by the time budget leaves no files

@@ -1,7 +1,7 @@
 """The train job (driver side): the model directory, the attempts, the report.
 
 Each attempt trains either in this process (`local`) or on a TF cluster started on the
-executors (`jobs.train.driver.tf_cluster`). A cluster failure that a relaunch can fix (a lost executor,
+executors, through the launcher seam of `tfos_jobs.cluster.driver.launcher`. A cluster failure that a relaunch can fix (a lost executor,
 a hang) starts a new attempt, which resumes from the last finished epoch; anything else
 fails the job with the failing node's own message.
 
@@ -12,11 +12,9 @@ dataset through Spark and hand back what they produce over the control channel.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
 from typing import Any, Callable
 
@@ -24,29 +22,24 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs import user_code
-from tfos_jobs.config import Config, TrainConfig, parse_ports
-from tfos_jobs.contracts.dataset import SPLITS, Split
+from tfos_jobs.cluster.driver import node_inputs
+from tfos_jobs.cluster.driver.launcher import Attempt, Watch, run_attempts
+from tfos_jobs.cluster.driver.local import LocalLauncher
+from tfos_jobs.cluster.driver.run_state import RunState, new_run_id
+from tfos_jobs.cluster.driver.tf_cluster import TFoSLauncher
+from tfos_jobs.cluster.driver.transfers import Transfers, model_dir_targets
+from tfos_jobs.config import Config, TrainConfig
+from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
-from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.data import dataset
-from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.jobs.train.driver import node_inputs
-from tfos_jobs.jobs.train.driver.control_server import ControlServer
+from tfos_jobs.errors import ConfigError, OutputExistsError, TrainingError
 from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
-from tfos_jobs.jobs.train.driver.run_state import LAUNCHED, RunState
-from tfos_jobs.jobs.train.driver.tf_cluster import control_address, run_cluster
-from tfos_jobs.jobs.train.driver.transfers import Transfers
-from tfos_jobs.errors import ConfigError, InputError, OutputExistsError, TrainingError
 from tfos_jobs.model.builder import resolve_model_fn
 from tfos_jobs.progress_log import EPOCH, ProgressLog
 from tfos_jobs.storage import Storage, named
-from tfos_jobs.tf_import import tensorflow
-from tfos_jobs.topology import ALL_REDUCE, Role, Strategy
+from tfos_jobs.topology import ALL_REDUCE, Strategy
 
 __all__ = ["run", "TrainingError"]
-
-POLL = 0.5
 
 
 def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = False,
@@ -67,7 +60,7 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
         if advice:
             log(f"warning: {advice}")
     storage = Storage(spark)
-    meta = read_dataset(storage, "train.dataset", tr.dataset)
+    meta = node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
     try:
         if model_fn is None:
             resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
@@ -88,34 +81,23 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
     started = time.time()
     printer = ProgressPrinter(progress, log, on_epoch)
-    transfers = Transfers(storage, targets(model_dir))
-    rejected: Counter = Counter()
+    transfers = Transfers(storage, model_dir_targets(model_dir))
     args = NodeArgs.from_train_config(tr, dataset=meta.root, model_fn=model_fn)
+    launcher = (LocalLauncher(storage, spark.sparkContext.getConf()) if tr.strategy == Strategy.LOCAL
+                else TFoSLauncher(spark.sparkContext))
+    watch = Watch(log=printer.log, poll=printer.poll, stop=stop)
+
+    def attempt(number: int) -> Attempt:
+        run_id = new_run_id()
+        state = RunState(run_id, tr.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id))
+        return Attempt(number, tr, args, meta, state, model_dir.error_file)
+
     try:
-        for attempt in range(1, tr.max_attempts + 1):
-            run_id = new_run_id()
-            state = RunState(run_id, tr.nodes(), progress, transfers,
-                             keep=_keeper(storage, model_dir, run_id))
-
-            def keep_errors(st: RunState) -> dict[str, tuple[str, str]]:
-                return {node: (model_dir.error_file(st.id, node), text) for node, text in st.errors().items()}
-
-            try:
-                if tr.strategy == Strategy.LOCAL:
-                    _run_local(spark, tr, args, meta, state, printer, keep_errors)
-                else:
-                    run_cluster(spark.sparkContext, tr, args, meta, state, keep_errors, printer.log, printer.poll,
-                                rejected, stop)
-                break
-            except TrainingError as e:
-                if not e.retriable or attempt == tr.max_attempts:
-                    raise
-                log(f"attempt {attempt} of {tr.max_attempts} failed: {e}\nrelaunching the TF cluster; "
-                    "training resumes from the last finished epoch")
+        finished = run_attempts(launcher, max_attempts=tr.max_attempts, attempt=attempt, watch=watch)
     finally:
         transfers.close()
     printer.poll()
-    return _finish(storage, model_dir, state, progress, tr, attempt, time.time() - started, log, rejected)
+    return _finish(storage, model_dir, finished, progress, time.time() - started, log, watch.rejected)
 
 
 def check_fixed_executors(conf) -> None:
@@ -161,31 +143,6 @@ def _mb(size: str) -> int:
     return int(float(number) * units[unit])
 
 
-def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
-    """The prepared dataset at `path`, from wherever it lives; errors name `setting`."""
-    with named(setting, path):
-        root = storage.qualify(path)
-    try:
-        meta = dataset.read(root, storage)
-    except InputError as e:
-        raise InputError(f"{setting}: {e}") from None
-    empty = [s for s in SPLITS if not meta.records(s)]
-    if empty:
-        records = ", ".join(f"{s} {meta.records(s):,}" for s in SPLITS)
-        raise InputError(f"{setting}: {root}: the {' and '.join(empty)} split holds no records ({records}); training "
-                         "needs both: prepare the dataset again (prepare.split says how keys are split)")
-    return meta
-
-
-def targets(model_dir: ModelDir) -> dict[str, str]:
-    """Where each file target a node publishes (control_channel.TARGETS) lands in a model directory."""
-    return {cc.SAVED_MODEL: model_dir.saved_model, cc.BACKUP: model_dir.backup, cc.LOGS: model_dir.logs}
-
-
-def new_run_id() -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
-
-
 def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:
     """A trained model is kept unless --overwrite; an interrupted run is resumed from its
     backup (the progress log goes on; returns True), anything else left behind is cleared."""
@@ -215,69 +172,9 @@ def _keeper(storage: Storage, model_dir: ModelDir, run_id: str) -> Callable[[str
     return keep
 
 
-def _run_local(spark: SparkSession, tr: TrainConfig, args: NodeArgs, meta: DatasetMeta, state: RunState,
-               printer: ProgressPrinter, keep_errors) -> None:
-    """One process, no TF cluster: the driver is the node. It copies the dataset to its own
-    disk and talks to its own control server, as a node on an executor would, in a thread, so
-    progress prints as it goes."""
-    from tfos_jobs.jobs.train.executor import training
-    from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink
-
-    tensorflow()
-    storage = Storage(spark)
-    state.mark(LAUNCHED)
-    secret = cc.new_secret()
-    bind, advertise = control_address(spark.sparkContext.getConf(), tr.control_bind)
-    server = ControlServer(secret, state.handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
-                           log=printer.log)
-    workspace = Workspace.of(tr.local_dir, state.id, "chief-0")
-    failure: list[BaseException] = []
-    try:
-        address = server.start()
-        workspace.enter()
-        copy_dataset(storage, meta, workspace)
-        client = ControlClient(address, secret)
-        link = DriverLink(client, {cc.SENDER_NODE: "chief-0"})
-        link.fetch(cc.BACKUP, workspace.backup)
-
-        def target():
-            try:
-                if args.threads:
-                    training.configure_threads(args.threads)
-                training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link,
-                                        workspace=workspace)
-            except BaseException as e:  # reported below, in the caller's thread
-                failure.append(e)
-
-        thread = threading.Thread(target=target, name="tfos-local-train")
-        thread.start()
-        while thread.is_alive():
-            printer.poll()
-            thread.join(POLL)
-        client.close()
-    finally:
-        server.stop()
-        workspace.leave()
-    if failure:
-        e = failure[0]
-        raise TrainingError(f"local training failed: {type(e).__name__}: {e}") from e
-
-
-def copy_dataset(storage: Storage, meta: DatasetMeta, workspace: Workspace) -> None:
-    """Every file of the dataset into the workspace: linked when it is on this host's disk."""
-    wanted = node_inputs.everything(meta)
-    for path, rel in zip(node_inputs.qualified(meta, wanted), wanted.values()):
-        target = os.path.join(workspace.root, rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        local = storage.local(path)
-        if local is not None:
-            os.symlink(os.path.abspath(local), target)
-        else:
-            storage.download(path, target)
-
-
-def _finish(storage: Storage, model_dir: ModelDir, state: RunState, progress: ProgressLog, tr: TrainConfig,
-            attempts: int, seconds: float, log: Callable[[str], None], rejected: Counter) -> dict[str, Any]:
+def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: ProgressLog, seconds: float,
+            log: Callable[[str], None], rejected: Counter[str]) -> dict[str, Any]:
+    tr, state, attempts = finished.tr, finished.state, finished.number
     epochs = progress.lines()
     result = state.result()
     if result is None:

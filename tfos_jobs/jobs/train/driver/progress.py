@@ -43,7 +43,7 @@ class ProgressPrinter:
 
 def step_breakdown(epochs: list[dict[str, Any]], profile: dict[str, Any] | None, steps_per_epoch: int,
                    parallel_steps: int) -> dict[str, Any] | None:
-    """The nodes' step profile (jobs.train.executor.step_profile) with the step time measured in training
+    """The nodes' step profile (cluster.node.step_profile) with the step time measured in training
     added: the mean over the epochs after the first (which traces the functions). A step is
     one batch on one worker; with `parallel_steps` workers taking steps independently
     (parameter_server) a worker's step lasts that many intervals between steps."""

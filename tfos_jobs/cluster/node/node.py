@@ -6,7 +6,7 @@ CUDA_VISIBLE_DEVICES (from the GPU addresses Spark assigned the task), and calls
 
 Before TFoS starts the node, `guard` writes the node's input files (handed over by Spark) to
 the node's local workspace and fetches the run's resume state from the driver; the node then
-reports to the driver over the control channel only (`jobs.train.executor.control_client.DriverLink`).
+reports to the driver over the control channel only (`cluster.node.control_client.DriverLink`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.jobs.train.executor import lifecycle
+from tfos_jobs.cluster.node import lifecycle
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role, Strategy, assign_role, node_name, roles, training_workers, worker_rank
 
@@ -32,7 +32,7 @@ from tfos_jobs.topology import Role, Strategy, assign_role, node_name, roles, tr
 class Node:
     """What `guard` gives the node function it starts: its line to the driver and its workspace."""
 
-    link: Any  # jobs.train.executor.control_client.DriverLink
+    link: Any  # cluster.node.control_client.DriverLink
     workspace: Workspace
 
 
@@ -52,7 +52,7 @@ def running(node: Node) -> Iterator[None]:
 def main_fun(node_args: dict[str, Any], ctx) -> None:
     """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
     tensorflow(devices=False)  # quiet; its devices once CUDA_VISIBLE_DEVICES is settled below
-    from tfos_jobs.jobs.train.executor.training import configure_threads
+    from tfos_jobs.cluster.node.training import configure_threads
 
     args = NodeArgs.from_dict(node_args)
     threads = configure_threads(args.threads)  # before TensorFlow starts its pools
@@ -76,7 +76,7 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
         if strategy == Strategy.PARAMETER_SERVER and role in (Role.PS, Role.WORKER):
             serve(cluster, role, index, node.link, args.max_node_seconds)
         else:
-            from tfos_jobs.jobs.train.executor import training
+            from tfos_jobs.cluster.node import training
 
             with training.temp_files_in(node.workspace.scratch):
                 training.fit_and_export(args, role=role, worker_index=worker_rank(role, index),
@@ -91,7 +91,7 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
 
 def guard(node_fn, launch: Launch, secret: bytes):
     """Wraps TFoS's node function for `mapPartitionsWithIndex` over the node job's inputs
-    (`jobs.train.driver.node_inputs`); it yields nothing.
+    (`cluster.driver.node_inputs`); it yields nothing.
 
     The node connects to the driver's control server with this run's `secret` (it reaches the
     node only in this closure), writes its input files to its local workspace, fetches the
@@ -106,8 +106,8 @@ def guard(node_fn, launch: Launch, secret: bytes):
     def run_node(partition: int, records: Iterator[tuple[str, bytes]]):
         from pyspark import TaskContext
 
-        from tfos_jobs.jobs.train.executor import inputs
-        from tfos_jobs.jobs.train.executor.control_client import ControlClient, DriverLink, authenticated
+        from tfos_jobs.cluster.node import inputs
+        from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, authenticated
 
         role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
         name = node_name(role, index)

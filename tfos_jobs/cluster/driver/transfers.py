@@ -14,6 +14,7 @@ import tempfile
 import threading
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.storage import Storage
 
 
@@ -94,3 +95,8 @@ def _tree(root: str) -> dict[str, int]:
             full = os.path.join(top, name)
             out[os.path.relpath(full, root).replace(os.sep, "/")] = os.path.getsize(full)
     return out
+
+
+def model_dir_targets(model_dir: ModelDir) -> dict[str, str]:
+    """Where each file target a node publishes (control_channel.TARGETS) lands in a model directory."""
+    return {cc.SAVED_MODEL: model_dir.saved_model, cc.BACKUP: model_dir.backup, cc.LOGS: model_dir.logs}

@@ -1,23 +1,29 @@
 """One training attempt as the driver knows it: everything its TF nodes reported over the
 control channel (`control_channel`), kept in memory.
 
-The control server's thread feeds it (`handle`); the supervising loop (`jobs.train.driver.tf_cluster`)
+The control server's thread feeds it (`handle`); the supervisor (`cluster.driver.supervise`)
 reads it. No file is shared with the nodes: a cluster shares no disk. What a user may want to
 read while the run goes on (each node's record, a failed node's traceback) is also handed to
 `keep`, which the train job writes into the model directory.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
-import json
+import uuid
 from typing import Any, Callable
 
 from tfos_jobs import control_channel as cc
-from tfos_jobs.jobs.train.driver.transfers import FILE_MESSAGES, Transfers
+from tfos_jobs.cluster.driver.transfers import FILE_MESSAGES, Transfers
 from tfos_jobs.progress_log import ProgressLog
 
 LAUNCHED, RESERVED = "launched", "reserved"  # start-up steps the driver times itself; cc.FIRST_STEP the chief's
+
+
+def new_run_id() -> str:
+    """An attempt's id: sortable by its start, unique across attempts and sweeps."""
+    return f"{time.strftime('%Y%m%d-%H%M%S-')}{uuid.uuid4().hex[:6]}"
 
 
 class RunState:

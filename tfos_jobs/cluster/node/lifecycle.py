@@ -34,7 +34,7 @@ def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace) -> 
     (TFoS's manager server) would be orphaned and its files left on the executor's disk; the
     reaper ends and removes them instead."""
     subprocess.Popen(
-        [sys.executable, "-m", "tfos_jobs.jobs.train.executor.reaper", str(watched_pid), workspace.root, workspace.node,
+        [sys.executable, "-m", "tfos_jobs.cluster.node.reaper", str(watched_pid), workspace.root, workspace.node,
          *map(str, targets)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True,

@@ -18,7 +18,7 @@ from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
-from tfos_jobs.jobs.train.executor.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
+from tfos_jobs.cluster.node.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
                                                    first_step, heartbeat)
 from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
 
@@ -115,7 +115,7 @@ def model_fn_of(args: NodeArgs):
 def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
                    extra_callbacks: tuple = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
-    and publishes it through `link` (an `jobs.train.executor.control_client.DriverLink`).
+    and publishes it through `link` (an `cluster.node.control_client.DriverLink`).
 
     A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
     early stopping) ends the run without an export."""
@@ -204,7 +204,7 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     parameter_server = args.strategy == Strategy.PARAMETER_SERVER
     profile = None
     if args.profile_steps and (is_chief or not parameter_server):
-        from tfos_jobs.jobs.train.executor import step_profile
+        from tfos_jobs.cluster.node import step_profile
 
         def build_copy():
             copy = steps_mod.wrap(build(spec, meta.vocab, meta.stats, model_cfg), 0)

@@ -1,5 +1,5 @@
 """A node's input files, as Spark hands them to its task: (path, bytes) records, written to
-the node's local disk under the names the driver gave them (`jobs.train.driver.node_inputs`).
+the node's local disk under the names the driver gave them (`cluster.driver.node_inputs`).
 
 Spark reads them from wherever the dataset lives (any filesystem its Hadoop configuration
 reaches) on the node's own executor; TensorFlow then reads local files, held in memory when

@@ -3,7 +3,7 @@
 A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job
 reads its inputs through Spark: partition i of the node job holds node i's files, read by
 its own task with Hadoop's FileSystem (`SparkContext.binaryFiles`), from wherever the dataset
-lives, and written to the node's local disk (`jobs.train.executor.inputs`). Each node gets what it reads:
+lives, and written to the node's local disk (`cluster.node.inputs`). Each node gets what it reads:
 
   * multi-worker: `_meta/`, the eval split (every worker evaluates all of it) and its shard of
     the train split (`reader.shard_files`, the same rule the input pipeline applies);
@@ -18,13 +18,30 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tfos_jobs.contracts.dataset import Split
+from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.contracts.workspace import DATASET
-from tfos_jobs.data import reader
+from tfos_jobs.data import dataset, reader
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.errors import ConfigError
-from tfos_jobs.jobs.train.executor.inputs import key
+from tfos_jobs.errors import ConfigError, InputError
+from tfos_jobs.cluster.node.inputs import key
+from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Role, Strategy, worker_rank
+
+
+def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
+    """The prepared dataset at `path`, from wherever it lives; errors name `setting`."""
+    with named(setting, path):
+        root = storage.qualify(path)
+    try:
+        meta = dataset.read(root, storage)
+    except InputError as e:
+        raise InputError(f"{setting}: {e}") from None
+    empty = [s for s in SPLITS if not meta.records(s)]
+    if empty:
+        records = ", ".join(f"{s} {meta.records(s):,}" for s in SPLITS)
+        raise InputError(f"{setting}: {root}: the {' and '.join(empty)} split holds no records ({records}); training "
+                         "needs both: prepare the dataset again (prepare.split says how keys are split)")
+    return meta
 
 
 def plan(meta: DatasetMeta, roles: list[tuple[str, int]], strategy: str, score_test: bool = True

@@ -1,4 +1,4 @@
-"""`python -m tfos_jobs.jobs.train.executor.reaper WATCHED_PID WORKSPACE_ROOT NODE PID...`: end PIDs and
+"""`python -m tfos_jobs.cluster.node.reaper WATCHED_PID WORKSPACE_ROOT NODE PID...`: end PIDs and
 clear the node's workspace once WATCHED_PID is gone.
 
 Started detached by a TF node; exits on its own once its targets are gone and the node has
@@ -10,7 +10,7 @@ import sys
 import time
 
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.jobs.train.executor.lifecycle import alive, kill
+from tfos_jobs.cluster.node.lifecycle import alive, kill
 
 
 def main(argv: list[str]) -> int:

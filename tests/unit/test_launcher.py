@@ -1,0 +1,241 @@
+"""Attempts, relaunches, start-up and step timeouts, failed and lost nodes: the driver's side of a
+TF cluster with the nodes played by threads (`FakeNodes`) behind the launcher seam, so every
+path runs in seconds. tests/cluster/ runs the same paths with real TF nodes on executors."""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import pytest
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.cluster.driver.launcher import Attempt, Watch, run_attempts
+from tfos_jobs.cluster.driver.run_state import RunState
+from tfos_jobs.cluster.driver.supervise import LostWorkers, supervise
+from tfos_jobs.config import TrainConfig
+from tfos_jobs.errors import TrainingError
+from tfos_jobs.topology import Strategy
+
+MWM = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, reservation_timeout=20, step_timeout=20)
+PS = TrainConfig(strategy=Strategy.PARAMETER_SERVER.value, workers=2, ps=1, reservation_timeout=20, step_timeout=20)
+PEER_GONE = "Traceback (most recent call last):\n  ...\ntensorflow.python.framework.errors_impl.UnavailableError: peer gone"
+CODE_ERROR = "Traceback (most recent call last):\n  ...\nValueError: shapes (3,) and (4,) are incompatible"
+
+
+class FakeNodes:
+    """An attempt's nodes as one thread playing `script`, which reports to the attempt's state
+    as the nodes' control messages would; `cancel` ends the script's waits."""
+
+    def __init__(self, state: RunState, script: Callable[[FakeNodes], None]):
+        self.state, self.script = state, script
+        self.ended, self.cancelled = threading.Event(), threading.Event()
+        self.task_failures = 0
+        self.task_errors: dict[str, str] = {}
+        self.thread = threading.Thread(target=self._play, daemon=True)
+        self.thread.start()
+
+    def _play(self) -> None:
+        try:
+            self.script(self)
+        finally:
+            self.ended.set()
+
+    def send(self, kind: str, node: str, **fields) -> None:
+        self.state.handle(kind, {cc.SENDER_NODE: node, **fields})
+
+    def register(self, *names: str) -> None:
+        for i, _ in enumerate(names):
+            self.state.handle(cc.REGISTER, {"data": {"executor_id": i, "host": "127.0.0.1", "job_name": "worker",
+                                                     "task_index": i, "port": 2000 + i}})
+
+    def finish(self) -> None:
+        self.send(cc.BEAT, "chief-0")
+        self.send(cc.RESULT, "chief-0", result={"epochs_run": 1})
+        self.send(cc.DONE, "chief-0", status=cc.RUN_OK)
+
+    def hold(self) -> None:
+        """Keep running until the driver cancels the attempt."""
+        assert self.cancelled.wait(60), "the driver never cancelled the nodes"
+
+    # -- the NodeJob the supervisor watches ---------------------------------------------------------
+
+    def running(self) -> bool:
+        return not self.ended.is_set()
+
+    def wait(self, seconds: float) -> None:
+        self.ended.wait(seconds)
+
+    def error(self) -> BaseException | None:
+        return None
+
+    def failed_tasks(self) -> int:
+        return self.task_failures
+
+    def record_task_errors(self, state: RunState) -> None:
+        for node, text in self.task_errors.items():
+            state.task_failed(node, text)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.thread.join(30)
+
+
+class FakeLauncher:
+    """Plays one script per attempt, in order, under the real supervisor."""
+
+    def __init__(self, *scripts: Callable[[FakeNodes], None]):
+        self.scripts = list(scripts)
+        self.launched: list[FakeNodes] = []
+
+    def run(self, attempt: Attempt, watch: Watch) -> None:
+        nodes = FakeNodes(attempt.state, self.scripts[len(self.launched)])
+        self.launched.append(nodes)
+        supervise(nodes, attempt, watch)
+
+
+def attempts(tr: TrainConfig) -> Callable[[int], Attempt]:
+    def attempt(number: int) -> Attempt:
+        state = RunState(f"run-{number}", tr.nodes(), progress=None, transfers=None)
+        return Attempt(number, tr, args=None, meta=None, state=state,
+                       error_file=lambda run_id, node: f"/model/_run/{run_id}/{node}.error")
+    return attempt
+
+
+def run(launcher: FakeLauncher, tr: TrainConfig = MWM, max_attempts: int = 3, **watch) -> tuple[Attempt, list[str]]:
+    lines: list[str] = []
+    finished = run_attempts(launcher, max_attempts=max_attempts, attempt=attempts(tr),
+                            watch=Watch(log=lines.append, **watch))
+    return finished, lines
+
+
+def peer_gone_then_hold(nodes: FakeNodes) -> None:
+    nodes.register("chief-0", "worker-1")
+    nodes.send(cc.FAILED, "worker-1", text=PEER_GONE)
+    nodes.hold()
+
+
+def trains_well(nodes: FakeNodes) -> None:
+    nodes.register("chief-0", "worker-1")
+    nodes.finish()
+
+
+def test_an_attempt_whose_nodes_end_well_is_the_only_one():
+    launcher = FakeLauncher(trains_well)
+    finished, lines = run(launcher)
+    assert finished.number == 1 and finished.state.result() == {"epochs_run": 1}
+    assert finished.state.done() == cc.RUN_OK and lines == []
+    assert not launcher.launched[0].cancelled.is_set()
+
+
+def test_a_peer_failure_is_relaunched_and_the_next_attempt_finishes():
+    launcher = FakeLauncher(peer_gone_then_hold, trains_well)
+    finished, lines = run(launcher)
+    assert finished.number == 2 and finished.state.id == "run-2"
+    assert lines == ["attempt 1 of 3 failed: TF node worker-1 failed: tensorflow.python.framework.errors_impl."
+                     "UnavailableError: peer gone\n  full traceback: /model/_run/run-1/worker-1.error\n"
+                     "relaunching the TF cluster; training resumes from the last finished epoch"]
+    first = launcher.launched[0]
+    assert first.cancelled.is_set() and first.state.done() == cc.RUN_FAILED  # its other nodes were ended
+
+
+def test_a_code_error_fails_the_job_without_a_relaunch():
+    def code_error(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.send(cc.FAILED, "chief-0", text=CODE_ERROR)
+        nodes.hold()
+
+    launcher = FakeLauncher(code_error, trains_well)
+    with pytest.raises(TrainingError, match=r"TF node chief-0 failed: ValueError: shapes \(3,\) and \(4,\)") as e:
+        run(launcher)
+    assert not e.value.retriable and len(launcher.launched) == 1
+
+
+def test_the_last_attempts_failure_is_raised():
+    launcher = FakeLauncher(peer_gone_then_hold, peer_gone_then_hold)
+    lines: list[str] = []
+    with pytest.raises(TrainingError, match="worker-1 failed: .*UnavailableError") as e:
+        run_attempts(launcher, max_attempts=2, attempt=attempts(MWM), watch=Watch(log=lines.append))
+    assert e.value.retriable and len(launcher.launched) == 2
+    assert [line.split(":")[0] for line in lines] == ["attempt 1 of 2 failed"]
+
+
+def test_nodes_that_do_not_all_start_in_time_fail_the_attempt():
+    def one_of_two(nodes: FakeNodes) -> None:
+        nodes.register("chief-0")
+        nodes.hold()
+
+    tr = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, reservation_timeout=1)
+    launcher = FakeLauncher(one_of_two)
+    with pytest.raises(TrainingError, match=r"only 1 of 2 TF nodes started within train.reservation_timeout = 1 s"):
+        run(launcher, tr, max_attempts=1)
+    assert launcher.launched[0].cancelled.is_set()
+
+
+def test_a_run_with_no_finished_step_for_step_timeout_is_a_hang_and_relaunched():
+    def hangs(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.hold()
+
+    tr = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, step_timeout=1)
+    launcher = FakeLauncher(hangs, trains_well)
+    finished, lines = run(launcher, tr)
+    assert finished.number == 2
+    assert lines[0].startswith("attempt 1 of 3 failed: no training step finished in the last ")
+    assert "(train.step_timeout = 1 s): a TF node hangs" in lines[0]
+
+
+def test_a_node_that_could_not_report_is_named_from_its_task_error():
+    def executor_lost(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.task_errors["worker-1"] = "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"
+        nodes.task_failures = 1
+        nodes.hold()
+
+    launcher = FakeLauncher(executor_lost, trains_well)
+    finished, lines = run(launcher)
+    assert finished.number == 2
+    assert lines[0].startswith("attempt 1 of 3 failed: TF node worker-1 failed: ExecutorLostFailure (executor 1")
+
+
+def test_a_lost_parameter_server_worker_is_tolerated_and_training_goes_on():
+    def worker_lost(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-0", "worker-1", "ps-0")
+        nodes.task_failures = 1
+        nodes.send(cc.LOST, "worker-1")
+        nodes.send(cc.BEAT, "chief-0")
+        assert not nodes.cancelled.wait(2)  # the supervisor keeps the run going
+        nodes.finish()
+
+    finished, lines = run(FakeLauncher(worker_lost), PS)
+    assert finished.number == 1 and finished.state.lost() == ["worker-1"]
+    assert lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
+
+
+def test_stop_ends_the_attempt_and_is_not_relaunched():
+    stop = threading.Event()
+
+    def trains_until_stopped(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.send(cc.BEAT, "chief-0")
+        stop.set()
+        nodes.hold()
+
+    launcher = FakeLauncher(trains_until_stopped, trains_well)
+    with pytest.raises(TrainingError, match="stopped before the end .*running it again resumes") as e:
+        run(launcher, stop=stop)
+    assert not e.value.retriable and len(launcher.launched) == 1 and launcher.launched[0].cancelled.is_set()
+
+
+def test_lost_parameter_server_workers_are_tolerated_until_none_is_left():
+    lines: list[str] = []
+    state = RunState("r", 4, progress=None, transfers=None)
+    lost = LostWorkers(TrainConfig(strategy="parameter_server", workers=2, reservation_timeout=0), state, lines.append)
+    assert not lost.tolerated(1)  # a failed task, no worker reported lost, no time left to wait
+    state.handle(cc.LOST, {cc.SENDER_NODE: "worker-1"})
+    assert lost.tolerated(1) and lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
+    assert not lost.tolerated(2)  # a second failure that is not a lost worker (e.g. the ps)
+    state.handle(cc.LOST, {cc.SENDER_NODE: "worker-0"})
+    with pytest.raises(TrainingError, match=r"all 2 parameter-server workers were lost .*worker-0, worker-1"):
+        lost.tolerated(2)
+    mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), state, lines.append)
+    assert not mwms.tolerated(1)

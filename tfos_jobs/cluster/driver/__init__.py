@@ -1,0 +1,1 @@
+"""The driver side of a TF cluster: launch, supervise, answer the nodes."""

@@ -1,0 +1,69 @@
+"""The seam between a job and where its TF nodes run.
+
+A job (training, a sweep's cluster trial) asks for attempts; a `Launcher` runs one attempt to
+its end, in this process (`cluster.driver.local`) or as TF nodes on the executors
+(`cluster.driver.tf_cluster`), and raises `TrainingError` when it fails. `run_attempts` starts a
+new attempt while a failure is one a relaunch can fix; each resumes from the last finished epoch.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from tfos_jobs.cluster.driver.run_state import RunState
+from tfos_jobs.config import TrainConfig
+from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.errors import TrainingError
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One launch of the nodes: what they train, and where the driver keeps what they report."""
+
+    number: int  # 1 for the first launch
+    tr: TrainConfig
+    args: NodeArgs
+    meta: DatasetMeta
+    state: RunState
+    error_file: Callable[[str, str], str]  # (run id, node) -> where that node's traceback is kept
+
+    def errors(self) -> dict[str, tuple[str, str]]:
+        """Node -> (its error file, the traceback it reported)."""
+        return {node: (self.error_file(self.state.id, node), text) for node, text in self.state.errors().items()}
+
+
+@dataclass
+class Watch:
+    """What the driver does while nodes run: print progress, end early on `stop`, count the
+    control messages refused (by peer address) over every attempt."""
+
+    log: Callable[[str], None]
+    poll: Callable[[], None] = lambda: None
+    stop: threading.Event | None = None
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
+class Launcher(Protocol):
+    def run(self, attempt: Attempt, watch: Watch) -> None:
+        """Train one attempt; return when the chief has finished. Raises `TrainingError`
+        (retriable or not) on failure, after every node of the attempt has stopped."""
+
+
+def run_attempts(launcher: Launcher, *, max_attempts: int, attempt: Callable[[int], Attempt],
+                 watch: Watch) -> Attempt:
+    """Up to `max_attempts` launches, a fresh `attempt(number)` each (a new run id and state); returns
+    the attempt that finished. A failure a relaunch cannot fix, or the last one, is raised."""
+    for number in range(1, max_attempts + 1):
+        current = attempt(number)
+        try:
+            launcher.run(current, watch)
+            return current
+        except TrainingError as e:
+            if not e.retriable or number == max_attempts:
+                raise
+            watch.log(f"attempt {number} of {max_attempts} failed: {e}\nrelaunching the TF cluster; "
+                      "training resumes from the last finished epoch")
+    raise ValueError(f"max_attempts must be at least 1, not {max_attempts}")

@@ -1,0 +1,1 @@
+"""A TF node on an executor: what runs in its Python worker."""
