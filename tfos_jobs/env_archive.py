@@ -28,7 +28,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 from tfos_jobs.errors import ConfigError
 
@@ -55,7 +55,12 @@ def site_packages(root: Path) -> Path:
 def _package_dirs() -> dict[str, Path]:
     import importlib
 
-    return {name: Path(importlib.import_module(name).__file__).parent for name in PACKAGES}
+    dirs: dict[str, Path] = {}
+    for name in PACKAGES:
+        init = importlib.import_module(name).__file__
+        assert init is not None  # regular packages: __file__ is their __init__.py
+        dirs[name] = Path(init).parent
+    return dirs
 
 
 def members(root: Path) -> Iterator[tuple[Path, str, bool]]:
@@ -85,7 +90,7 @@ def members(root: Path) -> Iterator[tuple[Path, str, bool]]:
                 yield path, str(arcname.relative_to(root)), True
 
 
-def _mode(name: str) -> str:
+def _mode(name: str) -> Literal["w:gz", "w"]:
     if name.endswith((".tar.gz", ".tgz")):
         return "w:gz"
     if name.endswith(".tar"):
@@ -110,7 +115,7 @@ def pack(output: str | Path, *, compresslevel: int = 1, log: Callable[[str], Non
     files = 0
     log(f"packing {root} into {output}")
     try:
-        with tarfile.open(partial, mode, **({"compresslevel": compresslevel} if mode == "w:gz" else {})) as tar:
+        with (tarfile.open(partial, mode, compresslevel=compresslevel) if mode == "w:gz" else tarfile.open(partial, mode)) as tar:
             for path, arcname, follow in members(root):
                 info = tar.gettarinfo(str(path.resolve() if follow else path), arcname)
                 if info.isreg():

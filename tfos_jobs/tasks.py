@@ -6,6 +6,8 @@ SQL function's return type; sensor windows have no label, and their model recons
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal
+
 from tfos_jobs.names import Name
 
 
@@ -17,6 +19,10 @@ class Task(Name):
 
 
 LABEL_TASKS = (Task.BINARY.value, Task.MULTICLASS.value, Task.REGRESSION.value)  # `kind = "label"`'s `task`
+if TYPE_CHECKING:  # a type checker reads the setting as str; the spec's loader checks its value
+    LabelTask = str
+else:
+    LabelTask = Literal[LABEL_TASKS]
 
 
 class ModelKind(Name):

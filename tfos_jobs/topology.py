@@ -12,6 +12,8 @@ park them in background processes that outlive the run.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal
+
 from tfos_jobs.names import Name
 
 
@@ -37,6 +39,11 @@ STRATEGIES = tuple(s.value for s in Strategy)
 # the setting, and what a run records.
 AUTO, ALL_GATHER, ALL_REDUCE = "auto", "all_gather", "all_reduce"
 EXCHANGES = (AUTO, ALL_GATHER, ALL_REDUCE)
+if TYPE_CHECKING:  # a type checker reads the settings as str; the config loader checks their values
+    StrategyName = str
+    ExchangeName = str
+else:  # the config's field types: `Literal` of the names above, typed once
+    StrategyName, ExchangeName = Literal[STRATEGIES], Literal[EXCHANGES]
 GATHER_BYTES = 256 * 1024  # auto: above two workers, packs up to this size are gathered
 
 

@@ -49,6 +49,7 @@ def check_workers(spark: SparkSession) -> str:
     one-task job. Raises ConfigError naming `spark.pyspark.python` and `tfos pack-env` when a
     worker cannot import the package."""
     sc = spark.sparkContext
+    assert sc.master is not None  # a running SparkContext has one: it refuses to start without spark.master
     with _lock:  # sc.pythonExec is read whenever a UDF or an RDD function is wrapped for the workers
         if setting := sc.getConf().get(PYTHON_SETTING):
             sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, SequenceFeature
+from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, NumericFeature, SequenceFeature
 from tfos_jobs.tf_import import tensorflow
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class Scorer:
         self.features = [self.spec.get(n) for n in self.inputs]  # looked up once per worker, not per batch
         self.categorical = [f for f in self.features if isinstance(f, CategoricalFeature)]
         self.sequences = [f for f in self.features if isinstance(f, SequenceFeature)]
-        self.numeric = [f for f in self.features if not isinstance(f, (CategoricalFeature, SequenceFeature))]
+        self.numeric = [f for f in self.features if isinstance(f, NumericFeature)]  # the model's other inputs
         self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.categorical}
@@ -126,7 +126,9 @@ class Scorer:
         checks then touch only the distinct values. Numeric nulls are counted and filled here."""
         rows = len(next(iter(cols.values())))
         strings: list[str] = []
-        codes, numbers, windows = [], [], []
+        codes: list[np.ndarray] = []
+        number_rows: list[np.ndarray] = []
+        windows: list[np.ndarray] = []
         for f, column in zip(self.features, cols.values()):
             name = f.name
             if isinstance(f, SequenceFeature):
@@ -143,8 +145,8 @@ class Scorer:
                 codes.append(column_codes + np.int32(len(strings)))
                 strings.extend(values.to_pylist())
             else:
-                numbers.append(_numeric(name, column))
-        numbers = np.stack(numbers) if numbers else np.zeros((0, rows), np.float64)
+                number_rows.append(_numeric(name, column))
+        numbers = np.stack(number_rows) if number_rows else np.zeros((0, rows), np.float64)
         missing = np.isnan(numbers)  # nulls, and NaN values, take the spec's default
         for f, n in zip(self.numeric, missing.sum(axis=1).tolist()):
             _count(counts, contract.count_key(contract.COUNT_NULL, f.name), n)
@@ -165,6 +167,7 @@ class Scorer:
             ], names=list(contract.UDF_FIELDS[self.task]))
         if not contract.udf_returns_struct(self.task):
             return pa.array(out[contract.VALUE].numpy().astype(np.float64))
+        assert self.labels is not None  # set for every task of a struct but the autoencoder's
         return pa.StructArray.from_arrays([
             pa.array(out[contract.PROBABILITY].numpy().astype(np.float64)),
             self.labels.take(pa.array(out[contract.CLASS_ID].numpy())),  # the LABEL output, without its strings

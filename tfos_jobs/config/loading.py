@@ -34,6 +34,7 @@ def read_config_file(path: str | Path, _seen: tuple = ()) -> dict[str, Any]:
     if remote:
         base: str | Path = base_name if is_url(base_name) else f"{str(where).rsplit('/', 1)[0]}/{base_name}"
     else:
+        assert isinstance(where, Path)  # a local file's path, resolved above
         base = where.parent / base_name
     return _extended(read_config_file(base, (*_seen, where)), raw)
 
@@ -205,7 +206,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             value = {k: str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, (int, float)) else v
                      for k, v in value.items()}
         return {str(k): _convert(args[1], v, _join(where, str(k))) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a type hint: a class, never an instance
         return build(tp, value, where)
     raise TypeError(f"unsupported config type {tp!r} at {where}")
 

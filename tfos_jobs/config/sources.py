@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Union
+from typing import Literal, Mapping, Union, get_args
 
-FILE_FORMATS = ("parquet", "csv", "json", "orc", "adult_csv")
-SOURCE_FORMATS = FILE_FORMATS + ("table", "jdbc")
+FileFormat = Literal["parquet", "csv", "json", "orc", "adult_csv"]
+SourceFormat = Literal[FileFormat, "table", "jdbc"]
+FILE_FORMATS: tuple[str, ...] = get_args(FileFormat)
+SOURCE_FORMATS: tuple[str, ...] = get_args(SourceFormat)
 _SECRET_OPTIONS = ("password", "passwd", "pwd", "secret", "token")
 
 
@@ -17,7 +19,7 @@ class SourceConfig:
     partitions and is pushed down to a database. A JDBC password is never written here:
     `password_env` names an environment variable that holds it, `password_file` a file."""
 
-    format: Literal[SOURCE_FORMATS]
+    format: SourceFormat
     path: Union[str, None] = None
     table: Union[str, None] = None
     schema: Union[str, None] = None

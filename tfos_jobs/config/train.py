@@ -6,7 +6,7 @@ from typing import Any, Literal, Mapping, Union
 
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import ModelKind
-from tfos_jobs.topology import EXCHANGES, STRATEGIES, Strategy, node_count
+from tfos_jobs.topology import ExchangeName, Strategy, StrategyName, node_count
 
 
 ParamScalar = Union[str, int, float, bool]
@@ -114,7 +114,7 @@ class ModelConfig:
 class TrainConfig:
     dataset: str = "demo-output/dataset"
     model_dir: str = "demo-output/model"
-    strategy: Literal[STRATEGIES] = Strategy.MULTI_WORKER_MIRRORED.value
+    strategy: StrategyName = Strategy.MULTI_WORKER_MIRRORED.value
     workers: int = 2  # TF workers, the chief included (parameter_server: workers besides the chief)
     ps: int = 1  # parameter servers (parameter_server only)
     gpus_per_worker: int = 0
@@ -136,7 +136,7 @@ class TrainConfig:
     dense_gradient_limit: int = 262_144  # embedding tables of up to this many values send dense gradients
     # multi_worker_mirrored: how the gradients are summed across workers (model/exchange.py);
     # auto = one all-gather with two workers or small gradients, else the ring all-reduce
-    gradient_exchange: Literal[EXCHANGES] = "auto"
+    gradient_exchange: ExchangeName = "auto"
     threads: int = 0  # TensorFlow compute threads per TF node; 0 = the Spark task's CPUs (spark.task.cpus)
     profile_steps: int = 0  # > 0: after training, time this many steps' parts (metrics.json step_profile)
     control_bind: str = ""  # reservation server address; "" = spark.driver.bindAddress, else spark.driver.host

@@ -48,9 +48,9 @@ SIGNATURE_OUTPUTS = {
     AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY),
 }
 # The Keras model's output layer, per task: the signature output of the same meaning.
-MODEL_OUTPUT = {Task.BINARY: PROBABILITY, Task.MULTICLASS: PROBABILITIES, Task.REGRESSION: VALUE}
+MODEL_OUTPUT: dict[str, str] = {Task.BINARY: PROBABILITY, Task.MULTICLASS: PROBABILITIES, Task.REGRESSION: VALUE}
 # What the SQL function returns: a struct of these (classification), or a bare double (regression).
-UDF_FIELDS = {Task.BINARY: (PROBABILITY, LABEL), Task.MULTICLASS: (PROBABILITY, LABEL), Task.REGRESSION: (VALUE,),
+UDF_FIELDS: dict[str, tuple[str, ...]] = {Task.BINARY: (PROBABILITY, LABEL), Task.MULTICLASS: (PROBABILITY, LABEL), Task.REGRESSION: (VALUE,),
               AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY)}
 
 # The UDF's counters (`PredictionUdf.counts()`): COUNT_ROWS scored, and per feature

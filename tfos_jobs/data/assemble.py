@@ -53,12 +53,15 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         as_of = _as_of(events, act)
         usable, cond = transforms.activity_window(events, act, as_of)
         counts = events.agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(cond, 0).otherwise(1)).alias("excluded")).first()
+        assert counts is not None  # an aggregate without groups has one row
         source_rows[act.source] = {
             "location": src.location(), "rows": counts["rows"], "excluded": int(counts["excluded"] or 0),
             "excluded_reason": f"null key or timestamp, or on/after as_of {as_of.isoformat()}",
             "as_of": as_of.isoformat(),
         }
-        table = transforms.join_activity(table, transforms.aggregate_activity(usable, act, as_of), spec.key.name, act.key)
+        key = spec.key
+        assert key is not None  # activity joins on it (PrepareConfig.errors)
+        table = transforms.join_activity(table, transforms.aggregate_activity(usable, act, as_of), key.name, act.key)
         provided.update({c: act.source for c in columns.ACTIVITY_COLUMNS})
 
     errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs if for_prediction else None)
@@ -71,6 +74,7 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         return table, source_rows
     keep = list(spec.stored_columns)
     if prep.split.mode == "column":
+        assert prep.split.column is not None  # mode = "column" names one (SplitConfig.errors)
         keep.append(prep.split.column)
     if columns.CORRUPT in table.columns:
         keep += [columns.CORRUPT, columns.SOURCE_FILE]
@@ -80,5 +84,7 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
 def _as_of(events: DataFrame, act) -> dt.date:
     if act.as_of:
         return dt.date.fromisoformat(act.as_of)
-    last = events.agg(F.max(F.to_date(act.timestamp))).first()[0]
+    row = events.agg(F.max(F.to_date(act.timestamp))).first()
+    assert row is not None  # an aggregate without groups has one row
+    last = row[0]
     return (last or dt.date.today()) + dt.timedelta(days=1)

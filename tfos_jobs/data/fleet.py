@@ -225,8 +225,8 @@ def asset_frame(index: int, steps: int, seed: int, step_seconds: int = 60) -> tu
         keep[start:start + length] = False
 
     frame = pd.DataFrame({ASSET: np.full(int(keep.sum()), name, dtype=object), TIME: grid[keep]})
-    for k, sensor in enumerate(SENSORS):
-        frame[sensor] = values[keep, k]
+    for k, column in enumerate(SENSORS):
+        frame[column] = values[keep, k]
     anomaly_rows = sorted(anomalies, key=lambda row: row[1])
     return frame, _anomaly_frame(anomaly_rows)
 

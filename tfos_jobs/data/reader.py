@@ -80,10 +80,12 @@ def batch_parser(spec: FeatureSpec, with_key: bool = False):
 
     if spec.is_sequence:
         context, lists = spec.sequence_parse_spec()
-        context = {spec.key.name: context[spec.key.name]} if with_key else None
+        key = spec.key
+        assert key is not None  # a sequence spec's records hold it (sequence_parse_spec needed it too)
+        key_context = {key.name: context[key.name]} if with_key else None
 
         def parse_windows(serialized):
-            ctx, seq, _ = tf.io.parse_sequence_example(serialized, context_features=context,
+            ctx, seq, _ = tf.io.parse_sequence_example(serialized, context_features=key_context,
                                                        sequence_features=lists)
             return {**{n: seq[n] for n in spec.model_inputs}, **(ctx or {})}
 

@@ -35,7 +35,9 @@ CHECKED_FORMATS = ("parquet", "csv")
 
 def input_types(spec: FeatureSpec) -> dict[str, str]:
     """The Spark types sensor files are read with: key, time, sensors as doubles."""
-    return {spec.key.name: SPARK_TYPES[spec.key.dtype].upper(), spec.time.name: "TIMESTAMP",
+    key = spec.key
+    assert key is not None  # a sequence spec has one (FeatureSpec.errors)
+    return {key.name: SPARK_TYPES[key.dtype].upper(), spec.time.name: "TIMESTAMP",
             **{f.name: "DOUBLE" for f in spec.sequences}}
 
 
@@ -151,7 +153,7 @@ def check_files(spark: SparkSession, name: str, src: SourceConfig, spec: Feature
                 errors = [(c, m) for c, m in spec.input_type_errors({**own, **dict.fromkeys(partitions, "any")})
                           if c not in partitions]
             else:
-                own = dict.fromkeys(_csv_header(fs, path, sep))
+                own = dict.fromkeys(_csv_header(fs, path, sep), "any")  # only the names are read
                 errors = [(c, m) for c, m in spec.input_type_errors(dict.fromkeys([*own, *partitions], "any"))
                           if "is missing" in m]
             if errors:

@@ -1,6 +1,8 @@
 """Read the configured input tables, with errors that name the source and its location."""
 from __future__ import annotations
 
+from typing import cast
+
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.errors.exceptions.captured import CapturedException
@@ -36,6 +38,7 @@ def _read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
     try:
         if src.format == "table":
             return _table(spark, name, src)
+        assert src.path is not None  # file formats need one (SourceConfig.errors)
         paths = [p.strip() for p in src.path.split(",") if p.strip()]
         if src.format == "adult_csv":
             return adult.read(spark, paths)
@@ -52,6 +55,7 @@ def _read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
 
 
 def _table(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
+    assert src.table is not None  # format = "table" needs one (SourceConfig.errors)
     try:
         return spark.table(src.table)
     except AnalysisException as e:
@@ -75,7 +79,8 @@ def _read_text_format(reader, paths: list[str], schema: str | None) -> DataFrame
     """CSV and JSON: a row that does not parse (bad field count, a number that is not one,
     broken JSON) keeps its raw text in `_corrupt_record`, with its file in `_source_file`,
     instead of turning silently into nulls. Without a schema, the inferred one is used."""
-    base = StructType.fromDDL(schema) if schema else reader.load(paths).schema
+    # fromDDL is typed on DataType; a DDL of columns gives a StructType
+    base = cast(StructType, StructType.fromDDL(schema)) if schema else reader.load(paths).schema
     fields = [f for f in base.fields if f.name != CORRUPT]
     full = StructType(fields + [StructField(CORRUPT, StringType())])
     df = reader.schema(full).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT).load(paths)

@@ -43,11 +43,13 @@ def assign(split: SplitConfig, key: str | None, eval_below: int | None = None) -
     below `eval_below` (default: the nominal boundary), or a column's value (null when it names
     no split), its "train" rows hashed again with `eval_from_train`."""
     def by_hash() -> Column:
+        assert key is not None  # hashing needs a key feature (SplitConfig.errors)
         below = nominal_boundary(split) if eval_below is None else eval_below
         return F.when(bucket(split, key) < below, Split.EVAL.value).otherwise(Split.TRAIN.value)
 
     if split.mode != "column":
         return by_hash()
+    assert split.column is not None  # mode = "column" names one (SplitConfig.errors)
     value = F.lower(F.col(split.column))
     named = F.when(value.isin(*ALL_SPLITS), value)
     if not split.eval_from_train or key is None:  # no key: only which split the column names
@@ -69,9 +71,12 @@ def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mappin
         raise InputError(f"prepare.split.column {split.column!r}: no usable row is {empty!r} "
                          f"({sizes[Split.TRAIN]:,} train, {sizes[Split.EVAL]:,} eval); a model needs both splits")
     if split.mode == "column":  # eval is drawn from the rows the column calls train
+        assert split.column is not None  # mode = "column" names one (SplitConfig.errors)
         usable = usable.where(F.lower(F.col(split.column)) == Split.TRAIN.value)
+    assert key is not None  # hashing needs a key feature (SplitConfig.errors)
     b = bucket(split, key)
     row = usable.agg(F.countDistinct(key).alias("keys"), F.min(b).alias("lo"), F.max(b).alias("hi")).first()
+    assert row is not None  # an aggregate without groups has one row
     keys = int(row["keys"])
     if keys < 2:
         raise InputError(f"prepare.split.eval_fraction = {split.eval_fraction}: the usable data holds {keys} value(s) "

@@ -162,9 +162,10 @@ def people_chunk(chunk: int, n_people: int, seed: int) -> pd.DataFrame:
     label = rng.random(n) < 1.0 / (1.0 + np.exp(-z))
 
     unknown_work = rng.random(n) < MISSING_WORK
-    workclass = np.where(unknown_work, None, workclass)
+    # None is a valid (object) scalar, which numpy's stubs do not accept
+    workclass = np.where(unknown_work, None, workclass)  # type: ignore[call-overload]
     occupation = np.where(unknown_work, None, occupation)
-    country = np.where(rng.random(n) < MISSING_COUNTRY, None, country)
+    country = np.where(rng.random(n) < MISSING_COUNTRY, None, country)  # type: ignore[call-overload]
     return pd.DataFrame({
         "person_id": np.arange(start + 1, start + n + 1, dtype=np.int64),
         "age": age, "workclass": workclass, "fnlwgt": fnlwgt, "education": education,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tfos_jobs.data.columns import DROP_REASON, PROBLEM, SOURCE_FILE
@@ -47,15 +47,18 @@ class WindowParams:
 
     @classmethod
     def from_spec(cls, spec: FeatureSpec) -> "WindowParams":
-        t = spec.time
-        return cls(spec.key.name, t.name, tuple(f.name for f in spec.sequences), t.step_seconds, t.window,
+        t, key = spec.time, spec.key
+        assert key is not None  # a sequence spec has one (FeatureSpec.errors)
+        return cls(key.name, t.name, tuple(f.name for f in spec.sequences), t.step_seconds, t.window,
                    t.stride, t.max_gap, t.fill_limit)
 
 
 def output_schema(spec: FeatureSpec) -> str:
     """The DDL of `cut`'s rows: key, window bounds (epoch seconds), sensors, drop reason, problem."""
     sensors = ", ".join(f"`{f.name}` ARRAY<FLOAT>" for f in spec.sequences)
-    return (f"`{spec.key.name}` {SPARK_TYPES[spec.key.dtype]}, {WINDOW_START} LONG, {WINDOW_END} LONG, {sensors}, "
+    key = spec.key
+    assert key is not None  # a sequence spec has one (FeatureSpec.errors)
+    return (f"`{key.name}` {SPARK_TYPES[key.dtype]}, {WINDOW_START} LONG, {WINDOW_END} LONG, {sensors}, "
             f"{DROP_REASON} STRING, {PROBLEM} STRING")
 
 
@@ -104,7 +107,8 @@ def cut(rows: pd.DataFrame, params: WindowParams) -> pd.DataFrame:
     nan_count = np.concatenate([[0], np.cumsum(np.isnan(grid).any(axis=1))])
     gap = gap_count[ends] - gap_count[starts] > 0
     nulls = nan_count[ends] - nan_count[starts] > 0
-    reason = np.where(gap, GAP, np.where(nulls, MISSING_VALUES, None))
+    # None is a valid (object) scalar, which numpy's stubs do not accept
+    reason = np.where(gap, GAP, np.where(nulls, MISSING_VALUES, None))  # type: ignore[call-overload]
     kept = reason == None  # noqa: E711 (elementwise)
     views = np.lib.stride_tricks.sliding_window_view(grid, p.window, axis=0)[starts]  # [w, d, window]
     views = views.astype(np.float32)
@@ -125,7 +129,7 @@ def _columns(p: WindowParams) -> list[str]:
 
 
 def _problem(p: WindowParams, key, message: str) -> pd.DataFrame:
-    row = {c: [None] for c in _columns(p)}
+    row: dict[str, list[object]] = {c: [None] for c in _columns(p)}
     row[p.key] = [key]
     row[PROBLEM] = [message]
     return pd.DataFrame(row, columns=_columns(p))
@@ -135,8 +139,8 @@ def all_windows(rows: DataFrame, spec: FeatureSpec) -> DataFrame:
     """Every window of every asset in `rows` (key, time as a timestamp, sensors, optionally
     `_source_file`), kept and dropped ones; lazy."""
     params = WindowParams.from_spec(spec)
-    wanted = [params.key, F.col(params.time).cast("long").alias(params.time),
-              *[F.col(s).cast("double").alias(s) for s in params.sensors]]
+    wanted: list[Column | str] = [params.key, F.col(params.time).cast("long").alias(params.time),
+                                  *[F.col(s).cast("double").alias(s) for s in params.sensors]]
     if SOURCE_FILE in rows.columns:
         wanted.append(SOURCE_FILE)
 

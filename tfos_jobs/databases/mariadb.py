@@ -31,6 +31,7 @@ class MariaDB(process.LocalServer):
     proc: subprocess.Popen | None = None
 
     def _start(self) -> None:
+        assert self.root is not None  # set by start()
         data, self.socket, self.log = self.root / "data", self.root / "sock", self.root / "server.log"
         account = process.run_as() or ""
         user = ["--user=" + account] if account else []

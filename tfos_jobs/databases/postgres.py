@@ -23,6 +23,7 @@ class Postgres(process.LocalServer):
 
     def _start(self) -> None:
         home = install_dir()
+        assert self.root is not None  # set by start()
         if process.run_as():
             # The unprivileged account may not reach the venv: run a private copy, laid out as in
             # site-packages (the binaries find their libraries at $ORIGIN/../../../<package>.libs).
@@ -56,6 +57,7 @@ class Postgres(process.LocalServer):
                            stdin=statements, env={"PGPASSWORD": self.password}, user=process.run_as())
 
     def _shutdown(self) -> None:
+        assert self.root is not None  # stop() shuts down a started server only
         if (self.root / "data" / "postmaster.pid").exists() and hasattr(self, "bin"):
             process.run([str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop"],
                         user=process.run_as())

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 from tfos_jobs.names import Name
-from tfos_jobs.tasks import LABEL_TASKS, Task
+from tfos_jobs.tasks import LabelTask, Task
 
 RecordDtype = Literal["int64", "float32", "string"]
 # The Spark SQL type a column of each record dtype is written from and read back as.
@@ -28,6 +28,10 @@ class NumericEncoding(Name):
 
 
 NUMERIC_ENCODINGS = tuple(e.value for e in NumericEncoding)
+if TYPE_CHECKING:  # a type checker reads the setting as str; the spec's loader checks its value
+    NumericEncodingName = str
+else:
+    NumericEncodingName = Literal[NUMERIC_ENCODINGS]
 # The settings each encoding reads (the others are not written to the spec's JSON).
 ENCODING_SETTINGS: dict[str, tuple[str, ...]] = {
     NumericEncoding.LINEAR: (), NumericEncoding.PIECEWISE_LINEAR: ("bins", "embedding_dim"),
@@ -49,7 +53,7 @@ class NumericFeature:
     name: str
     normalize: bool = True
     default: Union[float, Literal["mean"]] = "mean"
-    encoding: Literal[NUMERIC_ENCODINGS] = NumericEncoding.LINEAR.value
+    encoding: NumericEncodingName = NumericEncoding.LINEAR.value
     bins: int = 32
     frequencies: int = 64
     sigma: float = 10.0
@@ -100,7 +104,7 @@ class Label:
     """The target. Binary labels in a string column name their positive and negative values."""
 
     name: str
-    task: Literal[LABEL_TASKS] = Task.BINARY.value
+    task: LabelTask = Task.BINARY.value
     positive: tuple[str, ...] = ()
     negative: tuple[str, ...] = ()
     classes: tuple[str, ...] = ()

@@ -196,7 +196,9 @@ class FeatureSpec:
         """The dtype of every column in the TFRecords, in spec order."""
         out: dict[str, RecordDtype] = {}
         if self.is_sequence:
-            out[self.key.name] = self.key.dtype
+            key = self.key
+            assert key is not None  # a sequence spec has one (errors())
+            out[key.name] = key.dtype
             out[WINDOW_START] = out[WINDOW_END] = "int64"
             out.update({f.name: "float32" for f in self.sequences})
             return out
@@ -209,12 +211,13 @@ class FeatureSpec:
             elif isinstance(f, CategoricalFeature):
                 out[name] = "string"
             else:
+                assert isinstance(f, Label)  # the one stored kind left in a row spec
                 out[name] = "float32" if f.task == Task.REGRESSION else "int64"
         return out
 
     def record_schema(self) -> dict[str, dict[str, Any]]:
         """Per record column: dtype, shape and default. Enough for plain TensorFlow to parse the records."""
-        schema = {}
+        schema: dict[str, dict[str, Any]] = {}
         if self.is_sequence:  # SequenceExample: context features, and one feature list per sensor
             for name, dtype in self.record_dtypes().items():
                 sensor = name not in (WINDOW_START, WINDOW_END) and self.get(name).kind == "sequence"

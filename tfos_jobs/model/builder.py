@@ -22,7 +22,7 @@ from tfos_jobs.config import ModelConfig
 from tfos_jobs.config.train import KIND_KEY as KIND
 from tfos_jobs.contracts.dataset import STATS_BINS
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.features.kinds import NumericEncoding
+from tfos_jobs.features.kinds import NumericEncoding, NumericFeature, SequenceFeature
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import ModelKind, Task
 
@@ -257,9 +257,10 @@ def placeholder_stats(spec: FeatureSpec) -> dict[str, dict[str, Any]]:
     """Statistics of the shape `_meta/stats.json` holds: per numeric (or sequence) feature count,
     mean, std, min, max, and `bins` (edges) for a piecewise-linear encoding."""
     stats: dict[str, dict[str, Any]] = {}
-    for f in (*spec.numeric, *spec.sequences):
+    features: tuple[NumericFeature | SequenceFeature, ...] = (*spec.numeric, *spec.sequences)
+    for f in features:
         stats[f.name] = {"count": DRY_ROWS, "mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0}
-        if getattr(f, "encoding", None) == NumericEncoding.PIECEWISE_LINEAR:
+        if isinstance(f, NumericFeature) and f.encoding == NumericEncoding.PIECEWISE_LINEAR:
             stats[f.name][STATS_BINS] = [-1.0 + 2.0 * i / f.bins for i in range(f.bins + 1)]
     return stats
 

@@ -14,13 +14,14 @@ Imports TensorFlow at module load: import it where TensorFlow is already wanted.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import tensorflow as tf
 
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import MODEL_OUTPUT
-from tfos_jobs.features.spec import BucketizedFeature, CategoricalFeature, FeatureSpec, NumericEncoding
+from tfos_jobs.features.spec import (BucketizedFeature, CategoricalFeature, CrossedFeature, Feature, FeatureSpec,
+                                     NumericEncoding, NumericFeature)
 from tfos_jobs.contracts.dataset import STATS, STATS_BINS
 from tfos_jobs.model.layers import PeriodicEmbeddings, PiecewiseLinearEmbeddings, SharedEmbedding
 from tfos_jobs.tasks import ModelKind, Task
@@ -49,9 +50,12 @@ class WideDeep:
         self.categorical = list(spec.categorical)  # the order of from_codes' inputs (contracts.serving)
         self.numeric = list(spec.numeric)
         self.bucketized = [f for f in spec.features if isinstance(f, BucketizedFeature)]
-        self.crossed = list(spec.of_kind("crossed"))
-        self.lookup, self.normalize, self.reshape, self.bucketize, self.cross = {}, {}, {}, {}, {}
+        self.crossed: list[CrossedFeature] = list(spec.of_kind("crossed"))
+        self.lookup: dict[str, Any] = {}
+        self.bucketize: dict[str, Any] = {}
+        self.normalize, self.reshape, self.cross = {}, {}, {}
         self.sizes: dict[str, int] = {}  # per categorical, bucketized and crossed feature: how many ids
+        f: Feature  # each loop below goes over one kind of feature, or all of them
         for f in self.numeric:
             if f.normalize and f.encoding != NumericEncoding.PIECEWISE_LINEAR:  # bins are in the column's own units
                 mean, variance = _moments(stats, f.name)
@@ -67,7 +71,7 @@ class WideDeep:
         for i, (group, names) in enumerate(self.embedded.items()):
             if len(names) > 1:
                 self.side_by_side[group] = layers.Concatenate(axis=1, name=f"numeric_{i}")
-            f = spec.get(names[0])  # the group's settings
+            f = cast(NumericFeature, spec.get(names[0]))  # the group's settings: the names are self.numeric's
             self.embed_numeric[group] = (
                 PeriodicEmbeddings(len(names), f.frequencies, f.sigma, f.embedding_dim, name=f"periodic_{i}")
                 if f.encoding == NumericEncoding.PERIODIC else
@@ -102,8 +106,8 @@ class WideDeep:
         self.wide = (SharedEmbedding(list(self.sizes.values()), units, combiner="sum", embeddings_initializer="zeros",
                                      name="wide") if self.sizes else None)
         self.add = layers.Add(name="logits")
-        activation = {Task.BINARY: "sigmoid", Task.MULTICLASS: "softmax", Task.REGRESSION: "linear"}[spec.label.task]
-        self.activation = layers.Activation(activation, name=MODEL_OUTPUT[spec.label.task])
+        activations: dict[str, str] = {Task.BINARY: "sigmoid", Task.MULTICLASS: "softmax", Task.REGRESSION: "linear"}
+        self.activation = layers.Activation(activations[spec.label.task], name=MODEL_OUTPUT[spec.label.task])
 
     # -- the two ways in -------------------------------------------------------------------
 
@@ -132,6 +136,7 @@ class WideDeep:
 
     def _head(self, ids: dict[str, Any], columns: dict[str, Any], cross, training: bool | None = None) -> Any:
         """Everything after the categorical lookups. `columns` holds the numeric inputs."""
+        f: Feature  # each loop below goes over one kind of feature
         for f in self.bucketized:
             ids[f.name] = self.bucketize[f.name](columns[f.source])
         for f in self.crossed:  # after the others: a cross may be listed before its components

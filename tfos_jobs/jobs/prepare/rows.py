@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import re
 import uuid
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, cast
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -76,7 +76,8 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
         staging = staging_dir(out, uuid.uuid4().hex[:8])
         try:
             split_files = _write_records(fs, staging, table, imputed, resolved, classes, profile, prep, key)
-            spark_info = {"master": spark.sparkContext.master, "version": spark.version}
+            # a running SparkContext has a master: it refuses to start without spark.master
+            spark_info = {"master": cast(str, spark.sparkContext.master), "version": spark.version}
             manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started,
                                  split_entry)
             dataset.write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
@@ -143,6 +144,7 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
           for name, limit in truncating.items()],
         *stats_mod.numeric_aggs(numeric, train),
     ).first()
+    assert row is not None  # an aggregation without grouping has one row
     rejected_by_reason = {}
     if row["rejected"]:
         reasons = table.where(~ok).groupBy(columns.REJECT).count().orderBy(F.desc("count")).collect()
@@ -164,6 +166,7 @@ def _first_malformed(spark: SparkSession, table: DataFrame) -> str:
     """Where the first malformed row is: file and line, for `prepare.bad_rows = "strict"`."""
     row = table.where(F.col(columns.CORRUPT).isNotNull()) \
         .select(columns.CORRUPT, columns.SOURCE_FILE).orderBy(columns.SOURCE_FILE).first()
+    assert row is not None  # called when the profile counted malformed rows
     record, path = row[columns.CORRUPT], row[columns.SOURCE_FILE]
     where = path
     fs = HadoopFS(spark)

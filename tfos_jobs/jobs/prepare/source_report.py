@@ -125,8 +125,14 @@ def _count_with_tasks(spark: SparkSession, df: DataFrame) -> tuple[int, int]:
     try:
         rows = df.count()
     finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        # None removes the property (the JVM's setLocalProperty takes null); pyspark types the value as str
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     tracker = sc.statusTracker()
-    stages = sorted(s for j in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(j).stageIds)
+    stages: list[int] = []
+    for j in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(j)
+        assert job is not None  # a job that just ended is still tracked
+        stages += job.stageIds
+    stages.sort()
     info = tracker.getStageInfo(stages[0]) if stages else None
     return rows, info.numTasks if info else 0

@@ -57,7 +57,9 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
     from tfos_jobs.jobs import prepare
 
     _, src = database_source(config)
-    _, port = jdbc.endpoint(src.options["url"])
+    where = jdbc.endpoint(src.options["url"])
+    assert where is not None and src.password_env is not None  # database_source checked both
+    _, port = where
     database = urlparse(src.options["url"].removeprefix("jdbc:")).path.strip("/")
     password = os.environ.setdefault(src.password_env, secrets.token_urlsafe(16))
     syn = config.synthetic
@@ -102,6 +104,7 @@ def load(spark: SparkSession, config: Config, raw: str) -> list[str]:
             Database(spark, name, src).write(Tally(table), "overwrite")
             done.append(f"== loaded {name} into PostgreSQL table {src.options['dbtable']}")
         elif src.format == "table":
+            assert src.table is not None  # required for format = 'table' (the config's checks)
             _create_database(spark, src.table)
             if activity is None or name != activity.source:
                 table.write.mode("overwrite").saveAsTable(src.table)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -41,6 +41,7 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         good = rows.where(F.col(columns.CORRUPT).isNull())
+        assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
         key = spec.key.name
         all_cut = windows.all_windows(good, spec).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -73,7 +74,8 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
                                            key=spec.key.name, then=(WINDOW_START,), fmt=prep.tfrecord_format,
                                            compression=prep.compression, record_type=SEQUENCE_EXAMPLE)
                 split_files = dataset.settle(fs, staging)
-                spark_info = {"master": spark.sparkContext.master, "version": spark.version}
+                # a running SparkContext has a master: it refuses to start without spark.master
+                spark_info = {"master": cast(str, spark.sparkContext.master), "version": spark.version}
                 manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started,
                                      split_mod.describe(prep.split, eval_below, moved))
                 dataset.write_meta(fs, staging, spec, profile["stats"], {}, manifest)
@@ -97,6 +99,7 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
     kept = F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
     train = kept & (F.col(columns.SPLIT) == Split.TRAIN)
     aggs = [F.min(columns.PROBLEM).alias("problem")]
+    assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     for split in ALL_SPLITS:  # a test split named by a split column is counted and written too
         aggs.append(F.sum(F.when(kept & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(f"windows_{split}"))
         aggs.append(F.countDistinct(F.when(kept & (F.col(columns.SPLIT) == split), F.col(spec.key.name)))
@@ -113,11 +116,12 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
             F.max(F.array_max(v)).alias(f"{f.name}__max"),
         ]
     row = cut.agg(*aggs).first()
+    assert counts is not None and row is not None  # an aggregation without grouping has one row
     stats = {}
     for f in spec.sequences:
         n = int(row[f"{f.name}__n"] or 0)
         mean = row[f"{f.name}__sum"] / n if n else None
-        var = max(row[f"{f.name}__sumsq"] / n - mean * mean, 0.0) if n else None
+        var = max(row[f"{f.name}__sumsq"] / n - mean * mean, 0.0) if mean is not None else None  # None iff n == 0
         stats[f.name] = {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
                          "min": stable(row[f"{f.name}__min"]), "max": stable(row[f"{f.name}__max"])}
     dropped = {r: int(row[f"dropped_{r}"] or 0) for r in windows.DROP_REASONS}

@@ -51,6 +51,7 @@ SCORE_TITLES = {contract.RECONSTRUCTION_ERROR: "autoencoder (reconstruction_erro
 
 def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path: str, truth_path: str,
              log: Callable[[str], None] = print) -> dict[str, Any]:
+    assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     key = spec.key.name
     storage = Storage(spark)
     export_dir = _export_dir(storage, config.predict.model)
@@ -68,8 +69,8 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
             labelled = labelled.join(plain, [key, WINDOW_START], "left")
         else:
             labelled = labelled.withColumns({name: F.lit(None).cast("double") for name in baselines.NAMES})
-        rows = labelled.select(key, WINDOW_START, *SCORES, contract.IS_ANOMALY, ANOMALOUS, KIND,
-                               columns.SPLIT).toPandas()
+        rows: pd.DataFrame = labelled.select(key, WINDOW_START, *SCORES, contract.IS_ANOMALY, ANOMALOUS, KIND,
+                                             columns.SPLIT).toPandas()
     finally:
         windows.unpersist()
     if rows.empty:
@@ -119,6 +120,7 @@ def _baseline_scores(windows: DataFrame, spec: FeatureSpec, storage: Storage, ex
         standardizer = baselines.Standardizer.of(spec, json.loads(storage.read_text(contract.stats_asset(export_dir))))
     except ValueError as e:
         return None, dict.fromkeys(baselines.NAMES, f"the model's statistics: {e}")
+    assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     train = windows.where(split_mod.assign(split, spec.key.name, eval_below) == Split.TRAIN)
     profile = baselines.mean_profile(train, standardizer)
     why = {} if profile is not None else {
@@ -231,14 +233,15 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: D
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     key = spec.key.name
     ev = rows[rows[columns.SPLIT] == Split.EVAL]
     assets = sorted(ev.loc[ev[ANOMALOUS], key].unique())[:PLOTTED_ASSETS] or sorted(ev[key].unique())[:1]
     if not assets:
         return
-    intervals = truth.where(F.col(key).isin(assets)).toPandas()
+    intervals: pd.DataFrame = truth.where(F.col(key).isin(assets)).toPandas()
     raw, _ = read_rows(spark, config, spec)
-    traces = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()) \
+    traces: pd.DataFrame = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()) \
         .select(key, spec.time.name, *spec.model_inputs).toPandas()
     fig, axes = plt.subplots(2 * len(assets), 1, figsize=(12, 3.2 * len(assets)), squeeze=False)
     for i, asset in enumerate(assets):

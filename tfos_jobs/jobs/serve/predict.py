@@ -71,6 +71,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     with query_errors():  # a query error, or one in its tasks, as one line
         written = output.selected(with_predictions(table, udf), table.columns, udf.spec, pr.keep, pr.partition_by)
     scored = output.Tally(written, pr.partition_by)
+    out: output.Database | output.CatalogTable | output.Files
     if pr.output_source:
         out = output.Database(spark, pr.output_source, config.sources[pr.output_source])
     elif pr.output_table:
@@ -79,8 +80,8 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         out = output.Files(spark, pr.output, pr.partition_by)
     with query_errors():
         rows_out = out.write(scored, mode)
-    summary = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir, "counts": udf.counts(),
-               "seconds": round(time.time() - started, 1)}
+    summary: dict[str, Any] = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir,
+                               "counts": udf.counts(), "seconds": round(time.time() - started, 1)}
     log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")
     served = {k: v for k, v in summary["counts"].items() if k != contract.COUNT_ROWS}
     if served:

@@ -183,6 +183,8 @@ def _partition_overwrite(spark: SparkSession, mode: str) -> Iterator[None]:
     """Dynamic partition overwrite for this write only: partitions the run does not write stay."""
     key = "spark.sql.sources.partitionOverwriteMode"
     previous = spark.conf.get(key)
+    if previous is None:  # get without a default returns the built-in one, or raises
+        raise TfosError(f"{key}: no value to restore after the write")
     spark.conf.set(key, "dynamic" if mode == "overwrite_partitions" else "static")
     try:
         yield

@@ -121,6 +121,7 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
     for n, text in enumerate(todo, 1):
         with query_errors(f"statement {n} of {len(todo)}: " if len(todo) > 1 else ""):
             result = spark.sql(text)
+    assert result is not None  # there was a statement
     with query_errors():
         if output:
             try:
@@ -128,7 +129,8 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
             except AnalysisException as e:  # the output is there already, or cannot be written
                 raise TfosError(f"cannot write {output!r}: {error_line(e)}") from None
         else:
-            table = result._show_string(rows, truncate=False)  # runs the query
+            # runs the query; a classic DataFrame's method, not in pyspark's DataFrame type (a column to mypy)
+            table = result._show_string(rows, truncate=False)  # type: ignore[operator]
             settle_console(spark)  # a stage bar drawn late would overwrite the table's first line
             print(table)
     if output:

@@ -198,6 +198,7 @@ def start(spark: SparkSession, cfg: ServeSqlConfig, secrets: Secrets) -> Any:
     """HiveServer2 on the session; returns the server (`.stop()`). Its password check and the
     keystore's password are handed to the JVM directly, not through any configuration."""
     jvm = spark._jvm
+    assert jvm is not None  # a classic session's gateway to its JVM
     system = jvm.java.lang.System
     # HiveServer2 builds a fresh HiveConf for each login check, from the JVM's system properties.
     if cfg.auth == "password":
