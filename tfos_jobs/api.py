@@ -226,16 +226,19 @@ def config_tables(config: Config) -> dict[str, Any]:
     return tables
 
 
-def register(spark: SparkSession, *, name: str, model: str, batch_size: int | None = None) -> PredictionUdf:
+def register(spark: SparkSession, *, name: str, model: str, batch_size: int | None = None,
+             tracking_uri: str | None = None) -> PredictionUdf:
     """Register `name` as a Spark SQL function scoring with the SavedModel trained into `model`
-    (a model directory on any filesystem, or `models:/NAME@alias`); the function also builds
-    Columns for the DataFrame API (`udfs.register`, docs/serving.md).
+    (a model directory on any filesystem, or `models:/NAME@alias` in the MLflow registry at
+    `tracking_uri`, else MLFLOW_TRACKING_URI); the function also builds Columns for the
+    DataFrame API (`udfs.register`, docs/serving.md).
 
     Example: ``api.register(spark, name="predict_income", model="out/model")``, then
     ``spark.sql("SELECT predict_income(struct(*)) FROM people")``."""
+    from tfos_jobs.tracking.registry import resolver
     from udfs.register import register as register_udf
 
-    return register_udf(spark, name, model, batch_size=batch_size, setting="model")
+    return register_udf(spark, name, model, batch_size=batch_size, setting="model", resolve=resolver(tracking_uri))
 
 
 def _spec(spec: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:

@@ -176,10 +176,11 @@ def cmd_generate(cfg, args) -> int:
 def cmd_evaluate(cfg, args) -> int:
     from tfos_jobs.data.fleet import ANOMALIES_DIR
     from tfos_jobs.jobs.serve import evaluate as anomaly_report
+    from tfos_jobs.tracking.registry import resolver
     from udfs.register import served_spec
 
     spark = _session(cfg)
-    spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
+    spec = served_spec(spark, cfg.predict.model, resolve=resolver(cfg.tracking.uri or None))
     if not spec.is_sequence:
         raise ConfigError(f"{cfg.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
     truth = args.truth or f"{cfg.fleet.output}/{ANOMALIES_DIR}"

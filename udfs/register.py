@@ -5,9 +5,10 @@
     spark.sql("SELECT *, predict_income(struct(*)) AS p FROM people_features")
     predict.counts()   # rows scored, nulls filled and unseen categories, per feature
 
-The model may be on any filesystem the session reaches, or a version in an MLflow model
-registry (`models:/census@champion`); it is fetched to the driver once per
-version, checked there before any query runs (its SavedModel and signatures, the feature spec
+The model may be on any filesystem the session reaches, or a version in a model registry
+(`models:/census@champion`) that `resolve` turns into a local directory (MLflow's:
+`tfos_jobs.tracking.registry.resolver`; serving does not depend on MLflow); it is fetched to the
+driver once per version, checked there before any query runs (its SavedModel and signatures, the feature spec
 and vocabularies in its assets), and shipped to every executor once (`udfs.shipping`).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pyspark import AccumulatorParam
 from pyspark.sql import Column, SparkSession
@@ -25,9 +26,13 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, StorageError, named
 from tfos_jobs.tf_import import tensorflow
-from tfos_jobs.tracking import registry
 from udfs import arguments, environment, shipping
 from udfs.predict import make_udf_function
+
+
+# (a model reference, the setting that names it) -> the reference itself when it is a path, else
+# the local directory of the registered version it names.
+Resolver = Callable[[str, str], str]
 
 
 class CounterParam(AccumulatorParam):
@@ -71,12 +76,11 @@ class PredictionUdf:
 
 
 def resolve_export_dir(storage: Storage, model_dir: str, setting: str = "predict.model",
-                       tracking_uri: str | None = None) -> str:
+                       resolve: Resolver | None = None) -> str:
     """The SavedModel directory, qualified: `model_dir` itself or its `saved_model/`, or the
-    local copy of a registered version (`models:/NAME@alias`, `models:/NAME/3`, resolved at
-    `tracking_uri`, else MLflow's MLFLOW_TRACKING_URI). Refuses anything else, naming `setting`."""
-    if registry.is_registered(model_dir):
-        model_dir = registry.resolve(model_dir, tracking_uri, setting)
+    local copy of the registered version `resolve` finds for it. Refuses anything else, naming `setting`."""
+    if resolve is not None:
+        model_dir = resolve(model_dir, setting)
     if not model_dir or "\0" in model_dir:
         raise ConfigError(f"{setting}: {model_dir!r} is not a valid path")
     with named(setting, model_dir):
@@ -104,18 +108,18 @@ def model_spec(storage: Storage, export_dir: str) -> FeatureSpec:
 
 
 def served_spec(spark: SparkSession, model_dir: str, setting: str = "predict.model",
-                tracking_uri: str | None = None) -> FeatureSpec:
+                resolve: Resolver | None = None) -> FeatureSpec:
     """The feature spec of the model in `model_dir`, wherever it is, without loading the model."""
     storage = Storage(spark)
-    return model_spec(storage, resolve_export_dir(storage, model_dir, setting, tracking_uri))
+    return model_spec(storage, resolve_export_dir(storage, model_dir, setting, resolve))
 
 
 def served_version(spark: SparkSession, model_dir: str, setting: str = "predict.model",
-                   tracking_uri: str | None = None) -> str:
+                   resolve: Resolver | None = None) -> str:
     """What `register` would serve for `model_dir` now (the SavedModel's place and version), read
     without loading it: a new export, or an alias moved to another version, changes it."""
     storage = Storage(spark)
-    export_dir = resolve_export_dir(storage, model_dir, setting, tracking_uri)
+    export_dir = resolve_export_dir(storage, model_dir, setting, resolve)
     with named(setting, model_dir):
         return shipping.version_of(storage, export_dir)
 
@@ -167,15 +171,15 @@ def refuse_connect(spark: Any, name: str) -> None:
 
 
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
-             setting: str = "predict.model", tracking_uri: str | None = None) -> PredictionUdf:
+             setting: str = "predict.model", resolve: Resolver | None = None) -> PredictionUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
-    the session reaches, or a registered model `models:/NAME@alias` at `tracking_uri`; errors
+    the session reaches, or a registered model `models:/NAME@alias` that `resolve` finds; errors
     name `setting`). Its arguments are checked when a query is analysed, and the executors'
     Python is checked (or, on a local master, chosen) here, not at the first query."""
     refuse_connect(spark, name)
     environment.check_workers(spark)
     storage = Storage(spark)
-    export_dir = resolve_export_dir(storage, model_dir, setting, tracking_uri)
+    export_dir = resolve_export_dir(storage, model_dir, setting, resolve)
     with named(setting, model_dir):
         version = shipping.version_of(storage, export_dir)
         local_dir = shipping.fetch(storage, export_dir, version)

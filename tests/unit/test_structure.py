@@ -164,6 +164,44 @@ def test_no_two_modules_import_each_other():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def package(module: str) -> str:
+    """What the package-level check counts as one package: each sub-package of tfos_jobs (each job
+    under tfos_jobs.jobs), each top-level module, and udfs."""
+    parts = module.split(".")
+    if parts[0] != "tfos_jobs":
+        return parts[0]
+    return ".".join(parts[:3] if len(parts) >= 3 and parts[1] == "jobs" else parts[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        packages.setdefault(package(module), set()).update(package(d) for d in imports)
+    return {p: imports - {p} for p, imports in packages.items()}
+
+
+def test_no_two_packages_import_each_other():
+    """Modules may avoid a cycle that their packages still make (data.x -> model.y -> data.z):
+    packages form layers too."""
+    graph = import_graph()
+    assert cycles(package_graph(graph)) == []
+    planted = {**graph, "tfos_jobs.data.planted": {"tfos_jobs.model.export"}}
+    assert "tfos_jobs.data" in package_graph(graph)["tfos_jobs.model"]
+    assert cycles(package_graph(planted)) == [["tfos_jobs.data", "tfos_jobs.model"]]
+
+
+def test_sweeps_use_the_cluster_layer_and_only_the_train_jobs_entry():
+    """Sweeps share the TF cluster layer with training (tfos_jobs.cluster); of the train job they
+    run only its public entry (`tfos_jobs.jobs.train.run`), for trials that are TF clusters."""
+    graph = import_graph()
+    sweep = {m: d for m, d in graph.items() if m.startswith("tfos_jobs.jobs.sweep.")}
+    assert len(sweep) >= 5
+    from_train = sorted({d for deps in sweep.values() for d in deps if d.startswith("tfos_jobs.jobs.train")})
+    assert from_train == ["tfos_jobs.jobs.train"]
+    assert any(d.startswith("tfos_jobs.cluster.") for deps in sweep.values() for d in deps)
+    assert any(d.startswith("tfos_jobs.cluster.") for d in graph["tfos_jobs.jobs.train.driver.job"])
+
+
 # Lowest first: a module imports from its own layer or a lower one, never from a higher one.
 LAYERS = (
     ("tfos_jobs", "tfos_jobs.errors", "tfos_jobs.names", "tfos_jobs.tasks", "tfos_jobs.topology",

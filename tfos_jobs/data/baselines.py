@@ -20,6 +20,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.features.standardisation import standardisation
 
 PROFILE_DISTANCE = "profile_distance"
 WINDOW_STD = "window_std"
@@ -37,8 +38,6 @@ class Standardizer:
     @classmethod
     def of(cls, spec: FeatureSpec, stats: dict[str, Any]) -> "Standardizer":
         """The model's own standardisation; ValueError when `stats` lack a sensor."""
-        from tfos_jobs.model.sequence import standardisation
-
         mean, variance = standardisation(spec, stats)
         return cls(tuple(f.name for f in spec.sequences), mean, tuple(math.sqrt(v) for v in variance))
 

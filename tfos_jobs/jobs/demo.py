@@ -74,6 +74,7 @@ def _fleet(cfg: Config, session: Session) -> int:
     from tfos_jobs.jobs import prepare
     from tfos_jobs.jobs.serve import sql
     from tfos_jobs.jobs.train.driver import tracked as train
+    from tfos_jobs.tracking.registry import resolver
     from udfs.register import served_spec
 
     fl = cfg.fleet
@@ -92,7 +93,7 @@ def _fleet(cfg: Config, session: Session) -> int:
     print(f"== predict: one row per window into {cfg.predict.output}")
     predict.run(spark, cfg, overwrite=True)
     print("== evaluate: scores against the true anomaly intervals")
-    spec = served_spec(spark, cfg.predict.model, tracking_uri=cfg.tracking.uri or None)
+    spec = served_spec(spark, cfg.predict.model, resolve=resolver(cfg.tracking.uri or None))
     anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet.ANOMALIES_DIR}")
     model_dir = ModelDir(cfg.train.model_dir)
     _artifacts((("raw sensors", fl.output), ("dataset", cfg.prepare.output), ("model", model_dir.path),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import LATENT, RECONSTRUCTION_ERROR
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.features.standardisation import standardisation
 from tfos_jobs.tasks import ModelKind
 
 if TYPE_CHECKING:
@@ -59,20 +60,6 @@ def scoring_model(model: "tf.keras.Model") -> "tf.keras.Model":
 def error_as_loss(y_true: "tf.Tensor", y_pred: "tf.Tensor") -> "tf.Tensor":
     """The model's output is the per-window error already; the label is ignored."""
     return y_pred
-
-
-def standardisation(spec: FeatureSpec, stats: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Each sensor's mean and variance, as the model standardises windows (0 and 1 for a sensor
-    the spec does not normalise, variance 1 for a constant one)."""
-    mean, variance = zip(*(_moments(stats, f.name) if f.normalize else (0.0, 1.0) for f in spec.sequences))
-    return mean, variance
-
-
-def _moments(stats: dict[str, Any], name: str) -> tuple[float, float]:
-    if name not in stats or stats[name].get("mean") is None:
-        raise ValueError(f"features.{name}: no statistics for this sensor in the dataset's stats.json")
-    std = float(stats[name].get("std") or 0.0)
-    return float(stats[name]["mean"]), (std * std if std > 0 else 1.0)
 
 
 def error_quantile(model: "tf.keras.Model", files: list[str], spec: FeatureSpec, compression: str,

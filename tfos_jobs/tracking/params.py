@@ -5,6 +5,9 @@ import json
 import re
 from typing import Any, Mapping
 
+from tfos_jobs import config as config_mod
+from tfos_jobs.config import Config
+
 MAX_VALUE = 6000  # MLflow's limit on a param's value
 _SECRET_KEY = re.compile(r"password|passwd|pwd|secret|token|credential", re.IGNORECASE)
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/@\s]+):[^@/\s]*@")
@@ -35,3 +38,12 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             text = json.dumps(value, default=str)
         out[name] = redact(text)[:MAX_VALUE]
     return out
+
+
+def config_params(cfg: Config) -> dict[str, str]:
+    """The resolved config as params: every section but the features (logged as the spec) and
+    the embedded demo data's (what `tfos generate` writes, not how the model is trained)."""
+    tree = config_mod.to_dict(cfg)
+    for section in ("features", "synthetic", "fleet"):
+        tree.pop(section, None)
+    return flatten(tree)

@@ -147,12 +147,13 @@ def registered_vs_mlflow(bench: Bench, local_saved_model: str, spec: FeatureSpec
 
     import udfs
     from tfos_jobs.contracts.serving import task_of, udf_return_type
+    from tfos_jobs.tracking.registry import resolver
 
     spark, pr = bench.spark, bench.big.predict
     result_type = udf_return_type(task_of(spec))
     columns = ", ".join(inputs.columns)
     uri = register_bench_model(bench, local_saved_model)
-    udfs.register(spark, "bench_registered", f"models:/{MODEL}/1", batch_size=pr.batch_size, tracking_uri=uri)
+    udfs.register(spark, "bench_registered", f"models:/{MODEL}/1", batch_size=pr.batch_size, resolve=resolver(uri))
     filled = filled_inputs(inputs, spec)
     filled.createOrReplaceTempView("bench_inputs_filled")
     keras = register_keras_flavour(bench, uri, local_saved_model, spec, filled)

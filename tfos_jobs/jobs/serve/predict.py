@@ -21,6 +21,7 @@ from tfos_jobs.jobs.serve import prediction_output as output
 from tfos_jobs.jobs.serve.sql import query_errors
 from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import ConfigError, InputError
+from tfos_jobs.tracking.registry import resolver
 from udfs import PredictionUdf, register
 
 
@@ -62,7 +63,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     pr = config.predict
     mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
     started = time.time()
-    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, tracking_uri=config.tracking.uri or None)
+    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, resolve=resolver(config.tracking.uri or None))
     table = input_table(spark, config, udf.spec)
     missing = [c for c in pr.partition_by if c not in table.columns]
     if missing:

@@ -16,6 +16,7 @@ from tfos_jobs.data import sources
 from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import ConfigError, InputError, TfosError
 from tfos_jobs.session import settle_console
+from tfos_jobs.tracking.registry import resolver
 from udfs import register
 
 FEATURES_VIEW = "features"
@@ -103,7 +104,7 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
     fn = name or config.predict.name
     try:
         udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size,
-                       tracking_uri=config.tracking.uri or None)
+                       resolve=resolver(config.tracking.uri or None))
     except ConfigError as e:
         if model:  # asked for by --model
             raise

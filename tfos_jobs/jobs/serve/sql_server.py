@@ -131,9 +131,10 @@ class Endpoint:
         no longer configured; the names registered. A model that cannot be served raises at
         start; once `serving`, it leaves that function on its current model (or unregistered)."""
         from udfs import register
+        from tfos_jobs.tracking.registry import resolver
         from udfs.register import served_version
 
-        tracking = config.tracking.uri or None
+        resolve = resolver(config.tracking.uri or None)
         wanted = functions(config)
         changed, failures = [], []
         for name, model in wanted.items():
@@ -141,10 +142,10 @@ class Endpoint:
             current = self.served.get(name)
             try:
                 if current and current.model == model and \
-                        served_version(self.spark, model, setting, tracking) == current.udf.version:
+                        served_version(self.spark, model, setting, resolve) == current.udf.version:
                     continue
                 udf = register(self.spark, name, model, batch_size=config.predict.batch_size, setting=setting,
-                               tracking_uri=tracking)
+                               resolve=resolve)
             except TfosError as e:
                 if not serving:
                     raise

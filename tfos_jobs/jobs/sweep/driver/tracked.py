@@ -11,12 +11,11 @@ from typing import Any, Callable
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.jobs.sweep.driver.observer import SweepObserver
-from tfos_jobs.jobs.train.driver.tracked import config_params
 from tfos_jobs.search.space import SweepConfig
 from tfos_jobs.search.trials import TrialStatus
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.model_log import local_copy, log_model
-from tfos_jobs.tracking.params import flatten
+from tfos_jobs.tracking.params import config_params, flatten
 from tfos_jobs.tracking.run_logger import STATUS_TAG, TrackedRun, Tracking
 
 COMMAND_TAG, DIR_TAG, TRIAL_TAG = "tfos.command", "tfos.sweep_dir", "tfos.trial"

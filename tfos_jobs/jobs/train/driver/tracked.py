@@ -9,23 +9,13 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from tfos_jobs import config as config_mod
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
-from tfos_jobs.tracking.params import flatten
+from tfos_jobs.tracking.params import config_params
 from tfos_jobs.tracking.run_logger import Tracking
-
-
-def config_params(cfg: Config) -> dict[str, str]:
-    """The resolved config as params: every section but the features (logged as the spec) and
-    the embedded demo data's (what `tfos generate` writes, not how the model is trained)."""
-    tree = config_mod.to_dict(cfg)
-    for section in ("features", "synthetic", "fleet"):
-        tree.pop(section, None)
-    return flatten(tree)
 
 
 def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
