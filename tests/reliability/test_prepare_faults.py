@@ -129,3 +129,59 @@ def test_preparing_the_same_input_twice_gives_the_same_meta_and_records(spark, r
         names = sorted(p.name for p in (a / split).glob("part-*"))
         assert names == sorted(p.name for p in (b / split).glob("part-*"))
         assert all((a / split / n).read_bytes() == (b / split / n).read_bytes() for n in names)
+
+
+# Publishes `staging` as `out` (dataset.publish, on local paths) and is killed (SIGKILL) right
+# after the publish's rename number `step`: 1 = the old dataset moved aside, 2 = the new one in place.
+KILLED_PUBLISH = textwrap.dedent("""
+    import os, signal, sys
+    from tfos_jobs.data import dataset
+    from tfos_jobs.storage import Storage
+
+    staging, out, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+    class KilledAfterRename:
+        def __init__(self, fs):
+            self.fs, self.renames = fs, 0
+
+        def __getattr__(self, name):
+            return getattr(self.fs, name)
+
+        def rename(self, src, dst):
+            self.fs.rename(src, dst)
+            self.renames += 1
+            if self.renames == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    storage = Storage(None)
+    dataset.publish(KilledAfterRename(storage), storage.qualify(staging), storage.qualify(out))
+""")
+
+
+@pytest.mark.parametrize("step, kept", [(1, "old"), (2, "new")])
+def test_a_publish_killed_between_its_steps_leaves_a_whole_dataset_to_read(spark, raw, tmp_path, step, kept):
+    import shutil
+
+    from tfos_jobs.storage import Storage
+
+    out, staging = tmp_path / "dataset", tmp_path / "dataset.staging-new"
+    prepare.run(spark, config.load(CENSUS, census_overrides(raw, out, PEOPLE)))
+    shutil.copytree(out, staging)
+    manifest = staging / "_meta" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"created_at": "', '"created_at": "new '))
+    (manifest.parent / f".{manifest.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
+    created = {"old": json.loads((out / "_meta" / "manifest.json").read_text())["created_at"],
+               "new": json.loads(manifest.read_text())["created_at"]}
+
+    script = tmp_path / "killed_publish.py"
+    script.write_text(KILLED_PUBLISH)
+    proc = subprocess.run([sys.executable, str(script), str(staging), str(out), str(step)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -9, proc.stderr[-2000:]  # killed where planned
+    assert out.exists() == (step == 2) and len(list(tmp_path.glob("dataset.old-*"))) == 1
+
+    meta = dataset.read(str(out), Storage(spark))  # puts back (or clears) what the killed publish left aside
+    assert meta.manifest.created_at == created[kept]
+    assert list(tmp_path.glob("dataset.old-*")) == []
+    for split in ("train", "eval"):
+        assert tf_records(meta.files(split)) == meta.records(split)  # every shard whole and readable

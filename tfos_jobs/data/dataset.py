@@ -20,7 +20,7 @@ from tfos_jobs.contracts.dataset import (ALL_SPLITS, MANIFEST, META, RECORDS, SE
 from tfos_jobs.data.columns import SPLIT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.storage import HadoopFS, Storage, StorageError
+from tfos_jobs.storage import HadoopFS, Storage, StorageError, restore_aside, swap_into
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ def read(root: str, storage: Storage | None = None) -> DatasetMeta:
 
     On the driver, `storage` reads it from wherever it lives; a TF node reads its local copy."""
     root = root.rstrip("/")
+    if storage is not None:
+        restore_aside(storage, root)  # a publish killed half-way left the previous dataset beside it
 
     def text(path: str) -> str:
         if storage is not None:
@@ -137,11 +139,10 @@ def write_meta(fs: HadoopFS, root: str, spec: FeatureSpec, stats: Mapping[str, A
 
 
 def publish(fs: HadoopFS, staging: str, out: str) -> None:
-    """Mark the staging directory complete and move it into place (replacing `out`)."""
+    """Mark the staging directory complete and move it into place, whole or not at all: the
+    dataset `out` held before stays readable whatever stops the publish (`storage.swap_into`)."""
     fs.write_text(f"{staging}/{SUCCESS}", "")
-    if fs.exists(out):
-        fs.delete(out)
-    fs.rename(staging, out)
+    swap_into(fs, staging, out)
 
 
 def summary(manifest: Manifest) -> str:

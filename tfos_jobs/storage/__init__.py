@@ -9,19 +9,21 @@ with the session's Hadoop configuration, so the credentials and settings Spark a
 Executors never use this: TF nodes get their inputs through Spark (`cluster.driver.node_inputs`) and
 hand their outputs to the driver over the control channel, which publishes them here.
 
-Publishing is whole or absent: a directory is written beside its target and renamed into
-place (on object stores, whose renames copy, "absent" holds until the copy ends).
+Publishing is whole or absent (`swap_into`, for every directory the package publishes, datasets
+included): a directory is written beside its target and renamed into place (on object stores,
+whose renames copy, "absent" holds until the copy ends).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import uuid
+from typing import Protocol
 
 from tfos_jobs.storage.errors import StorageError, named, reason, translated
 from tfos_jobs.storage.hadoop import HadoopFS
 
-__all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "translated"]
+__all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "restore_aside", "swap_into", "translated"]
 
 
 class Storage:
@@ -184,29 +186,14 @@ class Storage:
         """Publish a local directory as `remote`, whole or absent: written beside it first, then
         renamed into place; an earlier `remote` is moved aside and deleted after (and put back
         if the rename fails)."""
-        tmp, old = _beside(remote, "tmp"), _beside(remote, "old")
+        tmp = _beside(remote, "tmp")
         local_target = self.local(remote)
         with translated(remote):
             if local_target is not None:
                 shutil.copytree(local_dir, self.local(tmp))
             else:
                 self.hadoop.upload(local_dir, tmp)
-        self._swap(tmp, old, remote)
-
-    def _swap(self, tmp: str, old: str, target: str) -> None:
-        moved = False
-        try:
-            if self.exists(target):
-                self.rename(target, old)
-                moved = True
-            self.rename(tmp, target)
-        except BaseException:
-            if moved and not self.exists(target):
-                self.rename(old, target)  # put the previous one back
-            self.delete(tmp)
-            raise
-        if moved:
-            self.delete(old)
+        swap_into(self, tmp, remote)
 
     def merge_dir(self, local_dir: str, remote: str) -> None:
         """Each file of a local directory to the same place under `remote`, replacing files of
@@ -227,6 +214,60 @@ class Storage:
             probe = f"{path}/.tfos-write-check-{uuid.uuid4().hex[:8]}"
             self.write_bytes(probe, b"")
             self.delete(probe)
+
+
+class Directories(Protocol):
+    """What publishing a directory needs of a filesystem: `Storage` (driver) or `HadoopFS`."""
+
+    def exists(self, path: str) -> bool: ...
+    def rename(self, src: str, dst: str) -> None: ...
+    def delete(self, path: str) -> None: ...
+    def children(self, directory: str) -> list[str]: ...
+
+
+ASIDE = "old"  # `<target>.old-<id>`: the previous directory while a new one is moved into place
+
+
+def swap_into(fs: Directories, staging: str, target: str) -> None:
+    """Publish the complete directory `staging` as `target`, whole or not at all: an earlier
+    `target` is moved aside first and deleted last. A failure puts it back; a process killed
+    between the two renames leaves it aside, where `restore_aside` (run by the next publish, and
+    by every read of a dataset) puts it back."""
+    restore_aside(fs, target)
+    old = _beside(target, ASIDE)
+    moved = False
+    try:
+        if fs.exists(target):
+            fs.rename(target, old)
+            moved = True
+        fs.rename(staging, target)
+    except BaseException:
+        if moved and not fs.exists(target):
+            fs.rename(old, target)  # put the previous one back
+        fs.delete(staging)
+        raise
+    if moved:
+        fs.delete(old)
+
+
+def restore_aside(fs: Directories, target: str) -> bool:
+    """Finish what a killed `swap_into` left: with `target` missing, the one directory it moved
+    aside goes back in place (True); with `target` there, what was left aside is deleted."""
+    parent, _, name = target.rstrip("/").rpartition("/")
+    root = parent.endswith(":") or (parent.count("/") == 2 and "://" in parent)  # file:/x, hdfs://nn/x
+    if not parent or not fs.exists(parent + "/" if root else parent):
+        return False
+    aside = [f"{parent}/{c}" for c in fs.children(parent + "/" if root else parent) if c.startswith(f"{name}.{ASIDE}-")]
+    if not aside:
+        return False
+    if fs.exists(target):
+        for path in aside:
+            fs.delete(path)
+        return False
+    if len(aside) > 1:  # which one was the last published cannot be told: leave them to the user
+        return False
+    fs.rename(aside[0], target)
+    return True
 
 
 def _beside(path: str, what: str) -> str:
