@@ -14,6 +14,18 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+# What each folder's tests need beyond Python, as markers (`pytest -m "not hadoop"`); the
+# unit tests (tests/unit, `make test-fast`) need none of these.
+NEEDS = {"spark": "spark", "jvm": "spark", "bench": "spark", "reliability": "cluster", "cluster": "cluster",
+         "e2e": "cluster", "serving": "servers", "warehouse": "servers", "tracking": "servers", "hadoop": "hadoop"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
+        if folder in NEEDS:
+            item.add_marker(NEEDS[folder])
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
