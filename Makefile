@@ -20,7 +20,8 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 K8S_RUN := .cache/k8s-run
 
-.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse test test-all bench clean \
+.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse typecheck test test-fast \
+	test-all bench clean \
 	image image-tools k8s-tools test-k8s
 
 help:
@@ -29,9 +30,10 @@ help:
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
 	@echo "make demo-warehouse  set up, serve the demo tables from PostgreSQL and Hive, prepare from there"
 	@echo "make adult-data  put the real UCI Adult files into data/ (for conf/adult.toml)"
-	@echo "make test        set up and run the test suite (slow cases excluded)"
+	@echo "make test        set up and run the type checker and the test suite (slow cases excluded)"
+	@echo "make test-fast   the type checker and the unit tests (no Spark, no servers): a few minutes"
 	@echo "make test-all    set up and run every test, slow cases included"
-	@echo "make bench       set up and measure every stage against its baseline into docs/benchmarks.md"
+	@echo "make bench       set up and run benchmarks/: every stage against its baseline, into docs/benchmarks.md"
 	@echo "make image       build the jobs' image (Dockerfile) with Docker, buildah or podman"
 	@echo "make test-k8s    build the image and a single-node Kubernetes, run the jobs on it as pods, stop it"
 
@@ -93,10 +95,17 @@ demo-sweep: setup
 	  { $(VENV)/bin/tfos generate --config conf/census.toml && $(VENV)/bin/tfos prepare --config conf/census.toml --overwrite; }
 	$(VENV)/bin/tfos sweep --config conf/census.toml --space conf/sweep.toml
 
-test: setup test-servers test-jars
+# mypy reads its settings (the package's modules) from pyproject.toml.
+typecheck: setup
+	$(PY) -m mypy
+
+test: typecheck test-servers test-jars
 	$(PY) -m pytest -m "not slow and not k8s" --durations=10
 
-test-all: setup test-servers test-jars
+test-fast: typecheck
+	$(PY) -m pytest tests/unit --durations=5
+
+test-all: typecheck test-servers test-jars
 	$(PY) -m pytest -m "not k8s" --durations=10
 
 # The image: Docker when its daemon answers, else buildah or podman (Debian's buildah and mmdebstrap

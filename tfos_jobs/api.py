@@ -81,7 +81,7 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Mapping[str
         prep = PrepareConfig(main=main or next(iter(tables)), output=output)
         base = Config(features=features, sources={}, prepare=prep)
     else:
-        prep = dataclasses.replace(config.prepare, output=output, **({"main": main} if main else {}))
+        prep = dataclasses.replace(config.prepare, output=output, main=main or config.prepare.main)
         base = dataclasses.replace(config, features=features, prepare=prep)
     if split is not None:
         split_cfg = split if isinstance(split, SplitConfig) else build(SplitConfig, dict(split), "split")
@@ -165,6 +165,7 @@ def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | N
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
     check_model_fn(model_cfg=tr.model, spec=meta.spec, fn=model_fn)  # a dry build: a wrong model fails here
     check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
+    metrics: Mapping[str, Any]  # metrics.json: what `TrainResult.of` reads
     if config is not None:
         metrics = tracked.run(spark, dataclasses.replace(config, train=tr), overwrite=overwrite, log=log,
                               model_fn=model_fn)

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from tfos_jobs import config as config_mod
@@ -14,7 +15,8 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.session import LOG_LEVEL
 
 
-def _parser() -> argparse.ArgumentParser:
+def common_arguments() -> argparse.ArgumentParser:
+    """The options every command that reads a config takes (a parent parser; the bench's too)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", required=True, type=resources.config_path,
                         help="a TOML config file, e.g. conf/census.toml, or the name of a shipped sample: "
@@ -23,6 +25,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="override a config key, e.g. --set prepare.split.eval_fraction=0.25 (repeatable)")
     common.add_argument("--verbose", dest="overrides", action="append_const", const=f"spark.conf.{LOG_LEVEL}=INFO",
                         help=f"Spark's own logs at INFO (same as --set spark.conf.{LOG_LEVEL}=INFO)")
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = common_arguments()
     parser = argparse.ArgumentParser(prog="tfos", description="Distributed TensorFlow on Apache Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("config", parents=[common], help="print the resolved configuration and exit")
@@ -79,9 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("submit", add_help=False,
                    help="spark-submit a job with the TFRecord jar and, with --env-archive, the packed environment: "
                         "tfos submit [spark-submit options] JOB [job options] (--dry-run prints the command)")
-    from tfos_jobs.bench import arguments as bench_arguments
-
-    bench_arguments.add_arguments(sub.add_parser("bench", parents=[common], help="measure every stage against its baseline"))
+    bench = sub.add_parser("bench", add_help=False,
+                           help="measure every stage against its baseline, from a source checkout (benchmarks/): "
+                                "tfos bench --config FILE [bench options] (tfos bench --help lists them)")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="handed to the bench as they are")
     return parser
 
 
@@ -89,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["submit"]:  # spark-submit's options are not ours to parse
         return _submit(argv[1:])
+    if argv[:1] == ["bench"]:  # nor are the bench's, which lives outside the package
+        return _bench(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "pack-env":
         return _pack_env(args.output)
@@ -126,6 +136,29 @@ def _submit(argv: list[str]) -> int:
     except TfosError as e:
         print(f"tfos submit: error: {e}", file=sys.stderr)
         return 2
+
+
+BENCH_MISSING = ("tfos bench: error: the benchmarks are not part of the installed package: they live in the "
+                 "source repository (benchmarks/; run them there with `make bench` or `python -m benchmarks`)")
+
+
+def _bench(argv: list[str]) -> int:
+    """`tfos bench ARGS`: `benchmarks.cli.main(ARGS)`, from the source checkout the package is
+    installed from (editable); imported only now, so no other command pays for it."""
+    import importlib
+    import importlib.util
+
+    import tfos_jobs
+
+    root = Path(tfos_jobs.__file__).resolve().parents[1]
+    if not (root / "benchmarks" / "cli.py").is_file():
+        print(BENCH_MISSING, file=sys.stderr)
+        return 2
+    spec = importlib.util.find_spec("benchmarks")
+    if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != root / "benchmarks":
+        sys.path.insert(0, str(root))
+    bench_cli = importlib.import_module("benchmarks.cli")
+    return bench_cli.main(argv, prog="tfos bench")
 
 
 def _pack_env(output: str) -> int:
@@ -298,13 +331,7 @@ def cmd_sweep(cfg, args) -> int:
     return 0 if outcome["best"] is not None else 1
 
 
-def cmd_bench(cfg, args) -> int:
-    from tfos_jobs.bench import cli as bench_cli
-
-    return bench_cli.run(cfg, args)
-
-
-COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
+COMMANDS = {"sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
             "sql": cmd_sql, "serve-sql": cmd_serve_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "sources": cmd_sources,
             "demo-warehouse": cmd_demo_warehouse}
 

@@ -190,8 +190,9 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     counter = spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(make_udf_function(model, counter), contract.udf_return_type(contract.task_of(spec)),
-                        ArrowUDFType.SCALAR_ITER)
+        # pyspark's overloads allow only atomic and array results for SCALAR_ITER; a struct works as well
+        udf = arrow_udf(make_udf_function(model, counter),  # type: ignore[call-overload]
+                        contract.udf_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
     registered = spark.udf.register(name, udf)
     checked = arguments.register_checked(spark, name, registered, spec)
     return PredictionUdf(name, export_dir, local_dir, spec, registered, counter, version, checked)

@@ -15,7 +15,8 @@ from tfos_jobs.cluster.node.node import port_share
 from tfos_jobs.topology import assign_role, roles
 from tfos_jobs.cluster.node.training import steps_for
 from tfos_jobs.contracts.sweep_dir import TrialDir
-from tfos_jobs.search.trials import TrialStatus, summarise, trial_result
+from tfos_jobs.contracts.trial import TrialStatus
+from tfos_jobs.search.trials import summarise, trial_result
 
 PEER_GONE = "Traceback ...\ntensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses"
 CODE_BUG = "Traceback ...\nValueError: could not broadcast input array"

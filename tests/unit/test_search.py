@@ -16,7 +16,8 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage
 from tfos_jobs.search import samplers, space
 from tfos_jobs.search.study import TRIAL_ATTR, StudyPlace, SweepStudy, default_name, mask
-from tfos_jobs.search.trials import TrialStatus, metric_history, summarise
+from tfos_jobs.contracts.trial import TrialStatus
+from tfos_jobs.search.trials import metric_history, summarise
 
 from tests.conftest import CENSUS, ROOT
 
@@ -45,7 +46,11 @@ def test_the_shipped_sweep_file_is_valid_against_the_census_config():
     ('[params."prepare.split.eval_fraction"]\ntype = "float"\nlow = 0.1\nhigh = 0.2\n', "only training settings"),
     ('algorithm = "hyperband"\n[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n', "sweep.algorithm: 'hyperband'"),
     ('early_stopping = "patience"\n[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n',
-     "sweep.early_stopping: 'patience' is not one of 'median', 'percentile', 'hyperband'"),
+     "sweep.early_stopping: 'patience' is not one of: median, percentile, hyperband"),
+    ('goal = "max"\n[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n', "sweep.goal: 'max' is not one of: maximize"),
+    ('max_trials = "8"\n[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n',
+     "sweep.max_trials: expected an integer, got '8'"),
+    ('[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\nstep = 0\n', "params.train.epochs.step: a positive integer"),
     ('percentile = 100.0\n[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n', "sweep.percentile: 100.0"),
     ('storage = "study.db"\n[params."train.epochs"]\ntype = "int"\nlow = 1\nhigh = 2\n',
      "sweep.storage: not an SQLAlchemy URL"),

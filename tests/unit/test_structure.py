@@ -79,8 +79,8 @@ OTHER_MEANINGS = {
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",
+    ("tfos_jobs/jobs/train/driver/job.py", "test"): "the chief's result's key (contracts.metrics.ChiefResult)",
     ("tfos_jobs/cluster/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
-    ("tfos_jobs/bench/stages/registered.py", "local"): "MLflow's env_manager: the Python the executors run",
     ("tfos_jobs/config/serve_sql.py", "binary"): "HiveServer2's binary (TCP) transport, beside http",
 }
 
@@ -213,7 +213,7 @@ LAYERS = (
      "tfos_jobs.env_archive"),  # the libraries the jobs are made of
     ("tfos_jobs.cluster",),  # a TF cluster on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
-    ("tfos_jobs.cli", "tfos_jobs.bench", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
+    ("tfos_jobs.cli", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
      "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api"),  # the commands, the Python API, the entry points
 )
 

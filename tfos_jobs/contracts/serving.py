@@ -41,7 +41,7 @@ IS_ANOMALY = "is_anomaly"  # autoencoder: reconstruction_error above the thresho
 AUTOENCODER = Task.AUTOENCODER
 
 # Both signatures' outputs, per label task.
-SIGNATURE_OUTPUTS = {
+SIGNATURE_OUTPUTS: dict[str, tuple[str, ...]] = {
     Task.BINARY: (PROBABILITY, CLASS_ID, LABEL),
     Task.MULTICLASS: (PROBABILITIES, PROBABILITY, CLASS_ID, LABEL),
     Task.REGRESSION: (VALUE,),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage, StorageError
 
@@ -107,10 +108,10 @@ class TrialDir(ModelDir):
     def read_params(self, storage: Storage) -> dict[str, Any]:
         return _read(storage, self.params)
 
-    def write_result(self, storage: Storage, result: dict[str, Any]) -> None:
+    def write_result(self, storage: Storage, result: TrialResult) -> None:
         storage.write_text(self.result, json.dumps(result, indent=2))
 
-    def read_result(self, storage: Storage) -> dict[str, Any] | None:
+    def read_result(self, storage: Storage) -> TrialResult | None:
         return _read(storage, self.result) if storage.exists(self.result) else None
 
     def write_error(self, storage: Storage, text: str) -> None:

@@ -59,7 +59,7 @@ def mean_profile(windows: DataFrame, standardizer: Standardizer) -> np.ndarray |
                 x = std.apply(batch).sum(axis=0)
                 total = x if total is None else total + x
                 count += len(batch)
-        if count:
+        if count and total is not None:  # a counted batch set the total
             yield pd.DataFrame({"n": [count], "shape": [list(total.shape)], "sums": [total.ravel().tolist()]})
 
     rows = windows.select(*std.sensors).mapInPandas(sums, "n long, shape array<int>, sums array<double>").collect()

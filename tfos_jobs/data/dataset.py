@@ -12,7 +12,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from tfos_jobs import __version__
 from tfos_jobs.contracts.dataset import (ALL_SPLITS, MANIFEST, META, RECORDS, SEQUENCE_EXAMPLE, SPEC, SPLITS, STATS,
@@ -21,6 +21,8 @@ from tfos_jobs.data.columns import SPLIT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import HadoopFS, Storage, StorageError, restore_aside, swap_into
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -149,10 +151,10 @@ def summary(manifest: Manifest) -> str:
     """A few lines for the console: records per split, rejects, imputations, vocabulary sizes."""
     splits, rejected = manifest.splits, manifest.rejected
     if manifest.record_type == SEQUENCE_EXAMPLE:
-        w, rows = manifest.windows, manifest.rows
+        w, rows = _present(manifest.windows, "windows"), _present(manifest.rows, "rows")
         return "\n".join([
             f"dataset {manifest.output}",
-            "  windows: " + ", ".join(f"{s} {v.records:,} from {_count(v.assets, 'asset')} in "
+            "  windows: " + ", ".join(f"{s} {v.records:,} from {_count(_present(v.assets, 'assets'), 'asset')} in "
                                       f"{_count(len(v.files), 'file')}" for s, v in splits.items()),
             f"  dropped windows: {w['dropped']:,}"
             + "".join(f"\n    {n:,} {reason}" for reason, n in w["dropped_by_reason"].items()),
@@ -160,17 +162,26 @@ def summary(manifest: Manifest) -> str:
             f"  rows: {rows['read']:,} read, {rows['rejected']:,} rejected"
             + (f" (in {rejected['path']}/)" if rejected["path"] else ""),
         ])
+    imputed = _present(manifest.imputed, "imputed")
+    vocabulary_sizes = _present(manifest.vocabulary_sizes, "vocabulary_sizes")
     lines = [
         f"dataset {manifest.output}",
         "  records: " + ", ".join(f"{s} {v.records:,} in {len(v.files)} files" for s, v in splits.items()),
         "  sources: " + ", ".join(f"{n} {v['rows']:,} rows" for n, v in manifest.sources.items()),
         f"  rejected: {rejected['rows']:,} rows"
         + "".join(f"\n    {n:,} {reason}" for reason, n in rejected["by_reason"].items()),
-        f"  imputed: {manifest.imputed['rows']:,} rows; by column: "
-        + (", ".join(f"{c} {n:,}" for c, n in manifest.imputed["by_column"].items() if n) or "none"),
-        "  vocabulary sizes: " + ", ".join(f"{c} {n}" for c, n in manifest.vocabulary_sizes.items()),
+        f"  imputed: {imputed['rows']:,} rows; by column: "
+        + (", ".join(f"{c} {n:,}" for c, n in imputed["by_column"].items() if n) or "none"),
+        "  vocabulary sizes: " + ", ".join(f"{c} {n}" for c, n in vocabulary_sizes.items()),
     ]
     return "\n".join(lines)
+
+
+def _present(value: T | None, field: str) -> T:
+    """A manifest field its kind of dataset (rows or sensor windows) always has."""
+    if value is None:
+        raise ValueError(f"the manifest lacks {field!r}, which its kind of dataset has")
+    return value
 
 
 def _count(n: int, noun: str) -> str:

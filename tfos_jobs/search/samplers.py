@@ -14,12 +14,13 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from tfos_jobs.search.names import Algorithm, Pruner
 from tfos_jobs.search.space import Param, SweepConfig
 
 
 def distributions(sweep: SweepConfig) -> dict[str, BaseDistribution]:
     """Each parameter's distribution, by config key; a grid searches the grid's points only."""
-    if sweep.sampler == "grid":
+    if sweep.sampler == Algorithm.GRID:
         return {p.key: CategoricalDistribution(p.grid()) for p in sweep.params}
     return {p.key: _distribution(p) for p in sweep.params}
 
@@ -42,13 +43,13 @@ def grid_size(sweep: SweepConfig) -> int:
 
 def total(sweep: SweepConfig) -> int:
     """How many trials the sweep runs: max_trials, or fewer when the grid has fewer points."""
-    return min(sweep.max_trials, grid_size(sweep)) if sweep.sampler == "grid" else sweep.max_trials
+    return min(sweep.max_trials, grid_size(sweep)) if sweep.sampler == Algorithm.GRID else sweep.max_trials
 
 
 def independent_params(sweep: SweepConfig) -> list[str]:
     """The parameters CMA-ES does not model and draws at random instead: categorical ones, or
     the only numeric one (CMA-ES needs two or more)."""
-    if sweep.sampler != "cmaes":
+    if sweep.sampler != Algorithm.CMAES:
         return []
     numeric = [p.key for p in sweep.params if p.values is None]
     categorical = [p.key for p in sweep.params if p.values is not None]
@@ -58,11 +59,11 @@ def independent_params(sweep: SweepConfig) -> list[str]:
 def sampler(sweep: SweepConfig, number: int) -> optuna.samplers.BaseSampler:
     """The sampler that proposes trial `number` (from 1)."""
     seed = trial_seed(sweep.seed, number)
-    if sweep.sampler == "grid":
+    if sweep.sampler == Algorithm.GRID:
         return _GridSampler({p.key: p.grid() for p in sweep.params}, seed=sweep.seed)
-    if sweep.sampler == "random":
+    if sweep.sampler == Algorithm.RANDOM:
         return optuna.samplers.RandomSampler(seed=seed)
-    if sweep.sampler == "cmaes":
+    if sweep.sampler == Algorithm.CMAES:
         # Parameters CMA-ES cannot model are drawn by its independent (random) sampler; the
         # driver says which once, instead of Optuna warning at every trial.
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
@@ -93,13 +94,13 @@ def pruner(sweep: SweepConfig, max_epochs: int) -> optuna.pruners.BasePruner:
     a trial from the end of epoch `warmup_epochs` (at least the first) on."""
     kind, warmup = sweep.early_stopping, sweep.warmup_epochs
     common = dict(n_startup_trials=sweep.min_trials, n_warmup_steps=warmup, n_min_trials=sweep.min_trials)
-    if kind == "median":
+    if kind == Pruner.MEDIAN:
         return optuna.pruners.MedianPruner(**common)
-    if kind == "percentile":
+    if kind == Pruner.PERCENTILE:
         return optuna.pruners.PercentilePruner(sweep.percentile, **common)
-    if kind == "hyperband":
+    if kind == Pruner.HYPERBAND:
         low = max(1, warmup)
         return optuna.pruners.HyperbandPruner(min_resource=low, max_resource=max(low, max_epochs))
-    if kind == "successive_halving":
+    if kind == Pruner.SUCCESSIVE_HALVING:
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, warmup))
     return optuna.pruners.NopPruner()

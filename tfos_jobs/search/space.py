@@ -11,17 +11,17 @@ import hashlib
 import importlib.util
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from tfos_jobs import config as config_mod
+from tfos_jobs.config.loading import build
 from tfos_jobs.config.train import KIND_KEY as MODEL_KIND
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.search.names import Algorithm, AlgorithmName, Goal, GoalName, Pruner, PrunerName
 
 ParamValue = int | float | str | bool
-ALGORITHMS = ("grid", "random", "tpe", "cmaes", "bayesian")  # Optuna's samplers (bayesian: tpe's earlier name)
-PRUNERS = ("median", "percentile", "hyperband", "successive_halving", "none")  # Optuna's pruners
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Param:
 
     key: str
     type: Literal["int", "float", "categorical"]
-    low: float | None = None
-    high: float | None = None
+    low: int | float | None = None  # as written: an int stays an int (the sweep's fingerprint)
+    high: int | float | None = None
     scale: Literal["linear", "log"] = "linear"
     values: tuple[ParamValue, ...] | None = None
     step: int = 1
@@ -67,14 +67,14 @@ class SweepConfig:
     dir: str
     params: tuple[Param, ...]
     metric: str = "val_auc"  # a key of the training history: val_auc, val_loss, val_accuracy, ...
-    goal: Literal["maximize", "minimize"] = "maximize"
-    algorithm: Literal["grid", "random", "tpe", "cmaes", "bayesian"] = "random"  # bayesian: tpe's earlier name
+    goal: GoalName = Goal.MAXIMIZE.value
+    algorithm: AlgorithmName = Algorithm.RANDOM.value  # Optuna's sampler
     max_trials: int = 8
     max_parallel_trials: int = 2
     workers_per_trial: int = 1  # >1: each trial is a TFoS cluster of that many workers
     time_budget_seconds: int = 0  # 0: no limit; else no trial starts after it and running ones stop
     seed: int = 0
-    early_stopping: Literal["median", "percentile", "hyperband", "successive_halving", "none"] = "median"  # the pruner
+    early_stopping: PrunerName = Pruner.MEDIAN.value  # Optuna's pruner
     warmup_epochs: int = 1  # the first epoch at whose end a pruner may stop a trial (0 and 1: the first)
     min_trials: int = 3  # median, percentile: completed trials that must have reached an epoch to judge there
     percentile: float = 25.0  # percentile: a trial goes on only among the best this percent of the completed ones
@@ -85,7 +85,7 @@ class SweepConfig:
     @property
     def sampler(self) -> str:
         """The algorithm's own name: "bayesian" is TPE's earlier name, kept for older sweep files."""
-        return "tpe" if self.algorithm == "bayesian" else self.algorithm
+        return Algorithm.TPE.value if self.algorithm == Algorithm.BAYESIAN else self.algorithm
 
     def fingerprint(self) -> str:
         """What makes two sweeps the same sweep (resume): not the limits, which may change between
@@ -94,7 +94,7 @@ class SweepConfig:
                 if k not in ("dir", "max_trials", "max_parallel_trials", "time_budget_seconds", "storage",
                              "study_name", "percentile")}
         keep["algorithm"] = self.sampler
-        if self.early_stopping == "percentile":
+        if self.early_stopping == Pruner.PERCENTILE:
             keep["percentile"] = self.percentile
         return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -117,10 +117,10 @@ def load(path: str | Path, overrides: Sequence[str] = (), base_config: BaseConfi
 def from_tables(raw: Mapping[str, Any], overrides: Sequence[str] = (), base_config: BaseConfig | None = None,
                 base_overrides: Sequence[str] = (), where: str = "sweep") -> SweepConfig:
     """A sweep from its tables (`{"sweep": {...}, "params": {...}}`, as in the sweep file), checked as `load` does."""
-    raw = copy.deepcopy(dict(raw))
+    tables: dict[str, Any] = copy.deepcopy(dict(raw))
     for item in overrides:
-        apply_override(raw, item)
-    sweep = from_dict(raw, where)
+        apply_override(tables, item)
+    sweep = from_dict(tables, where)
     if base_config is not None:
         extreme_configs(base_config, base_overrides, sweep)
     return sweep
@@ -164,12 +164,12 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if key.startswith("params.") and key.count(".") >= 2:
         name, _, field_name = key.removeprefix("params.").rpartition(".")
         table = raw.setdefault("params", {}).setdefault(name, {})
-        holder = {}
+        holder: dict[str, Any] = {}
         config_mod.apply_override(holder, f"v={text}")
         table[field_name] = holder["v"]
         return
     if key.startswith("sweep.fixed.") and sep:
-        holder = {}
+        holder = {}  # the value alone, read as `--set` reads it
         config_mod.apply_override(holder, f"v={text}")
         raw.setdefault("sweep", {}).setdefault("fixed", {})[key.removeprefix("sweep.fixed.")] = holder["v"]
         return
@@ -177,10 +177,14 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
 
 
 def from_dict(raw: dict[str, Any], where: str = "sweep") -> SweepConfig:
+    """The sweep's tables, built by the config's typed loader (`config.loading.build`: unknown
+    keys, types and names are refused naming the key), then checked across settings."""
     unknown = set(raw) - {"sweep", "params"}
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; expected [sweep] and [params.\"<config key>\"]")
-    table = dict(raw.get("sweep", {}))
+    table = raw.get("sweep", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: [sweep] must be a table")
     bad = set(table) - _SWEEP_KEYS
     if bad:
         raise ConfigError(f"{where}: unknown key(s) sweep.{', sweep.'.join(sorted(bad))}; known: {sorted(_SWEEP_KEYS - {'params'})}")
@@ -190,12 +194,8 @@ def from_dict(raw: dict[str, Any], where: str = "sweep") -> SweepConfig:
     if not params_raw:
         raise ConfigError(f"{where}: no parameters; add [params.\"train.learning_rate\"] tables")
     params = tuple(_param(key, spec) for key, spec in params_raw.items())
-    table["params"] = params
-    table["fixed"] = dict(table.get("fixed", {}))
-    try:
-        sweep = SweepConfig(**table)
-    except TypeError as e:
-        raise ConfigError(f"{where}: {e}") from None
+    sweep = build(SweepConfig, {**table, "params": ()}, "sweep")
+    sweep = replace(sweep, params=params)
     _validate(sweep)
     return sweep
 
@@ -207,42 +207,30 @@ def _param(key: str, spec: Any) -> Param:
     bad = set(spec) - _PARAM_KEYS
     if bad:
         raise ConfigError(f"{where}: unknown key(s) {sorted(bad)}; known: {sorted(_PARAM_KEYS)}")
-    kind = spec.get("type")
-    if kind not in ("int", "float", "categorical"):
-        raise ConfigError(f"{where}.type: {kind!r} is not one of 'int', 'float', 'categorical'")
-    values = spec.get("values")
-    if kind == "categorical":
-        if not isinstance(values, list) or not values:
+    param: Param = build(Param, {**spec, "key": key}, where)
+    if param.type == "categorical":
+        if not param.values:
             raise ConfigError(f"{where}.values: a categorical parameter needs a non-empty list of values")
-    elif values is None:
-        for end in ("low", "high"):
-            if not isinstance(spec.get(end), (int, float)) or isinstance(spec.get(end), bool):
-                raise ConfigError(f"{where}.{end}: a number is required for a {kind} parameter")
-        if spec["low"] > spec["high"]:
-            raise ConfigError(f"{where}: low {spec['low']} is above high {spec['high']}")
-        if spec.get("scale", "linear") == "log" and spec["low"] <= 0:
-            raise ConfigError(f"{where}: a log scale needs low > 0, got {spec['low']}")
-    if spec.get("scale", "linear") not in ("linear", "log"):
-        raise ConfigError(f"{where}.scale: {spec['scale']!r} is not 'linear' or 'log'")
-    for name in ("step", "grid_points"):
-        if name in spec and (not isinstance(spec[name], int) or spec[name] < 1):
-            raise ConfigError(f"{where}.{name}: a positive integer is required, got {spec[name]!r}")
-    return Param(key=key, **{**spec, "values": tuple(values) if values is not None else None})
+    elif param.values is None:
+        if param.low is None or param.high is None:
+            raise ConfigError(f"{where}.{'high' if param.low is not None else 'low'}: a number is required "
+                              f"for a {param.type} parameter")
+        if param.low > param.high:
+            raise ConfigError(f"{where}: low {param.low} is above high {param.high}")
+        if param.scale == "log" and param.low <= 0:
+            raise ConfigError(f"{where}: a log scale needs low > 0, got {param.low}")
+    for name, value in (("step", param.step), ("grid_points", param.grid_points)):
+        if value < 1:
+            raise ConfigError(f"{where}.{name}: a positive integer is required, got {value!r}")
+    return param
 
 
 def _validate(sweep: SweepConfig) -> None:
     checks = [
-        (sweep.goal in ("maximize", "minimize"), f"sweep.goal: {sweep.goal!r} is not 'maximize' or 'minimize'"),
-        (sweep.algorithm in ALGORITHMS, f"sweep.algorithm: {sweep.algorithm!r} is not one of {', '.join(map(repr, ALGORITHMS))}"),
-        (sweep.early_stopping in PRUNERS,
-         f"sweep.early_stopping: {sweep.early_stopping!r} is not one of {', '.join(map(repr, PRUNERS))}"),
-        (sweep.algorithm != "cmaes" or importlib.util.find_spec("cmaes") is not None,
+        (sweep.algorithm != Algorithm.CMAES or importlib.util.find_spec("cmaes") is not None,
          "sweep.algorithm = \"cmaes\" needs the cmaes package: pip install cmaes"),
-        (isinstance(sweep.percentile, (int, float)) and 0 < sweep.percentile < 100,
-         f"sweep.percentile: {sweep.percentile!r} is not a number between 0 and 100"),
-        (isinstance(sweep.storage, str) and isinstance(sweep.study_name, str),
-         "sweep.storage and sweep.study_name: text is required"),
-        (not sweep.storage or not isinstance(sweep.storage, str) or _is_url(sweep.storage),
+        (0 < sweep.percentile < 100, f"sweep.percentile: {sweep.percentile!r} is not a number between 0 and 100"),
+        (not sweep.storage or _is_url(sweep.storage),
          "sweep.storage: not an SQLAlchemy URL such as sqlite:///path/study.db or postgresql://user@host/db "
          "(leave it empty for study.journal in the sweep directory)"),
         (sweep.max_trials >= 1, "sweep.max_trials: must be at least 1"),
@@ -276,9 +264,9 @@ def _is_url(text: str) -> bool:
 
 def _extremes(sweep: SweepConfig) -> list[dict[str, ParamValue]]:
     """Settings that together touch every parameter's low, high and each value once."""
-    out = []
+    out: list[dict[str, ParamValue]] = []
     for p in sweep.params:
-        candidates = list(p.values) if p.values is not None else [p.low, p.high]
+        candidates = list(p.values) if p.values is not None else [v for v in (p.low, p.high) if v is not None]
         for v in candidates:
             out.append({p.key: int(v) if p.type == "int" else v})
     return out
@@ -289,7 +277,8 @@ def largest(sweep: SweepConfig, key: str, default: ParamValue) -> ParamValue:
     its fixed setting, else `default` (the base config's)."""
     for p in sweep.params:
         if p.key == key:
-            return max(p.values) if p.values is not None else p.high
+            top = max(p.values) if p.values is not None else p.high
+            return default if top is None else top
     return sweep.fixed.get(key, default)
 
 

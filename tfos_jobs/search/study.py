@@ -26,7 +26,9 @@ from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.search import samplers
 from tfos_jobs.search.space import ParamValue, SweepConfig
-from tfos_jobs.search.trials import TrialResult, TrialStatus, metric_by_epoch
+from tfos_jobs.contracts.trial import TrialResult, TrialStatus
+from tfos_jobs.search.names import Pruner
+from tfos_jobs.search.trials import metric_by_epoch
 from tfos_jobs.storage import Storage
 
 TRIAL_ATTR = "sweep_trial"  # the sweep's number of an Optuna trial (trial-<n>)
@@ -84,7 +86,7 @@ class StudyPlace:
 
     def save(self) -> None:
         """Write the local copy of the journal back to the sweep directory."""
-        if self.remote is not None and os.path.exists(self.journal):
+        if self.remote is not None and self.journal is not None and os.path.exists(self.journal):
             self.storage.upload_file(self.journal, self.remote)
 
     def close(self) -> None:
@@ -211,7 +213,7 @@ class SweepStudy:
 
     def should_prune(self, number: int, epoch: int, value: float | None) -> bool:
         """Report, then ask the pruner; a value that is not finite (the trial diverged) prunes."""
-        if self.sweep.early_stopping == "none":
+        if self.sweep.early_stopping == Pruner.NONE:
             return False
         with self._lock:
             self.report(number, epoch, value)
@@ -254,5 +256,5 @@ def _outcome(result: TrialResult) -> tuple[TrialState, float | None]:
     status, value = TrialStatus(result["status"]), result["value"]
     finite = isinstance(value, (int, float)) and math.isfinite(value)
     if status == TrialStatus.COMPLETED:
-        return (TrialState.COMPLETE, float(value)) if finite else (TrialState.FAIL, None)
+        return (TrialState.COMPLETE, float(value)) if finite and value is not None else (TrialState.FAIL, None)
     return STATES[status], None

@@ -1,4 +1,4 @@
-"""A sweep trial's contract: its status and its result row.
+"""A sweep trial's result row (contracts.trial.TrialResult), built from its progress.
 
 The trial task (executor) trains and reports over the control channel (its epochs, the model
 and resume state it publishes, its outcome); the sweep (driver) keeps its files
@@ -7,44 +7,10 @@ and resume state it publishes, its outcome); the sweep (driver) keeps its files
 from __future__ import annotations
 
 import time
-from typing import Any, TypedDict
+from typing import Any
 
-from tfos_jobs.names import Name
+from tfos_jobs.contracts.trial import TrialResult, TrialStatus, TrialSummary
 from tfos_jobs.progress_log import EPOCH, metrics_of
-
-
-class TrialStatus(Name):
-    COMPLETED = "completed"
-    PRUNED = "pruned"  # stopped early by the sweep's pruner (sweep.early_stopping)
-    FAILED = "failed"
-    CANCELLED = "cancelled"  # stopped by the time budget or an interrupt: a resumed sweep runs it again
-
-
-FINISHED = (TrialStatus.COMPLETED, TrialStatus.PRUNED, TrialStatus.FAILED)
-
-
-class TrialResult(TypedDict):
-    """A trial's row of the results (as JSON: `status` is the status's value)."""
-    trial: int
-    settings: dict[str, Any]
-    status: str
-    value: float | None  # the sweep's metric, last epoch
-    epochs_run: int
-    metrics: dict[str, float]  # the last epoch's
-    error: str | None
-    started: float
-    finished: float
-    seconds: float
-    host: str | None
-    pid: int | None
-
-
-class TrialOutcome(TypedDict):
-    """What a trial task returns to the driver: how it ended, where it ran."""
-    status: str
-    error: str | None
-    host: str
-    pid: int
 
 
 def metric_by_epoch(lines: list[dict[str, Any]], metric: str) -> dict[int, float]:
@@ -69,7 +35,7 @@ def trial_result(trial: int, settings: dict[str, Any], lines: list[dict[str, Any
 
 
 def summarise(lines: list[dict[str, Any]], metric: str, status: TrialStatus, error: str | None,
-              kept_at_lowest: str | None = None) -> dict[str, Any]:
+              kept_at_lowest: str | None = None) -> TrialSummary:
     """Status, the metric's value and the metrics of the epoch whose model the trial keeps (the
     last, or with `kept_at_lowest` the one where that metric was lowest: early stopping's
     restored epoch), from the trial's progress. A trial that finished without the metric
@@ -82,11 +48,9 @@ def summarise(lines: list[dict[str, Any]], metric: str, status: TrialStatus, err
         kept = [line for line in lines if int(line[EPOCH]) == epoch][-1]
         value = metric_by_epoch(lines, metric).get(epoch, value)
     metrics = metrics_of(kept) if kept else {}
-    out: dict[str, Any] = {"status": status.value, "value": value, "error": error,
-                           "epochs_run": len(history) if history else len({line[EPOCH] for line in lines}),
-                           "metrics": metrics}
     if status in (TrialStatus.COMPLETED, TrialStatus.PRUNED) and not history:
         available = sorted(metrics) or ["(no epoch finished)"]
-        out.update(status=TrialStatus.FAILED.value,
-                   error=error or f"metric {metric!r} is not among the trial's metrics: {', '.join(available)}")
-    return out
+        status = TrialStatus.FAILED
+        error = error or f"metric {metric!r} is not among the trial's metrics: {', '.join(available)}"
+    return TrialSummary(status=status.value, value=value, error=error,
+                        epochs_run=len(history) if history else len({line[EPOCH] for line in lines}), metrics=metrics)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tfos_jobs.storage.errors import StorageError, named, reason, translated
 from tfos_jobs.storage.hadoop import HadoopFS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "restore_aside", "swap_into", "translated"]
 
@@ -31,7 +34,7 @@ class Storage:
     Python, the rest with `HadoopFS`. Every failure is a `StorageError` in plain words.
     Without a session (`spark=None`) only local paths can be used."""
 
-    def __init__(self, spark):
+    def __init__(self, spark: SparkSession | None) -> None:
         self._spark = spark
         self._hadoop: HadoopFS | None = None
 
@@ -163,7 +166,7 @@ class Storage:
         tmp = _beside(path, "tmp")
         local, local_tmp = self.local(path), self.local(tmp)
         with translated(path):
-            if local is not None:
+            if local is not None and local_tmp is not None:  # tmp is beside path: local when path is
                 os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
                 with open(local_tmp, "wb") as fh:
                     fh.write(data)
@@ -187,10 +190,10 @@ class Storage:
         renamed into place; an earlier `remote` is moved aside and deleted after (and put back
         if the rename fails)."""
         tmp = _beside(remote, "tmp")
-        local_target = self.local(remote)
+        local_target, local_tmp = self.local(remote), self.local(tmp)
         with translated(remote):
-            if local_target is not None:
-                shutil.copytree(local_dir, self.local(tmp))
+            if local_target is not None and local_tmp is not None:  # tmp is beside remote: local when it is
+                shutil.copytree(local_dir, local_tmp)
             else:
                 self.hadoop.upload(local_dir, tmp)
         swap_into(self, tmp, remote)

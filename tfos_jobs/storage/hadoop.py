@@ -32,6 +32,8 @@ class HadoopFS:
 
         SparkContext._ensure_initialized()
         jvm = SparkContext._jvm
+        if jvm is None:  # _ensure_initialized starts or joins the gateway, or raises
+            raise StorageError(f"cannot read {url!r}: spark-submit's JVM is not reachable")
         conf = jvm.org.apache.spark.deploy.SparkHadoopUtil.get().newConfiguration(jvm.org.apache.spark.SparkConf(True))
         return cls(None, jvm=jvm, hadoop_conf=conf)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-import mlflow.pyfunc
 import pandas as pd
+from mlflow.pyfunc import PythonModel
 
 from tfos_jobs.contracts.serving import SAVED_MODEL_FILE
 
@@ -34,7 +34,7 @@ def model_columns(frame: pd.DataFrame, inputs: Sequence[str]) -> pd.DataFrame:
     return frame[list(inputs)]
 
 
-class SavedModelPyfunc(mlflow.pyfunc.PythonModel):
+class SavedModelPyfunc(PythonModel):
     _skip_type_hint_validation = True  # a DataFrame of the spec's columns in, the UDF's fields out
 
     def load_context(self, context):

@@ -136,8 +136,10 @@ class TrackedRun:
 
         items = [Param(k, v) for k, v in values.items()]
         for i in range(0, len(items), PARAM_BATCH):
-            chunk = items[i:i + PARAM_BATCH]
-            self.tracking.submit(lambda chunk=chunk: self.tracking.client.log_batch(self.id, params=chunk))
+            def send(chunk: list[Param] = items[i:i + PARAM_BATCH]) -> None:
+                self.tracking.client.log_batch(self.id, params=chunk)
+
+            self.tracking.submit(send)
 
     def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -145,8 +147,10 @@ class TrackedRun:
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in values.items() if isinstance(v, (int, float))]
         for i in range(0, len(items), METRIC_BATCH):
-            chunk = items[i:i + METRIC_BATCH]
-            self.tracking.submit(lambda chunk=chunk: self.tracking.client.log_batch(self.id, metrics=chunk))
+            def send(chunk: list[Metric] = items[i:i + METRIC_BATCH]) -> None:
+                self.tracking.client.log_batch(self.id, metrics=chunk)
+
+            self.tracking.submit(send)
 
     def epoch(self, line: Mapping[str, Any]) -> None:
         """One progress line: the model's metrics and the epoch's speed, at step = the epoch."""
@@ -156,7 +160,10 @@ class TrackedRun:
 
     def tags(self, values: Mapping[str, str]) -> None:
         for key, value in values.items():
-            self.tracking.submit(lambda key=key, value=value: self.tracking.client.set_tag(self.id, key, value))
+            def send(key: str = key, value: str = value) -> None:
+                self.tracking.client.set_tag(self.id, key, value)
+
+            self.tracking.submit(send)
 
     def artifact(self, local_path: str, artifact_path: str | None = None) -> None:
         """A local file or directory; it must stay until `Tracking.wait` returns."""

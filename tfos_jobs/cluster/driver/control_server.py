@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from tfos_jobs import control_channel as cc
 
@@ -66,7 +66,7 @@ class ControlServer:
         if self._thread is not None:
             self._thread.join(5)
         for key in list(self._selector.get_map().values()):
-            key.fileobj.close()
+            cast(socket.socket, key.fileobj).close()  # only sockets are registered
         self._selector.close()
 
     def summary(self) -> dict[str, Any]:
@@ -84,6 +84,8 @@ class ControlServer:
             self._close_idle()
 
     def _accept(self) -> None:
+        if self._listener is None:  # the listener's events come only after start()
+            raise RuntimeError("the control server has not been started")
         try:
             sock, peer = self._listener.accept()
         except OSError:

@@ -26,9 +26,9 @@ def failure_message(errors: dict[str, tuple[str, str]], task_error: BaseExceptio
             parts.append(f"TF node {node} failed: {lines[-1] if lines else '(no message)'}\n  full traceback: {path}")
         return "\n".join(parts)
     if task_error is not None:
-        text = str(task_error).strip().splitlines()
-        return "a TF node task failed: " + next((ln for ln in reversed(text) if "Error" in ln or "Exception" in ln),
-                                                  text[-1] if text else "unknown error")
+        lines = str(task_error).strip().splitlines()
+        return "a TF node task failed: " + next((ln for ln in reversed(lines) if "Error" in ln or "Exception" in ln),
+                                                  lines[-1] if lines else "unknown error")
     return "a TF node task failed (see the executor logs)"
 
 

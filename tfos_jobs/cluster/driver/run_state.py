@@ -49,7 +49,7 @@ class RunState:
             return self.transfers.handle(kind, message)
         if kind == cc.REGISTER:
             data = message.get("data")
-            if not cc.valid_reservation(data):
+            if not isinstance(data, dict) or not cc.valid_reservation(data):
                 raise cc.ControlError(f"a reservation needs {', '.join(cc.NODE_FIELDS)} of the right types")
             with self._lock:
                 self._reservations.append({k: data[k] for k in cc.NODE_FIELDS})

@@ -166,6 +166,8 @@ def _own_python_workers(sc: SparkContext, run_id: str) -> Iterator[None]:
 def _wait_for_executors(sc: SparkContext, nodes: int, tr: TrainConfig) -> None:
     """TFoS needs one executor per TF node; fail clearly rather than hang when there are too few."""
     master = sc.master
+    if master is None:  # a running SparkContext always has one
+        raise TrainingError("the SparkContext has no master")
     if master.startswith("local") and not master.startswith("local-cluster"):
         raise TrainingError(
             f"strategy {tr.strategy!r} needs {nodes} Spark executors, but master {master!r} runs everything in "

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import threading
+from typing import TypeGuard
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.model_dir import ModelDir
@@ -67,16 +68,18 @@ class Transfers:
 
     def get(self, target: object, path: object, offset: object, length: object) -> str:
         name, rel = self._target(target), cc.relative_path(path)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, length)):
+        if not (_natural(offset) and _natural(length)):
             raise cc.ControlError("bad offset or length")
         return cc.encode_chunk(self.storage.read_bytes(f"{self.dirs[name]}/{rel}", offset, min(length, cc.CHUNK)))
 
     def handle(self, kind: str, message: dict) -> object:
         """The reply to a PUT, PUBLISH, LIST or GET message."""
         if kind == cc.PUT:
-            return self.put(message.get("target"), message.get("path"), message.get("offset"), message.get("data"))
+            self.put(message.get("target"), message.get("path"), message.get("offset"), message.get("data"))
+            return None
         if kind == cc.PUBLISH:
-            return self.publish(message.get("target"), message.get("files"))
+            self.publish(message.get("target"), message.get("files"))
+            return None
         if kind == cc.LIST:
             return self.listing(message.get("target"))
         return self.get(message.get("target"), message.get("path"), message.get("offset"), message.get("length"))
@@ -86,6 +89,11 @@ class Transfers:
 
 
 FILE_MESSAGES = (cc.PUT, cc.PUBLISH, cc.LIST, cc.GET)
+
+
+def _natural(value: object) -> TypeGuard[int]:
+    """An offset or length a message may carry: an int (not a bool), 0 or more."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _tree(root: str) -> dict[str, int]:

@@ -39,7 +39,7 @@ def backup_and_restore(backup_dir: str, parameter_server: bool):
         options.experimental_io_device = CHIEF_DEVICE
         return options
 
-    class OnTheChief(original):
+    class OnTheChief(original):  # type: ignore[valid-type,misc]  # Keras' class, looked up at runtime
         """The training state Keras builds, with every checkpoint read and write on the chief."""
 
         def __init__(self, *args, **kwargs):
@@ -50,7 +50,7 @@ def backup_and_restore(backup_dir: str, parameter_server: bool):
                 checkpoint._write = lambda prefix, options=None, _write=write: _write(prefix, options=on_chief(options))
                 checkpoint.restore = lambda path, options=None, _restore=restore: _restore(path, options=on_chief(options))
 
-    class ChiefBackup(type(callback)):
+    class ChiefBackup(type(callback)):  # type: ignore[misc]  # the class of the callback TF built
         def on_train_begin(self, logs=None):
             worker_training_state.WorkerTrainingState = OnTheChief
             try:

@@ -45,9 +45,14 @@ class ControlClient:
         self.nonce = hello[len(cc.HELLO):]
         self.seq = 0
 
+    def _socket(self) -> socket.socket:
+        if self.sock is None:  # closed, and not opened again
+            raise RuntimeError(f"not connected to the control server at {self.server}")
+        return self.sock
+
     def _frame(self) -> bytes:
         try:
-            return cc.read_frame(self.sock)
+            return cc.read_frame(self._socket())
         except (OSError, cc.ControlError) as e:
             raise cc.ControlError(f"control server {self.server}: {e}") from None
 
@@ -67,7 +72,7 @@ class ControlClient:
     def _exchange(self, kind: str, data: dict[str, Any] | None) -> Any:
         message = {"type": kind, **(data or {})}
         try:
-            self.sock.sendall(cc.seal(self.secret, self.nonce, b"c", self.seq, message))
+            self._socket().sendall(cc.seal(self.secret, self.nonce, b"c", self.seq, message))
         except OSError as e:
             raise cc.ControlError(f"control server {self.server}: {e}") from None
         body = self._frame()

@@ -11,10 +11,11 @@ import contextlib
 import math
 import os
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.dataset import Split
+from tfos_jobs.contracts.metrics import Anomaly, ChiefResult
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
@@ -146,7 +147,6 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     steps = steps_for(args, meta.records(Split.TRAIN), num_workers)
     val_steps = max(1, math.ceil(meta.records(Split.EVAL) / args.batch_size))
     train_files, eval_files = meta.files(Split.TRAIN), meta.files(Split.EVAL)
-    common = dict(spec=spec, batch_size=args.batch_size, compression=meta.compression)
 
     def fits(split: str, shards: int, index: int) -> bool:
         return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= args.in_memory_mb * 2**20
@@ -154,7 +154,8 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     def train_input(shards: int, index: int):
         return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args.shuffle_buffer,
                                    seed=args.seed + index, repeat=True, num_shards=shards, shard_index=index,
-                                   in_memory=fits(Split.TRAIN, shards, index), **common)
+                                   in_memory=fits(Split.TRAIN, shards, index), spec=spec,
+                                   batch_size=args.batch_size, compression=meta.compression)
 
     def named():
         return _naming_corrupt_files(train_files + eval_files, meta.compression, workspace.dataset, args.dataset)
@@ -166,15 +167,17 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
         else:
             train_data = _no_autoshard(train_input(num_workers, worker_index))
         # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
-        eval_data = _no_autoshard(reader.make_dataset(eval_files, repeat=True, in_memory=fits(Split.EVAL, 1, 0), **common))
+        eval_data = _no_autoshard(reader.make_dataset(eval_files, spec, args.batch_size, compression=meta.compression,
+                                                      repeat=True, in_memory=fits(Split.EVAL, 1, 0)))
 
     per_step = examples_per_step(args.strategy, args.batch_size, num_workers)
-    publisher = Publisher(link, workspace) if is_chief else None
+    publisher: Publisher | None = None  # the chief's
     # Backup first, then its publication, then the progress line: callbacks run in order, so an
     # epoch the driver shows is one a relaunch resumes after.
     callbacks: list = [backup_and_restore(workspace.backup, args.strategy == Strategy.PARAMETER_SERVER)]
     if is_chief:
         per_batch = args.strategy != Strategy.PARAMETER_SERVER
+        publisher = Publisher(link, workspace)
         callbacks += [publisher.callback(args.tensorboard),
                       epoch_progress(link, args.epochs, steps, per_step),
                       first_step(link, per_batch=per_batch),
@@ -217,13 +220,13 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
             make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
             steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers,
             gradient_exchange=gradient_exchange)
-    anomaly = None
+    anomaly: Anomaly | None = None
     if spec.is_sequence:  # the threshold is a constant of the exported graph; only the chief's export is kept
         from tfos_jobs.model.sequence import error_quantile
 
         quantile = model_cfg.anomaly_quantile
         threshold = error_quantile(model, train_files, spec, meta.compression, quantile) if is_chief else 0.0
-        anomaly = {"quantile": quantile, "threshold": threshold}
+        anomaly = Anomaly(quantile=quantile, threshold=threshold)
     export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief,
                        threshold=anomaly["threshold"] if anomaly else None,
                        io_device=CHIEF_DEVICE if args.strategy == Strategy.PARAMETER_SERVER else None)
@@ -234,12 +237,10 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
             test_files = meta.files(Split.TEST)
             with _naming_corrupt_files(test_files, meta.compression, workspace.dataset, args.dataset):
                 test = _test_metrics(model, test_files, spec, meta.compression, args.batch_size)
-        result = {"final": final, Split.TEST.value: test, "kept_epoch": history.epoch[kept] + 1 if history.epoch else None,
-                  "epochs_run": len(history.epoch), "steps_per_epoch": steps,
-                  "gradient_exchange": gradient_exchange,
-                  "step_profile": profile, "anomaly": anomaly,
-                  "sample": _sample_predictions(model, eval_files, spec, meta.compression)}
-        link.result(result)
+        link.result(ChiefResult(final=final, test=test, kept_epoch=history.epoch[kept] + 1 if history.epoch else None,
+                                epochs_run=len(history.epoch), steps_per_epoch=steps,
+                                gradient_exchange=gradient_exchange, step_profile=profile, anomaly=anomaly,
+                                sample=_sample_predictions(model, eval_files, spec, meta.compression)))
     return final
 
 
@@ -269,7 +270,7 @@ def _test_metrics(model, files: list[str], spec, compression: str, batch_size: i
     return {m.name: float(m.result()) for m in (loss, *metrics)}
 
 
-def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict:
+def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict[str, Any]:
     """The trained model's outputs on a few eval rows, kept with the rows, so the exported
     SavedModel can be checked against the model that was actually trained."""
     features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))

@@ -43,15 +43,26 @@ from tfos_jobs.jobs.sweep.driver.channel import Trials
 from tfos_jobs.jobs.sweep.driver.observer import Guarded, SweepObserver
 from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
 from tfos_jobs.search import samplers
+from tfos_jobs.search.names import Algorithm, Pruner
 from tfos_jobs.search.space import model_kinds
 from tfos_jobs.search.space import BaseConfig, ParamValue, SweepConfig, largest, trial_config
 from tfos_jobs.search.space import base as space_base
 from tfos_jobs.search.study import StudyPlace, SweepStudy, default_name, mask
-from tfos_jobs.search.trials import FINISHED, TrialResult, TrialStatus, trial_result
+from tfos_jobs.contracts.trial import FINISHED, TrialResult, TrialStatus
+from tfos_jobs.search.trials import trial_result
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Strategy
 
 POLL = 0.5
+
+
+@dataclass(frozen=True)
+class Known:
+    """A trial the sweep directory already holds (a resumed sweep)."""
+
+    settings: dict[str, ParamValue]
+    result: TrialResult | None
+    directory: TrialDir
 
 
 @dataclass
@@ -106,9 +117,9 @@ def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[s
         sweep_dir = storage.qualify(sweep.dir)
     storage.check_writable("sweep.dir", sweep_dir)
     fingerprint, name = _open_dir(storage, sweep_dir, sweep, dataclasses.asdict(base.train))
-    known = {n: {"settings": d.read_params(storage), "result": d.read_result(storage), "directory": d}
+    known = {n: Known(d.read_params(storage), d.read_result(storage), d)
              for n, d in TrialDir.all_in(storage, sweep_dir).items()}
-    results = {n: t["result"] for n, t in known.items() if t["result"] and t["result"]["status"] in FINISHED}
+    results = {n: t.result for n, t in known.items() if t.result and t.result["status"] in FINISHED}
     total = samplers.total(sweep)
     todo = [n for n in range(1, total + 1) if n not in results]
     notify = Guarded(observer, log)
@@ -117,7 +128,7 @@ def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[s
         stack.callback(place.close)
         max_epochs = int(largest(sweep, "train.epochs", base.train.epochs))
         study = SweepStudy.open(place, sweep, name, fingerprint, max_epochs, log)
-        learned = study.restore(results, {n: read_progress(storage, known[n]["directory"].progress) for n in results})
+        learned = study.restore(results, {n: read_progress(storage, known[n].directory.progress) for n in results})
         if results:
             log(f"resuming the sweep in {sweep_dir}: {len(results)} of {total} trials already finished, "
                 f"{len(todo)} to run")
@@ -147,7 +158,7 @@ def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[s
 
 def _notes(sweep: SweepConfig, total: int, log: Callable[[str], None]) -> None:
     size = samplers.grid_size(sweep)
-    if sweep.sampler == "grid" and size > total:
+    if sweep.sampler == Algorithm.GRID and size > total:
         log(f"note: the grid has {size} points; sweep.max_trials = {sweep.max_trials} runs {total} of them, "
             "in an order drawn from sweep.seed")
     drawn = samplers.independent_params(sweep)
@@ -155,7 +166,7 @@ def _notes(sweep: SweepConfig, total: int, log: Callable[[str], None]) -> None:
         log(f"note: CMA-ES models two or more numeric parameters; {', '.join(drawn)} are drawn at random")
 
 
-def _run_trials(ctx: Context, place: StudyPlace, known: dict[int, dict[str, Any]], results: dict[int, TrialResult],
+def _run_trials(ctx: Context, place: StudyPlace, known: dict[int, Known], results: dict[int, TrialResult],
                 todo: list[int], total: int) -> None:
     """Launch trials while there are free slots and time, watch them, record each as it ends."""
     sweep, log, sc = ctx.sweep, ctx.log, ctx.spark.sparkContext
@@ -166,7 +177,7 @@ def _run_trials(ctx: Context, place: StudyPlace, known: dict[int, dict[str, Any]
         while todo or running:
             while todo and len(running) < sweep.max_parallel_trials and not budget_hit:
                 n = todo.pop(0)
-                running[n] = _launch(ctx, n, known[n]["settings"] if n in known else None)
+                running[n] = _launch(ctx, n, known[n].settings if n in known else None)
             time.sleep(POLL)
             for n, trial in list(running.items()):
                 _watch_epochs(ctx, trial)
@@ -260,7 +271,7 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
     else:
         tr = dataclasses.replace(cfg.train, strategy=Strategy.LOCAL, tensorboard=False)
         wanted = node_inputs.everything(ctx.meta, node_inputs.files_of(ctx.meta, SPLITS))
-        payload = TrialPayload(trial=n, settings=settings, metric=sweep.metric, pruning=sweep.early_stopping != "none",
+        payload = TrialPayload(trial=n, settings=settings, metric=sweep.metric, pruning=sweep.early_stopping != Pruner.NONE,
                                args=NodeArgs.from_train_config(tr, dataset=ctx.meta.root), server=ctx.server,
                                run_id=ctx.run_id, local_dir=tr.local_dir, inputs=wanted)
         sc = ctx.spark.sparkContext

@@ -12,20 +12,21 @@ from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.progress_log import EPOCH, EPOCHS, EXAMPLES_PER_SEC
 from tfos_jobs.search.space import SweepConfig
-from tfos_jobs.search.trials import FINISHED, TrialStatus
+from tfos_jobs.contracts.trial import FINISHED, TrialResult, TrialStatus
+from tfos_jobs.search.names import Goal
 from tfos_jobs.storage import Storage
 
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")
 
 
-def ranked(sweep: SweepConfig, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ranked(sweep: SweepConfig, rows: list[TrialResult]) -> list[TrialResult]:
     """Completed trials with a finite metric, best first; ties go to the earlier trial."""
-    sign = -1 if sweep.goal == "maximize" else 1
+    sign = -1 if sweep.goal == Goal.MAXIMIZE else 1
     done = [r for r in rows if r["status"] == TrialStatus.COMPLETED and _finite(r["value"])]
-    return sorted(done, key=lambda r: (sign * r["value"], r["trial"]))
+    return sorted(done, key=lambda r: (sign * (r["value"] or 0.0), r["trial"]))  # every value is finite here
 
 
-def best(sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def best(sweep: SweepConfig, rows: list[TrialResult]) -> TrialResult | None:
     top = ranked(sweep, rows)
     return top[0] if top else None
 
@@ -34,7 +35,7 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def frame(sweep: SweepConfig, rows: list[dict[str, Any]]):
+def frame(sweep: SweepConfig, rows: list[TrialResult]):
     """One row per trial: number, status, the metric (named as in the sweep), each parameter."""
     import pandas as pd
 
@@ -54,7 +55,7 @@ def frame(sweep: SweepConfig, rows: list[dict[str, Any]]):
     return df
 
 
-def write_table(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
+def write_table(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[TrialResult]) -> str:
     """`results.parquet` and `results.csv`, replaced whole each time."""
     df = frame(sweep, rows)
     base = SweepDir(sweep_dir).results
@@ -67,7 +68,7 @@ def write_table(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list
     return base
 
 
-def leaderboard(sweep: SweepConfig, rows: list[dict[str, Any]], top: int = 10) -> str:
+def leaderboard(sweep: SweepConfig, rows: list[TrialResult], top: int = 10) -> str:
     """The best trials first, then how many were stopped early or failed."""
     names = [p.column for p in sweep.params]
     header = ["rank", "trial", sweep.metric, *names, "epochs", "seconds"]
@@ -87,7 +88,7 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def plot(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> str:
+def plot(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[TrialResult]) -> str:
     """`sweep.png`: the metric against each parameter, and over trials with the best so far."""
     import matplotlib
 
@@ -131,8 +132,10 @@ def plot(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[s
     if done:
         running, xs, ys = None, [], []
         for r in done:
-            if running is None or (r["value"] > running if sweep.goal == "maximize" else r["value"] < running):
-                running = r["value"]
+            value = r["value"]
+            if value is not None and (running is None or
+                                      (value > running if sweep.goal == Goal.MAXIMIZE else value < running)):
+                running = value
             xs.append(r["trial"])
             ys.append(running)
         last = max(r["trial"] for r in rows)
@@ -160,7 +163,7 @@ def _axis_value(p, value: Any) -> Any:
     return list(p.values).index(value) if p.values is not None and value in p.values else value
 
 
-def export_best(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def export_best(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[TrialResult]) -> TrialResult | None:
     """The best trial's SavedModel and its row as `<sweep_dir>/best/` (replaced whole)."""
     top = best(sweep, rows)
     if top is None:
@@ -184,7 +187,7 @@ def epoch_line(sweep: SweepConfig, number: int, line: dict[str, Any]) -> str:
             f"loss {line.get('loss', float('nan')):.4f}  {line.get(EXAMPLES_PER_SEC, 0):,.0f} ex/s")
 
 
-def finished_line(sweep: SweepConfig, result: dict[str, Any], rows: list[dict[str, Any]], total: int,
+def finished_line(sweep: SweepConfig, result: TrialResult, rows: list[TrialResult], total: int,
                   running: int) -> str:
     """A trial's end, with the sweep's count and best so far."""
     n, status = result["trial"], result["status"]
@@ -197,8 +200,8 @@ def finished_line(sweep: SweepConfig, result: dict[str, Any], rows: list[dict[st
             f"[{done}/{total} done, {running} running; {best_text}]")
 
 
-def finish(storage: Storage, sweep_dir: str, sweep: SweepConfig, results: dict[int, dict[str, Any]], total: int,
-           seconds: float, log: Callable[[str], None]) -> dict[str, Any] | None:
+def finish(storage: Storage, sweep_dir: str, sweep: SweepConfig, results: dict[int, TrialResult], total: int,
+           seconds: float, log: Callable[[str], None]) -> TrialResult | None:
     """The table, the plot, best/ and the leaderboard at the sweep's end; returns the best row."""
     rows = [results[n] for n in sorted(results)]
     if not rows:

@@ -20,7 +20,7 @@ from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.cluster.node import lifecycle
-from tfos_jobs.search.trials import TrialOutcome, TrialStatus
+from tfos_jobs.contracts.trial import TrialOutcome, TrialStatus
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role
 
@@ -51,7 +51,7 @@ def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str,
 
         workspace.enter()
         lifecycle.start_reaper(os.getpid(), [], workspace)  # a trial cancelled by the time budget leaves no files
-        inputs.receive(records, payload.inputs, workspace.root)
+        inputs.receive(records, dict(payload.inputs), workspace.root)
         link.fetch(cc.BACKUP, workspace.backup)  # a trial stopped part-way resumes
         training.configure_threads(args.threads)  # trials share the executors' cores
         pruner = pruning(link, payload.metric) if payload.pruning else None

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from pyspark.sql import SparkSession
 
@@ -30,6 +30,7 @@ from tfos_jobs.cluster.driver.tf_cluster import TFoSLauncher
 from tfos_jobs.cluster.driver.transfers import Transfers, model_dir_targets
 from tfos_jobs.config import Config, TrainConfig
 from tfos_jobs.contracts.dataset import Split
+from tfos_jobs.contracts.metrics import ChiefResult, Metrics, MetricsExtras
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.errors import ConfigError, OutputExistsError, TrainingError
@@ -37,14 +38,14 @@ from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdo
 from tfos_jobs.model.builder import resolve_model_fn
 from tfos_jobs.progress_log import EPOCH, ProgressLog
 from tfos_jobs.storage import Storage, named
-from tfos_jobs.topology import ALL_REDUCE, Strategy
+from tfos_jobs.topology import Strategy
 
 __all__ = ["run", "TrainingError"]
 
 
 def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = False,
         log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
-        on_epoch: Callable[[dict[str, Any]], None] | None = None, model_fn: Callable | None = None) -> dict[str, Any]:
+        on_epoch: Callable[[dict[str, Any]], None] | None = None, model_fn: Callable | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
     Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
@@ -173,34 +174,30 @@ def _keeper(storage: Storage, model_dir: ModelDir, run_id: str) -> Callable[[str
 
 
 def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: ProgressLog, seconds: float,
-            log: Callable[[str], None], rejected: Counter[str]) -> dict[str, Any]:
+            log: Callable[[str], None], rejected: Counter[str]) -> Metrics:
     tr, state, attempts = finished.tr, finished.state, finished.number
     epochs = progress.lines()
-    result = state.result()
+    result = cast("ChiefResult | None", state.result())  # what the chief sent (cluster.node.training)
     if result is None:
         raise TrainingError("the chief ended without reporting its result (see the executor logs)")
     nodes = [{k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "python", "manager_pid")}
              for node in state.records().values()]
-    metrics = {
-        "strategy": tr.strategy, "nodes": nodes, "attempts": attempts,
-        "epochs": max((e[EPOCH] for e in epochs), default=result["epochs_run"]),
-        "steps_per_epoch": result["steps_per_epoch"],
-        "gradient_exchange": result.get("gradient_exchange", ALL_REDUCE),
-        "seconds": round(seconds, 1), "startup": state.startup(), "final": result["final"],
-        "lost_nodes": state.lost(),
-        "control": {"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
-        "step_profile": step_breakdown(epochs, result.get("step_profile"), result["steps_per_epoch"],
-                                       tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
-        Split.EVAL.value: {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")},
-        "kept_epoch": result.get("kept_epoch"),
-        "history": epochs,
-        "saved_model": model_dir.saved_model,
-        "model": {"kind": tr.model.kind, "params": dict(tr.model.params)},  # params: [train.model.params]
-    }
-    if result.get(Split.TEST.value):  # the held-out split, scored once by the kept model
-        metrics[Split.TEST.value] = result[Split.TEST.value]
-    if result.get("anomaly"):  # an autoencoder: the threshold above which a window is an anomaly
-        metrics["anomaly"] = result["anomaly"]
+    evaluation = {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")}
+    test, anomaly = result["test"], result["anomaly"]  # a held-out split, scored once; an autoencoder's threshold
+    extras = MetricsExtras(test=test) if test else MetricsExtras()
+    if anomaly:
+        extras = MetricsExtras(**extras, anomaly=anomaly)
+    metrics = Metrics(
+        strategy=tr.strategy, nodes=nodes, attempts=attempts,
+        epochs=max((e[EPOCH] for e in epochs), default=result["epochs_run"]),
+        steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
+        seconds=round(seconds, 1), startup=state.startup(), final=result["final"], lost_nodes=state.lost(),
+        control={"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
+        step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
+                                    tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
+        eval=evaluation, kept_epoch=result["kept_epoch"], history=epochs, saved_model=model_dir.saved_model,
+        model={"kind": tr.model.kind, "params": dict(tr.model.params)},  # params: [train.model.params]
+        **extras)
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows
     if epochs:
@@ -209,12 +206,12 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
             storage.upload_file(f"{tmp}/curve.png", model_dir.learning_curve)
     storage.delete(model_dir.runs)  # failed attempts' tracebacks
     storage.delete(model_dir.backup)  # training ended well: nothing to resume
-    shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.EVAL].items())
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in evaluation.items())
     kept = metrics["kept_epoch"]
     restored = f" (the model of epoch {kept}, the lowest {STOPPING_METRIC})" if kept and kept < metrics["epochs"] else ""
     log(f"trained in {seconds:.1f} s; eval: {shown}{restored}")
-    if Split.TEST in metrics:
-        log("test (held out): " + "  ".join(f"{k} {v:.4f}" for k, v in metrics[Split.TEST].items()))
+    if test:
+        log("test (held out): " + "  ".join(f"{k} {v:.4f}" for k, v in test.items()))
     if metrics["step_profile"]:
         log(format_breakdown(metrics["step_profile"]))
     log(f"saved model: {metrics['saved_model']}")

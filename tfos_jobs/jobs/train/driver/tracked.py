@@ -10,6 +10,7 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from tfos_jobs.config import Config
+from tfos_jobs.contracts.metrics import Metrics
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.storage import Storage, named
@@ -19,7 +20,7 @@ from tfos_jobs.tracking.run_logger import Tracking
 
 
 def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
-        model_fn: Callable | None = None) -> dict[str, Any]:
+        model_fn: Callable | None = None) -> Metrics:
     """`train.run`, tracked when `[tracking]` names a server; `model_fn`: the model as a callable."""
     if not cfg.tracking.enabled:
         return train.run(spark, cfg, overwrite=overwrite, log=log, model_fn=model_fn)

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 from pyspark.sql import DataFrame
 
-from tfos_jobs.bench import pipeline, writers
-from tfos_jobs.bench.context import Bench
-from tfos_jobs.bench.harness import Figure, Result, Sample
+from benchmarks import pipeline, writers
+from benchmarks.context import Bench
+from benchmarks.harness import Figure, Result, Sample
 from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.data import dataset
 from tfos_jobs.features.spec import SPARK_TYPES

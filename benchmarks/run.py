@@ -14,8 +14,8 @@ Every figure of one comparison comes from the same session, alternating repeat b
 """
 from __future__ import annotations
 
-from tfos_jobs.bench.context import Bench, Run
-from tfos_jobs.bench.stages import data, serving, sql_endpoint, training, writes
+from benchmarks.context import Bench, Run
+from benchmarks.stages import data, serving, sql_endpoint, training, writes
 from tfos_jobs.jobs.serve import sql_server
 
 

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tfos_jobs.bench.context import Bench
-from tfos_jobs.bench.harness import Figure, Result, Sample
+from benchmarks.context import Bench
+from benchmarks.harness import Figure, Result, Sample
 from tfos_jobs.progress_log import EXAMPLES_PER_SEC
 from tfos_jobs.topology import ALL_REDUCE, AUTO, Role, Strategy
 

@@ -9,8 +9,8 @@ import socket
 import time
 from typing import Callable
 
-from tfos_jobs.bench.context import Bench
-from tfos_jobs.bench.harness import Figure, Result, Sample
+from benchmarks.context import Bench
+from benchmarks.harness import Figure, Result, Sample
 from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts import sql_endpoint as endpoint

@@ -1,20 +1,31 @@
-"""`tfos bench`'s arguments, apart from the bench itself: building the CLI's parser must not import
-the stages (MLflow, TensorFlow), or every `tfos` command, `--help` included, would pay for them."""
+"""The bench's arguments: `tfos bench` hands its own through untouched. Kept apart from the bench
+itself so that `--help` and a wrong option answer before the stages (MLflow, TensorFlow) load."""
 from __future__ import annotations
 
 import argparse
 
-from tfos_jobs.bench.sizes import FULL
+from benchmarks import ROOT
+from benchmarks.sizes import FULL
+from tfos_jobs.cli import common_arguments
 
-DEFAULT_OUTPUT = "docs/benchmarks.md"
+DEFAULT_OUTPUT = str(ROOT / "docs" / "benchmarks.md")  # in the repository, wherever the bench runs from
 SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
 TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
 
 
+def parser(prog: str = "tfos bench") -> argparse.ArgumentParser:
+    """The bench's whole parser: the config options every `tfos` command takes, then its own."""
+    result = argparse.ArgumentParser(prog=prog, parents=[common_arguments()],
+                                     description="Measure every stage against its baseline in the same run; "
+                                                 "write the report and its plots.")
+    add_arguments(result)
+    return result
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks the harness only")
-    parser.add_argument("--output", help=f"the report (default {DEFAULT_OUTPUT}; with --smoke, one in the temp "
-                                         "directory); its plots go to the directory of the same name")
+    parser.add_argument("--output", help="the report (default docs/benchmarks.md in the repository; with --smoke, "
+                                         "one in the temp directory); its plots go to the directory of the same name")
     parser.add_argument("--people", type=int, help=f"people at 1x (default {FULL.people:,}; 16x is 16 times that)")
     parser.add_argument("--repeats", type=int, help=f"repeats per figure (default {FULL.repeats}, training {FULL.train_repeats})")
     parser.add_argument("--workdir", help="where the generated data, datasets and models go, kept afterwards "

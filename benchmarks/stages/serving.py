@@ -8,10 +8,10 @@ import time
 import warnings
 from typing import Any, Callable
 
-from tfos_jobs.bench import cpu, scoring
-from tfos_jobs.bench.context import Bench
-from tfos_jobs.bench.stages import registered
-from tfos_jobs.bench.harness import Figure, Result, Sample
+from benchmarks import cpu, scoring
+from benchmarks.context import Bench
+from benchmarks.stages import registered
+from benchmarks.harness import Figure, Result, Sample
 from tfos_jobs.config import Config
 from tfos_jobs.data.assemble import assemble
 

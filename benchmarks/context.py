@@ -1,6 +1,6 @@
 """The benchmark's shared state: its configs and sizes, the Spark session of the moment, how a
 stage is timed and a comparison repeated, and everything the report needs (`Run`). The stages
-are functions of a `Bench` (bench/stages/), run in order by `bench.run.run_all`.
+are functions of a `Bench` (benchmarks/stages/), run in order by `benchmarks.run.run_all`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 from tfos_jobs import session as session_mod
 from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.jobs.serve import sql_server
-from tfos_jobs.bench.harness import Figure, Log, Result, Sample, interleave
-from tfos_jobs.bench.sizes import Sizes
+from benchmarks.harness import Figure, Log, Result, Sample, interleave
+from benchmarks.sizes import Sizes
 from tfos_jobs.config import Config, SparkConfig
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.topology import examples_per_step

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Callable
 import mlflow.pyfunc
 import pyarrow as pa
 
-from tfos_jobs.bench import scoring
-from tfos_jobs.bench.context import Bench
-from tfos_jobs.bench.harness import Figure, Result, Sample
+from benchmarks import scoring
+from benchmarks.context import Bench
+from benchmarks.harness import Figure, Result, Sample
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tracking.pyfunc_model import SAVED_MODEL, SavedModelPyfunc
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 MODEL = "bench"
-TFOS_PYFUNC = "P12 spark_udf tfos"  # run.details keys, read by bench.report
+TFOS_PYFUNC = "P12 spark_udf tfos"  # run.details keys, read by benchmarks.report
 FREE_OURS = "P12 free model ours"
 FREE_MLFLOW = "P12 free model mlflow"
 KERAS_LOAD = "P12 keras load"

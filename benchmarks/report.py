@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from tfos_jobs.bench.harness import Figure, Result, fmt, ratio
-from tfos_jobs.bench.context import Run
-from tfos_jobs.bench.stages.registered import FREE_MLFLOW, FREE_OURS, KERAS_LOAD, TASKS, TFOS_PYFUNC
+from benchmarks.harness import Figure, Result, fmt, ratio
+from benchmarks.context import Run
+from benchmarks.stages.registered import FREE_MLFLOW, FREE_OURS, KERAS_LOAD, TASKS, TFOS_PYFUNC
 from tfos_jobs.topology import Role, Strategy
 
 

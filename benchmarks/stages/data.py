@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from tfos_jobs.bench.context import Bench
-from tfos_jobs.bench.harness import Figure, Result, Sample, timed
+from benchmarks.context import Bench
+from benchmarks.harness import Figure, Result, Sample, timed
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.data import dataset, synthetic

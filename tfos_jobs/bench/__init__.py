@@ -1,1 +1,0 @@
-"""`tfos bench`: every stage measured against a baseline in the same run."""
