@@ -59,6 +59,7 @@ def installed(tmp_path_factory) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         assert "tfos_jobs/jars/tfos-tfrecord.jar" in names
+        assert not [n for n in names if n.startswith(("benchmarks/", "tfos_jobs/bench/"))]  # the bench stays in the repository
         assert {"tfos_jobs/resources/conf/census.toml", "tfos_jobs/resources/conf/sweep.toml",
                 "tfos_jobs/resources/conf/queries/positive_rate_by_education.sql"} <= names
         script = zf.getinfo("tfos_jobs/resources/gpu_discovery.sh")

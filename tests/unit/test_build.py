@@ -6,6 +6,8 @@ import importlib.util
 import re
 import tomllib
 
+import pytest
+
 from packaging.requirements import Requirement
 
 from tests.conftest import ROOT
@@ -48,14 +50,16 @@ def test_tfos_submit_names_the_images_paths_the_dockerfile_makes():
     assert env["SPARK_HOME"] == kubernetes.IMAGE_PACKAGE.removesuffix("tfos_jobs") + "pyspark"
 
 
-def test_tfos_help_imports_neither_tensorflow_nor_mlflow():
-    """Building the CLI's parser is on the path of every `tfos` command; the benchmarks, outside
-    the package, are imported only when `tfos bench` runs."""
+@pytest.mark.parametrize("argv", [["--help"], ["config", "--config", "conf/census.toml"]])
+def test_tfos_help_and_config_import_neither_tensorflow_nor_mlflow(argv):
+    """Building the CLI's parser and loading a config are on the path of every `tfos` command;
+    the benchmarks, outside the package, are imported only when `tfos bench` runs."""
     import subprocess
     import sys
 
-    code = ("import sys, tfos_jobs.cli as c\ntry:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = (f"import sys, tfos_jobs.cli as c\ntry:\n    c.main({argv!r})\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'mlflow', 'optuna', 'benchmarks')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+    assert "usage: tfos" in proc.stdout or '"train"' in proc.stdout  # it did what was asked
     assert proc.stdout.strip().splitlines()[-1] == "[]"

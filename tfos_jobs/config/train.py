@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Union
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Union
 
 from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.names import Name
 from tfos_jobs.tasks import ModelKind
 from tfos_jobs.topology import ExchangeName, Strategy, StrategyName, node_count
 
@@ -12,6 +13,23 @@ from tfos_jobs.topology import ExchangeName, Strategy, StrategyName, node_count
 ParamScalar = Union[str, int, float, bool]
 KIND_KEY = "train.model.kind"  # the setting naming the model, in errors and sweep parameters
 PARAMS_KEY = "train.model.params"
+
+
+class Optimizer(Name):
+    """`train.optimizer`: Keras's optimizer of that name (model.builder.make_optimizer)."""
+
+    ADAM = "adam"
+    ADAGRAD = "adagrad"
+    SGD = "sgd"
+    RMSPROP = "rmsprop"
+    FTRL = "ftrl"
+
+
+OPTIMIZERS = tuple(o.value for o in Optimizer)
+if TYPE_CHECKING:  # a type checker reads the setting as str; the config loader checks its value
+    OptimizerName = str
+else:
+    OptimizerName = Literal[OPTIMIZERS]
 
 
 class ModelParams(dict):
@@ -122,7 +140,7 @@ class TrainConfig:
     epochs: int = 5
     steps_per_epoch: Union[int, None] = None  # default: one pass over the train split per epoch
     batch_size: int = 512  # per worker (parameter_server: per step, each step on one worker)
-    optimizer: Literal["adam", "adagrad", "sgd", "rmsprop", "ftrl"] = "adam"
+    optimizer: OptimizerName = Optimizer.ADAM.value
     learning_rate: float = 0.001
     early_stopping_patience: int = 0  # epochs without improvement of val_loss; 0 = off
     score_test: bool = True  # score the dataset's held-out test split, if any, once after training (sweeps: off)

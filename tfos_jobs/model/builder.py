@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.config.train import KIND_KEY as KIND
+from tfos_jobs.config.train import OPTIMIZERS, Optimizer
 from tfos_jobs.contracts.dataset import STATS_BINS
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.kinds import NumericEncoding, NumericFeature, SequenceFeature
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 ModelFn = Callable[[FeatureSpec, "dict[str, list[str]]", "dict[str, Any]", ModelConfig], "tf.keras.Model"]
 
-OPTIMIZERS = ("adam", "adagrad", "sgd", "rmsprop", "ftrl")
 
 
 def num_outputs(spec: FeatureSpec) -> int:
@@ -85,12 +85,12 @@ def loss_and_metrics(spec: FeatureSpec) -> tuple[Any, list[Any]]:
 def make_optimizer(name: str, learning_rate: float) -> "tf.keras.optimizers.Optimizer":
     import tensorflow as tf
 
-    classes = {
-        "adam": tf.keras.optimizers.Adam,
-        "adagrad": tf.keras.optimizers.Adagrad,
-        "sgd": tf.keras.optimizers.SGD,
-        "rmsprop": tf.keras.optimizers.RMSprop,
-        "ftrl": tf.keras.optimizers.Ftrl,
+    classes: dict[str, Any] = {
+        Optimizer.ADAM: tf.keras.optimizers.Adam,
+        Optimizer.ADAGRAD: tf.keras.optimizers.Adagrad,
+        Optimizer.SGD: tf.keras.optimizers.SGD,
+        Optimizer.RMSPROP: tf.keras.optimizers.RMSprop,
+        Optimizer.FTRL: tf.keras.optimizers.Ftrl,
     }
     if name not in classes:
         raise ValueError(f"train.optimizer: {name!r} is not one of: {', '.join(OPTIMIZERS)}")
