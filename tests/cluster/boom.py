@@ -7,14 +7,18 @@ def build(spec, vocab, stats, model_cfg):
 
 
 def hang(spec, vocab, stats, model_cfg):
-    """The census model, but every step blocks: a stand-in for a hung worker."""
+    """The census model, but every step on a TF node blocks: a stand-in for a hung worker (the
+    driver's dry build, outside any Spark task, gets the model as it is)."""
     import time
 
     import tensorflow as tf
+    from pyspark import TaskContext
 
     from tfos_jobs.model.builder import build_model
 
     model = build_model(spec, vocab, stats, model_cfg)
+    if TaskContext.get() is None:
+        return model
 
     def stall(x):
         time.sleep(3600)

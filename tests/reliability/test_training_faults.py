@@ -27,14 +27,35 @@ def dataset(spark, tmp_path_factory):
     return prepared_dataset(spark, tmp_path_factory.mktemp("faults"), PEOPLE, 3.0, 9)
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    """Each `tfos train` runs in a process group of its own; whatever a test leaves of it (a
+    driver that timed out, the JVM of a killed one) is killed when the test ends."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc.poll() is None:
+            proc.wait(30)
+
+
 def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:  # later --set wins
     # 600 steps of 64 examples per epoch: epochs of a few seconds, so a kill after the first lands mid-run
     sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64", "train.steps_per_epoch=600",
             "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
             "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
     cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)},
+                            start_new_session=True)
+    STARTED.append(proc)
+    return proc
 
 
 def start_ps_train(dataset: Path, model_dir: Path, workers: int, max_attempts: int) -> subprocess.Popen:
