@@ -62,8 +62,6 @@ def read(root: str, storage: Storage | None = None) -> DatasetMeta:
 
     On the driver, `storage` reads it from wherever it lives; a TF node reads its local copy."""
     root = root.rstrip("/")
-    if storage is not None:
-        restore_aside(storage, root)  # a publish killed half-way left the previous dataset beside it
 
     def text(path: str) -> str:
         if storage is not None:
@@ -72,6 +70,8 @@ def read(root: str, storage: Storage | None = None) -> DatasetMeta:
             return fh.read()
 
     try:
+        if storage is not None:
+            restore_aside(storage, root)  # a publish killed half-way left the previous dataset beside it
         manifest = Manifest.from_dict(json.loads(text(f"{root}/{META}/{MANIFEST}")))
     except (FileNotFoundError, StorageError) as e:
         if isinstance(e, StorageError) and not e.missing:
