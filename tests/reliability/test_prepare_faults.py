@@ -162,7 +162,7 @@ KILLED_PUBLISH = textwrap.dedent("""
 def test_a_publish_killed_between_its_steps_leaves_a_whole_dataset_to_read(spark, raw, tmp_path, step, kept):
     import shutil
 
-    from tfos_jobs.storage import Storage
+    from tfos_jobs.storage import Storage, restore_aside
 
     out, staging = tmp_path / "dataset", tmp_path / "dataset.staging-new"
     prepare.run(spark, config.load(CENSUS, census_overrides(raw, out, PEOPLE)))
@@ -180,8 +180,12 @@ def test_a_publish_killed_between_its_steps_leaves_a_whole_dataset_to_read(spark
     assert proc.returncode == -9, proc.stderr[-2000:]  # killed where planned
     assert out.exists() == (step == 2) and len(list(tmp_path.glob("dataset.old-*"))) == 1
 
-    meta = dataset.read(str(out), Storage(spark))  # puts back (or clears) what the killed publish left aside
+    storage = Storage(spark)
+    meta = dataset.read(str(out), storage)  # a reader finds the dataset, in place or aside, and moves nothing
     assert meta.manifest.created_at == created[kept]
-    assert list(tmp_path.glob("dataset.old-*")) == []
     for split in ("train", "eval"):
         assert tf_records(meta.files(split)) == meta.records(split)  # every shard whole and readable
+    assert len(list(tmp_path.glob("dataset.old-*"))) == 1
+    assert restore_aside(storage, storage.qualify(str(out))) == (step == 1)  # what the next publish does first
+    assert list(tmp_path.glob("dataset.old-*")) == []
+    assert dataset.read(str(out), storage).manifest.created_at == created[kept]

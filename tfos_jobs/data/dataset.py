@@ -20,7 +20,7 @@ from tfos_jobs.contracts.dataset import (ALL_SPLITS, MANIFEST, META, RECORDS, SE
 from tfos_jobs.data.columns import SPLIT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.storage import HadoopFS, Storage, StorageError, restore_aside, swap_into
+from tfos_jobs.storage import HadoopFS, Storage, StorageError, readable, swap_into
 
 T = TypeVar("T")
 
@@ -70,8 +70,8 @@ def read(root: str, storage: Storage | None = None) -> DatasetMeta:
             return fh.read()
 
     try:
-        if storage is not None:
-            restore_aside(storage, root)  # a publish killed half-way left the previous dataset beside it
+        if storage is not None:  # during a publish, or after one killed half-way, the previous dataset is aside
+            root = readable(storage, root)
         manifest = Manifest.from_dict(json.loads(text(f"{root}/{META}/{MANIFEST}")))
     except (FileNotFoundError, StorageError) as e:
         if isinstance(e, StorageError) and not e.missing:

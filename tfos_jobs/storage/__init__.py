@@ -26,7 +26,7 @@ from tfos_jobs.storage.hadoop import HadoopFS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "restore_aside", "swap_into", "translated"]
+__all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "readable", "restore_aside", "swap_into", "translated"]
 
 
 class Storage:
@@ -234,8 +234,8 @@ ASIDE = "old"  # `<target>.old-<id>`: the previous directory while a new one is 
 def swap_into(fs: Directories, staging: str, target: str) -> None:
     """Publish the complete directory `staging` as `target`, whole or not at all: an earlier
     `target` is moved aside first and deleted last. A failure puts it back; a process killed
-    between the two renames leaves it aside, where `restore_aside` (run by the next publish, and
-    by every read of a dataset) puts it back."""
+    between the two renames leaves it aside, where readers still find it (`readable`) and the
+    next publish puts it back (`restore_aside`)."""
     restore_aside(fs, target)
     old = _beside(target, ASIDE)
     moved = False
@@ -253,14 +253,30 @@ def swap_into(fs: Directories, staging: str, target: str) -> None:
         fs.delete(old)
 
 
-def restore_aside(fs: Directories, target: str) -> bool:
-    """Finish what a killed `swap_into` left: with `target` missing, the one directory it moved
-    aside goes back in place (True); with `target` there, what was left aside is deleted."""
+def set_aside(fs: Directories, target: str) -> list[str]:
+    """The directories `swap_into` moved aside from `target` and has not deleted (yet)."""
     parent, _, name = target.rstrip("/").rpartition("/")
     root = parent.endswith(":") or (parent.count("/") == 2 and "://" in parent)  # file:/x, hdfs://nn/x
     if not parent or not fs.exists(parent + "/" if root else parent):
-        return False
-    aside = [f"{parent}/{c}" for c in fs.children(parent + "/" if root else parent) if c.startswith(f"{name}.{ASIDE}-")]
+        return []
+    return [f"{parent}/{c}" for c in fs.children(parent + "/" if root else parent) if c.startswith(f"{name}.{ASIDE}-")]
+
+
+def readable(fs: Directories, target: str) -> str:
+    """Where `target`'s content is while a publish is between its renames, or was killed there:
+    `target` itself, else the one directory moved aside from it. Readers only look: the
+    publisher (`swap_into`) is the one that moves things."""
+    if fs.exists(target):
+        return target
+    aside = set_aside(fs, target)
+    return aside[0] if len(aside) == 1 else target
+
+
+def restore_aside(fs: Directories, target: str) -> bool:
+    """Finish what a killed `swap_into` left: with `target` missing, the one directory it moved
+    aside goes back in place (True); with `target` there, what was left aside is deleted. Only a
+    publisher runs it: a reader doing so could race a publish between its renames."""
+    aside = set_aside(fs, target)
     if not aside:
         return False
     if fs.exists(target):
