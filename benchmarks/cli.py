@@ -44,7 +44,6 @@ def run(cfg: Config, args: argparse.Namespace, command: str = "tfos bench") -> i
     from benchmarks.run import run_all
     from tfos_jobs.tf_import import tensorflow
 
-    _importable_by_workers()
     sizes = SMOKE if args.smoke else FULL
     if args.people:
         sizes = dataclasses.replace(sizes, people=args.people)
@@ -71,15 +70,6 @@ def run(cfg: Config, args: argparse.Namespace, command: str = "tfos bench") -> i
     for r in result.results:
         print(f"  {r.id:<4} {r.value:10.3g}  goal {r.goal_op} {r.goal:g}  {'met' if r.met else 'NOT MET'}")
     return 0
-
-
-def _importable_by_workers() -> None:
-    """Some of the bench's own functions run in Spark's Python workers (the per-row writer, the
-    baselines' UDFs), which import them by name: the repository goes on the PYTHONPATH the JVM,
-    and so every worker it starts, inherits."""
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(ROOT) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
 
 
 def _stop_session() -> None:

@@ -14,8 +14,10 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from tfos_jobs import session as session_mod
+from tfos_jobs.user_code import package_zip
 from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.jobs.serve import sql_server
+from benchmarks import ROOT
 from benchmarks.harness import Figure, Log, Result, Sample, interleave
 from benchmarks.sizes import Sizes
 from tfos_jobs.config import Config, SparkConfig
@@ -103,6 +105,9 @@ class Bench:
         self.say(f"Spark session on {master}")
         conf = {**self.spark_conf, **(extra_conf or {})}
         self.spark = session_mod.build(SparkConfig(master=master, app_name=self.app_name, conf=conf))
+        # Some of the bench's own functions run in Spark's Python workers (the per-row writer, the
+        # baselines' UDFs): the package travels to them as user code does (tfos_jobs.user_code).
+        self.spark.sparkContext.addPyFile(package_zip(ROOT / "benchmarks", "benchmarks"))
         return self.spark
 
     def stop(self) -> None:
