@@ -12,7 +12,6 @@ import tempfile
 import time
 from typing import Sequence
 
-from benchmarks import ROOT
 from benchmarks.arguments import DEFAULT_OUTPUT, parser
 from benchmarks.sizes import FULL, SMOKE
 from tfos_jobs import config as config_mod
