@@ -26,7 +26,8 @@ from tfos_jobs.storage.hadoop import HadoopFS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["HadoopFS", "Storage", "StorageError", "named", "reason", "readable", "restore_aside", "swap_into", "translated"]
+__all__ = ["HadoopFS", "Storage", "StorageError", "left_staging", "named", "reason", "readable", "restore_aside",
+           "staging_beside", "swap_into", "translated"]
 
 
 class Storage:
@@ -229,6 +230,12 @@ class Directories(Protocol):
 
 
 ASIDE = "old"  # `<target>.old-<id>`: the previous directory while a new one is moved into place
+STAGING = "staging"  # `<target>.staging-<id>`: a directory being written, to be moved into place whole
+
+
+def staging_beside(target: str) -> str:
+    """A new directory beside `target` to write into before `swap_into` publishes it."""
+    return _beside(target, STAGING)
 
 
 def swap_into(fs: Directories, staging: str, target: str) -> None:
@@ -255,11 +262,20 @@ def swap_into(fs: Directories, staging: str, target: str) -> None:
 
 def set_aside(fs: Directories, target: str) -> list[str]:
     """The directories `swap_into` moved aside from `target` and has not deleted (yet)."""
+    return _beside_of(fs, target, ASIDE)
+
+
+def left_staging(fs: Directories, target: str) -> list[str]:
+    """Staging directories of `target` (`staging_beside`) that a killed writer left unpublished."""
+    return _beside_of(fs, target, STAGING)
+
+
+def _beside_of(fs: Directories, target: str, what: str) -> list[str]:
     parent, _, name = target.rstrip("/").rpartition("/")
     root = parent.endswith(":") or (parent.count("/") == 2 and "://" in parent)  # file:/x, hdfs://nn/x
     if not parent or not fs.exists(parent + "/" if root else parent):
         return []
-    return [f"{parent}/{c}" for c in fs.children(parent + "/" if root else parent) if c.startswith(f"{name}.{ASIDE}-")]
+    return [f"{parent}/{c}" for c in fs.children(parent + "/" if root else parent) if c.startswith(f"{name}.{what}-")]
 
 
 def readable(fs: Directories, target: str) -> str:

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import columns, jdbc, sources
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
-from tfos_jobs.storage import HadoopFS
+from tfos_jobs.storage import HadoopFS, left_staging, restore_aside, staging_beside, swap_into
 from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
 
 WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
@@ -78,28 +78,45 @@ class Tally:
 
 
 class Files:
+    """Parquet files under a directory. "create" and "overwrite" are whole or absent: the files
+    are written and counted beside the target, then moved into place (`storage.swap_into`), so
+    a run killed mid-write leaves no partial output and the same command can simply be run
+    again. "append" and "overwrite_partitions" write into the target, as Spark commits them."""
+
     def __init__(self, spark: SparkSession, path: str, partition_by: tuple[str, ...]):
         self.spark, self.partition_by = spark, partition_by
         self.fs = HadoopFS(spark)
         self.target = self.fs.qualify(path)
 
-    def _count(self, written: DataFrame | None = None) -> int:
-        if not self.fs.exists(self.target):
+    def _count(self, path: str, written: DataFrame | None = None) -> int:
+        if not self.fs.exists(path):
             return 0
-        table = self.spark.read.parquet(self.target)
+        table = self.spark.read.parquet(path)
         return _in_partitions(table, written, self.partition_by).count()
 
     def write(self, out: Tally, mode: str) -> int:
-        exists = self.fs.exists(self.target)
-        if exists and mode == "create":
+        restore_aside(self.fs, self.target)  # what a run killed between its renames moved aside
+        for left in left_staging(self.fs, self.target):  # what a killed run wrote and never published
+            self.fs.delete(left)
+        if self.fs.exists(self.target) and mode == "create":
             raise OutputExistsError(f"output directory {self.target!r} exists; pass --overwrite to replace it "
                                     "or set predict.mode (overwrite, overwrite_partitions, append)")
-        before = self._count() if mode == "append" else 0
         writer = out.df.write.partitionBy(*self.partition_by) if self.partition_by else out.df.write
+        if mode in ("create", "overwrite"):
+            staging = staging_beside(self.target)
+            try:
+                writer.mode("errorifexists").parquet(staging)
+                rows = _checked(self.target, self._count(staging), out.rows)
+            except BaseException:
+                self.fs.delete(staging)
+                raise
+            swap_into(self.fs, staging, self.target)
+            return rows
+        before = self._count(self.target) if mode == "append" else 0
         with _partition_overwrite(self.spark, mode):
             writer.mode("append" if mode == "append" else "overwrite").parquet(self.target)
-        rows = self._count(out.partitions(self.spark) if mode == "overwrite_partitions" else None) - before
-        return _checked(self.target, rows, out.rows)
+        written = out.partitions(self.spark) if mode == "overwrite_partitions" else None
+        return _checked(self.target, self._count(self.target, written) - before, out.rows)
 
 
 class CatalogTable:
