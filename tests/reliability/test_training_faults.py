@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -45,12 +46,19 @@ def nothing_left_running():
             proc.wait(30)
 
 
-def start_train(dataset: Path, model_dir: Path, *overrides: str) -> subprocess.Popen:  # later --set wins
+def start_train(dataset: Path, model_dir: Path, *overrides: str, tmpfs: tuple[Path, str] | None = None
+                ) -> subprocess.Popen:  # later --set wins
+    """`tmpfs`: (directory, size): the run (driver and executors) sees a tmpfs of that size there,
+    mounted in a mount namespace of its own."""
     # 600 steps of 64 examples per epoch: epochs of a few seconds, so a kill after the first lands mid-run
     sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64", "train.steps_per_epoch=600",
             "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
             "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
     cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+    if tmpfs is not None:
+        where, size = tmpfs
+        cmd = ["unshare", "-m" if os.geteuid() == 0 else "-rm", "sh", "-c",
+               f'mount -t tmpfs -o size={size} tmpfs "{where}" && exec "$@"', "sh", *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)},
                             start_new_session=True)
@@ -192,3 +200,22 @@ def test_a_killed_driver_run_again_resumes_after_its_last_finished_epoch(dataset
     assert [e["epoch"] for e in history] == [1, 2, 3, 4, 5]
     assert all(e["time"] < killed_at for e in history[:2]) and all(e["time"] > killed_at for e in history[2:])
     assert (model_dir / "saved_model" / "saved_model.pb").exists() and not (model_dir / "backup").exists()
+
+
+def test_a_full_local_disk_fails_the_run_naming_host_and_setting(dataset, tmp_path):
+    """Each node's dataset shard does not fit in train.local_dir: the run fails at once (a
+    relaunch would meet the same disk), says where and what to change, and publishes nothing."""
+    small = tmp_path / "small"
+    small.mkdir()
+    model_dir = tmp_path / "model"
+    proc = start_train(dataset, model_dir, f"train.local_dir={small}", "train.epochs=1", "train.max_attempts=2",
+                       tmpfs=(small, "1m"))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    said = (f"failed: LocalDiskFull: no space left on host {socket.gethostname()} in {small} (a 1.0 MiB disk; "
+            f"train.local_dir = '{small}'); a node keeps its dataset shard, resume state and export there: "
+            "set train.local_dir to a larger disk on every executor")
+    assert said in err, err[-3000:]
+    assert "attempt 1 of 2 failed" not in out
+    assert sorted(p.name for p in model_dir.iterdir()) == ["_run"]  # no export, no metrics, no resume state
+    assert list(small.iterdir()) == []  # outside the run's namespace: nothing was ever written here

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.cluster.node import lifecycle
+from tfos_jobs.cluster.node import lifecycle, local_disk
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role, Strategy, assign_role, node_name, roles, training_workers, worker_rank
 
@@ -139,10 +139,10 @@ def guard(node_fn, launch: Launch, secret: bytes):
             finally:
                 workspace.leave()
             return iter(())
-        except Exception:
+        except Exception as e:
             told = False
             with contextlib.suppress(Exception):
-                link.failed(traceback.format_exc())
+                link.failed(local_disk.explained(e, traceback.format_exc(), launch.local_dir))
                 told = True
             if not told:  # the driver learns it from Spark's record of the failed task
                 raise

@@ -19,7 +19,7 @@ from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.cluster.node import lifecycle
+from tfos_jobs.cluster.node import lifecycle, local_disk
 from tfos_jobs.contracts.trial import TrialOutcome, TrialStatus
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role
@@ -61,9 +61,9 @@ def run_trial(payload: TrialPayload, secret: bytes, records: Iterator[tuple[str,
         status = TrialStatus.PRUNED if pruner is not None and pruner.skip_export else TrialStatus.COMPLETED
     except Exception as e:
         status = TrialStatus.FAILED
-        error = f"{type(e).__name__}: {e}".strip()
+        error = local_disk.full_message(payload.local_dir) if local_disk.is_full(e) else f"{type(e).__name__}: {e}".strip()
         try:
-            link.failed(traceback.format_exc())
+            link.failed(local_disk.explained(e, traceback.format_exc(), payload.local_dir))
         except Exception:  # the outcome below still says why
             pass
     finally:
