@@ -4,6 +4,13 @@
         spark.range(10).write.parquet(f"{dfs.url}/data/t")      # hdfs://127.0.0.1:PORT/data/t
         dfs.shell("-ls", "-R", "/data")                         # hadoop fs, as a Java child
 
+For fault tests, DataNodes can be lost and brought back while the JVM runs (commands on its stdin):
+
+    with MiniDFS(tmp_path / "dfs", datanodes=3, replication=2) as dfs:
+        dfs.stop_datanode(dfs.datanode_names()[0])    # the replicas it held; the NameNode is not told
+        dfs.block_state()                        # {"live": 3, "dead": 0, "under_replicated": 0, ...}
+        dfs.restart_datanodes()
+
 As a script (for make bench or by hand), running until interrupted:
 
     python -m tests.hadoop.minidfs --dir /tmp/dfs [--datanodes 1] [--yarn]
@@ -18,6 +25,7 @@ not apply to it); any other name in HADOOP_USER_NAME is an ordinary user (simple
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import subprocess
@@ -37,12 +45,18 @@ class MiniDFS:
     conf_dir  core-site.xml and hdfs-site.xml (and yarn-site.xml with yarn=True), for HADOOP_CONF_DIR
     yarn_rm   the ResourceManager's host:port with yarn=True, else None
     log       the JVM's output
+
+    replication: dfs.replication of the cluster and its clients (default: the DataNodes, at most 3);
+    conf: more settings for the NameNode and DataNodes (e.g. shorter heartbeats).
     """
 
     def __init__(self, base_dir: Path | str, datanodes: int = 1, yarn: bool = False,
-                 nodemanager_mb: int = 4096, heap: str | None = None, start_timeout: float = 180):
+                 nodemanager_mb: int = 4096, heap: str | None = None, start_timeout: float = 180,
+                 replication: int | None = None, conf: dict[str, str] | None = None):
         self.base_dir = Path(base_dir).resolve()
         self.datanodes = datanodes
+        self.replication = replication or min(datanodes, 3)
+        self.conf = dict(conf or {})
         self.yarn = yarn
         self.nodemanager_mb = nodemanager_mb
         self.heap = heap or ("1g" if yarn else "768m")
@@ -55,6 +69,7 @@ class MiniDFS:
         self.port: int | None = None
         self.startup_seconds: float | None = None
         self._proc: subprocess.Popen | None = None
+        self._seq = itertools.count(1)
 
     # ---- life cycle
     def start(self) -> "MiniDFS":
@@ -69,7 +84,8 @@ class MiniDFS:
         self.log.unlink(missing_ok=True)  # its READY line is what start waits for
         cmd = [support.java(), f"-Xmx{self.heap}", "-Dlog4j2.level=WARN", "-Djava.net.preferIPv4Stack=true",
                "-cp", classpath, LAUNCHER, "--conf-dir", self.conf_dir, "--data-dir", self.data_dir,
-               "--namenode-port", "0", "--datanodes", str(self.datanodes)]
+               "--namenode-port", "0", "--datanodes", str(self.datanodes), "--replication", str(self.replication),
+               *[a for k, v in self.conf.items() for a in ("--conf", f"{k}={v}")]]
         if self.yarn:
             cmd += ["--yarn", "--nodemanager-mb", str(self.nodemanager_mb)]
         env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_USER_NAME", "HADOOP_CONF_DIR")}
@@ -128,7 +144,49 @@ class MiniDFS:
         """Settings a Spark session may add. None is needed to read or write full hdfs:// URLs;
         these make bare paths resolve to this HDFS and keep replication within the datanodes."""
         return {"spark.hadoop.fs.defaultFS": self.url,
-                "spark.hadoop.dfs.replication": str(min(self.datanodes, 3))}
+                "spark.hadoop.dfs.replication": str(self.replication)}
+
+    # ---- DataNode faults (the launcher's stdin commands)
+    def datanode_names(self) -> list[str]:
+        """The running DataNodes, by transfer address (127.0.0.1:PORT)."""
+        return self.command("datanodes")["names"].split(",")
+
+    def stop_datanode(self, name: str) -> int:
+        """Shut DataNode `name` down as if lost: the NameNode notices when its heartbeats stop.
+        Returns how many block replicas it held."""
+        return int(self.command("stop-datanode", name)["replicas"])
+
+    def restart_datanodes(self) -> int:
+        """Every stopped DataNode again, with its port and storage; returns once they registered."""
+        return int(self.command("restart-datanodes", timeout=180)["restarted"])
+
+    def block_state(self) -> dict[str, int]:
+        """The NameNode's view: live, dead (DataNodes), blocks, replicas (on live DataNodes),
+        under_replicated, missing, pending; and replicated, the replicas the running DataNodes
+        copied for it (re-replication)."""
+        return {k: int(v) for k, v in self.command("state").items()}
+
+    def command(self, *words: str, timeout: float = 120) -> dict[str, str]:
+        """One command to the launcher; its answer's key=value pairs (the answer is a line of the log)."""
+        if not self.running or self._proc is None or self._proc.stdin is None:
+            raise RuntimeError("MiniDFS is not running")
+        seq = next(self._seq)
+        offset = self.log.stat().st_size
+        self._proc.stdin.write(f"{seq} {' '.join(words)}\n".encode())
+        self._proc.stdin.flush()
+
+        def answer() -> str | None:
+            with open(self.log, "rb") as fh:
+                fh.seek(offset)
+                for line in fh.read().decode(errors="replace").splitlines():
+                    if line.startswith((f"REPLY {seq} ", f"FAILED {seq} ")) or line == f"REPLY {seq}":
+                        return line
+            return None
+
+        line = support.wait_until(answer, self._proc, timeout, f"MiniDFS command {' '.join(words)!r}", self.log)
+        if line.startswith("FAILED"):
+            raise RuntimeError(f"MiniDFS command {' '.join(words)!r}: {line.split(' ', 2)[2]}")
+        return dict(word.split("=", 1) for word in line.split()[2:])
 
     def env(self) -> dict[str, str]:
         """Environment for a child that should use this HDFS by default (HADOOP_CONF_DIR)."""

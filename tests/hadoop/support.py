@@ -142,7 +142,7 @@ def wait_until(ready: Callable[[], object], proc: subprocess.Popen, timeout: flo
         if value:
             return value
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} during start; {log}:\n{tail(log)}")
+            raise RuntimeError(f"{what}: the process exited with {proc.returncode}; {log}:\n{tail(log)}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready within {timeout:.0f} s; {log}:\n{tail(log)}")
         time.sleep(interval)

@@ -3,7 +3,8 @@
 // scripts/fetch-test-jars against hadoop-client-minicluster and pyspark's Hadoop 3.5.0 jars).
 //
 //   java -cp CP TfosMiniCluster --conf-dir DIR --data-dir DIR [--namenode-port 0] [--datanodes 1]
-//                               [--yarn] [--nodemanager-mb 4096] [--nodemanager-vcores 4]
+//                               [--replication N] [--conf KEY=VALUE]... [--yarn] [--nodemanager-mb 4096]
+//                               [--nodemanager-vcores 4]
 //
 // Port 0 (the default) lets the NameNode bind a free port. When everything is up it writes the client
 // configuration (core-site.xml, hdfs-site.xml and with --yarn yarn-site.xml) into --conf-dir, for
@@ -13,14 +14,34 @@
 //   READY
 // It runs until its standard input reaches end of file (the parent that holds the pipe exited or
 // closed it: the clusters are shut down, then it exits), or until it gets TERM or KILL.
+//
+// Meanwhile each line on standard input is a command, `SEQ VERB [ARG]`, for the fault tests (a
+// DataNode lost while a job writes); the answer is one line, `REPLY SEQ key=value ...` or
+// `FAILED SEQ why`:
+//   datanodes               names=127.0.0.1:PORT,...   the running DataNodes (transfer addresses)
+//   stop-datanode NAME      name=... replicas=N        shut it down (the NameNode is not told: it
+//                                                      declares it dead when its heartbeats stop)
+//   restart-datanodes       restarted=N                every stopped one, on its port and storage
+//   state                   live= dead= blocks= replicas= under_replicated= missing= pending= replicated=
+//                           (replicas: on the live DataNodes, as the NameNode knows them; replicated:
+//                           replicas the running DataNodes copied at the NameNode's request)
+// --replication N (default: the DataNodes, at most 3) and --conf KEY=VALUE (any number) set the
+// cluster's configuration, e.g. shorter heartbeats so that a lost DataNode is noticed in seconds.
+import java.io.BufferedReader;
 import java.io.File;
 import java.io.FileOutputStream;
 import java.io.IOException;
-import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.lang.reflect.Field;
 import java.net.URI;
 import java.net.URISyntaxException;
 import java.nio.file.Files;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.hadoop.conf.Configuration;
@@ -30,6 +51,12 @@ import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.protocol.BlockListAsLongs;
+import org.apache.hadoop.hdfs.protocol.HdfsConstants.DatanodeReportType;
+import org.apache.hadoop.hdfs.server.blockmanagement.DatanodeDescriptor;
+import org.apache.hadoop.hdfs.server.datanode.DataNode;
+import org.apache.hadoop.hdfs.server.namenode.FSNamesystem;
+import org.apache.hadoop.metrics2.lib.MutableCounterLong;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 
@@ -37,17 +64,26 @@ public class TfosMiniCluster {
   private static MiniDFSCluster dfs;
   private static MiniYARNCluster yarn;
   private static final AtomicBoolean stopped = new AtomicBoolean();
+  private static final List<MiniDFSCluster.DataNodeProperties> stoppedDataNodes = new ArrayList<>();
 
   public static void main(String[] args) throws Exception {
     String confDir = null, dataDir = null;
-    int nnPort = 0, datanodes = 1, nmMb = 4096, nmVcores = 4;
+    int nnPort = 0, datanodes = 1, nmMb = 4096, nmVcores = 4, replication = 0;
     boolean withYarn = false;
+    Map<String, String> extra = new LinkedHashMap<>();
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--conf-dir": confDir = args[++i]; break;
         case "--data-dir": dataDir = args[++i]; break;
         case "--namenode-port": nnPort = Integer.parseInt(args[++i]); break;
         case "--datanodes": datanodes = Integer.parseInt(args[++i]); break;
+        case "--replication": replication = Integer.parseInt(args[++i]); break;
+        case "--conf": {
+          String[] kv = args[++i].split("=", 2);
+          if (kv.length != 2) usage("--conf wants KEY=VALUE, got " + args[i]);
+          extra.put(kv[0], kv[1]);
+          break;
+        }
         case "--yarn": withYarn = true; break;
         case "--nodemanager-mb": nmMb = Integer.parseInt(args[++i]); break;
         case "--nodemanager-vcores": nmVcores = Integer.parseInt(args[++i]); break;
@@ -62,7 +98,9 @@ public class TfosMiniCluster {
     Configuration hdfsConf = new Configuration();
     hdfsConf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(dataDir, "hdfs").getAbsolutePath());
     hdfsConf.set("dfs.namenode.rpc-address", "127.0.0.1:" + nnPort);
-    hdfsConf.setInt("dfs.replication", Math.min(datanodes, 3));
+    if (replication <= 0) replication = Math.min(datanodes, 3);
+    hdfsConf.setInt("dfs.replication", replication);
+    extra.forEach(hdfsConf::set);
     dfs = new MiniDFSCluster.Builder(hdfsConf)
         .nameNodePort(nnPort)
         .numDataNodes(datanodes)
@@ -78,7 +116,7 @@ public class TfosMiniCluster {
     core.set("fs.defaultFS", fsUri);
     writeXml(core, confDir, "core-site.xml");
     Configuration hdfsSite = new Configuration(false);
-    hdfsSite.setInt("dfs.replication", Math.min(datanodes, 3));
+    hdfsSite.setInt("dfs.replication", replication);
     writeXml(hdfsSite, confDir, "hdfs-site.xml");
     System.out.println("HDFS " + fsUri);
 
@@ -110,11 +148,13 @@ public class TfosMiniCluster {
     System.out.println("READY");
     System.out.flush();
 
-    // Until the parent goes away (end of file on stdin), or TERM/KILL.
-    InputStream in = System.in;
-    byte[] buf = new byte[256];
+    // Commands until the parent goes away (end of file on stdin), or TERM/KILL.
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     try {
-      while (in.read(buf) >= 0) { /* ignore input */ }
+      String line;
+      while ((line = in.readLine()) != null) {
+        if (!line.isBlank()) command(line.trim().split("\\s+"));
+      }
     } catch (IOException e) {
       // stdin closed under us: treat as end of file
     }
@@ -122,6 +162,66 @@ public class TfosMiniCluster {
     System.out.flush();
     shutdown();
     System.exit(0);
+  }
+
+  private static void command(String[] words) {
+    String seq = words[0];
+    String answer;
+    try {
+      answer = "REPLY " + seq + " " + run(words.length > 1 ? words[1] : "", words.length > 2 ? words[2] : "");
+    } catch (Throwable t) {
+      answer = "FAILED " + seq + " " + String.valueOf(t).replace('\n', ' ');
+    }
+    System.out.println(answer);
+    System.out.flush();
+  }
+
+  private static String run(String verb, String arg) throws Exception {
+    switch (verb) {
+      case "datanodes": {
+        List<String> names = new ArrayList<>();
+        for (DataNode dn : dfs.getDataNodes()) names.add(dn.getDatanodeId().getXferAddr());
+        return "names=" + String.join(",", names);
+      }
+      case "stop-datanode": {
+        List<DataNode> running = dfs.getDataNodes();
+        for (int i = 0; i < running.size(); i++) {
+          if (!running.get(i).getDatanodeId().getXferAddr().equals(arg)) continue;
+          long replicas = 0;
+          for (BlockListAsLongs report : dfs.getBlockReport(dfs.getNamesystem().getBlockPoolId(), i).values()) {
+            replicas += report.getNumberOfBlocks();
+          }
+          stoppedDataNodes.add(dfs.stopDataNode(i));
+          return "name=" + arg + " replicas=" + replicas;
+        }
+        throw new IllegalArgumentException("no running DataNode " + arg);
+      }
+      case "restart-datanodes": {
+        int n = stoppedDataNodes.size();
+        for (MiniDFSCluster.DataNodeProperties dn : stoppedDataNodes) dfs.restartDataNode(dn, true);
+        stoppedDataNodes.clear();
+        dfs.waitActive();
+        return "restarted=" + n;
+      }
+      case "state": {
+        FSNamesystem ns = dfs.getNamesystem();
+        long replicated = 0;
+        Field counter = dfs.getDataNodes().isEmpty() ? null
+            : dfs.getDataNodes().get(0).getMetrics().getClass().getDeclaredField("blocksReplicated");
+        if (counter != null) counter.setAccessible(true);
+        for (DataNode dn : dfs.getDataNodes()) replicated += ((MutableCounterLong) counter.get(dn.getMetrics())).value();
+        long replicas = 0;
+        for (DatanodeDescriptor d : ns.getBlockManager().getDatanodeManager().getDatanodeListForReport(DatanodeReportType.LIVE)) {
+          replicas += d.numBlocks();
+        }
+        return "live=" + ns.getNumLiveDataNodes() + " dead=" + ns.getNumDeadDataNodes() + " blocks=" + ns.getBlocksTotal()
+            + " replicas=" + replicas
+            + " under_replicated=" + ns.getUnderReplicatedBlocks() + " missing=" + ns.getMissingBlocksCount()
+            + " pending=" + ns.getPendingReconstructionBlocks() + " replicated=" + replicated;
+      }
+      default:
+        throw new IllegalArgumentException("unknown command " + verb);
+    }
   }
 
   private static void shutdown() {
@@ -185,7 +285,7 @@ public class TfosMiniCluster {
   private static void usage(String why) {
     System.err.println("TfosMiniCluster: " + why);
     System.err.println("usage: TfosMiniCluster --conf-dir DIR --data-dir DIR [--namenode-port 0] [--datanodes 1]"
-        + " [--yarn] [--nodemanager-mb 4096] [--nodemanager-vcores 4]");
+        + " [--replication N] [--conf KEY=VALUE]... [--yarn] [--nodemanager-mb 4096] [--nodemanager-vcores 4]");
     System.exit(2);
   }
 }
