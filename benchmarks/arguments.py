@@ -11,6 +11,8 @@ from tfos_jobs.cli import common_arguments
 DEFAULT_OUTPUT = str(ROOT / "docs" / "benchmarks.md")  # in the repository, wherever the bench runs from
 SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
 TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
+P14_MASTER = "local-cluster[2,1,4096]"  # P14: two executors, one per TF node, holding 100x the people's joins
+ONLY = ("P14",)  # stages that need nothing of the others and can run alone
 
 
 def parser(prog: str = "tfos bench") -> argparse.ArgumentParser:
@@ -38,3 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without it P11 is not measured (make bench starts a local HDFS for it)")
     parser.add_argument("--tfos-master", default=TFOS_MASTER,
                         help=f"master for the TFoS training runs, one executor per TF node (default {TFOS_MASTER})")
+    parser.add_argument("--p14-people", type=int, metavar="N",
+                        help=f"P14's 1x people; its other side has 100 times as many (default {FULL.p14_people:,}; "
+                             "100000 gives the full 10,000,000)")
+    parser.add_argument("--p14-master", default=P14_MASTER,
+                        help=f"master for P14: two executors, one per TF node (default {P14_MASTER})")
+    parser.add_argument("--only", choices=ONLY, help="run this stage alone (its report then holds only its figures)")

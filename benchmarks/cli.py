@@ -46,10 +46,12 @@ def run(cfg: Config, args: argparse.Namespace, command: str = "tfos bench") -> i
     sizes = SMOKE if args.smoke else FULL
     if args.people:
         sizes = dataclasses.replace(sizes, people=args.people)
+    if args.p14_people:
+        sizes = dataclasses.replace(sizes, p14_people=args.p14_people)
     if args.repeats:
         sizes = dataclasses.replace(sizes, repeats=args.repeats, train_repeats=args.repeats)
     output = args.output or (os.path.join(tempfile.gettempdir(), "tfos-bench-smoke.md") if args.smoke
-                             else DEFAULT_OUTPUT)
+                             else report.record_of(args.only) if args.only else DEFAULT_OUTPUT)
     work = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="tfos-bench-")
     os.makedirs(work, exist_ok=True)
     started, load_start = time.time(), machine.load_average()
@@ -57,14 +59,16 @@ def run(cfg: Config, args: argparse.Namespace, command: str = "tfos bench") -> i
     print(f"tfos bench: {'smoke' if args.smoke else 'full'} run, work directory {work}, report {output}", flush=True)
     tensorflow()  # its in-process baselines run TensorFlow here: imported without the start-up noise
     bench = Bench(cfg, sizes, work, lambda text: print(text, flush=True),
-                  spark_master=args.spark_master, tfos_master=args.tfos_master, remote=args.remote)
+                  spark_master=args.spark_master, tfos_master=args.tfos_master, p14_master=args.p14_master,
+                  remote=args.remote)
     try:
-        result = run_all(bench)
+        result = run_all(bench, only=args.only)
     finally:
         if not args.workdir:
             cleanup(work)
     written = report.write(output, result, machine.describe(), command=command, date=date,
-                           wall_seconds=time.time() - started, load=(load_start, machine.load_average()))
+                           wall_seconds=time.time() - started, load=(load_start, machine.load_average()),
+                           only=args.only)
     print(f"tfos bench: {time.time() - started:.0f} s; wrote {', '.join(written)}")
     for r in result.results:
         print(f"  {r.id:<4} {r.value:10.3g}  goal {r.goal_op} {r.goal:g}  {'met' if r.met else 'NOT MET'}")

@@ -76,9 +76,9 @@ class Bench:
     """What every stage works with; each appends its results to `run`."""
 
     def __init__(self, cfg: Config, sizes: Sizes, work: str, log: Log, *, spark_master: str, tfos_master: str,
-                 remote: str | None = None):
+                 p14_master: str, remote: str | None = None):
         self.sizes, self.work, self.log, self.remote = sizes, work, log, remote
-        self.spark_master, self.tfos_master = spark_master, tfos_master
+        self.spark_master, self.tfos_master, self.p14_master = spark_master, tfos_master, p14_master
         if not sizes.train_batch:  # P7 at the demo's own global batch
             batch = examples_per_step(cfg.train.strategy, cfg.train.batch_size, cfg.train.workers)
             self.sizes = sizes = dataclasses.replace(sizes, train_batch=batch)

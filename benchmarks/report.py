@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from benchmarks.arguments import DEFAULT_OUTPUT
 from benchmarks.harness import Figure, Result, fmt, ratio
 from benchmarks.context import Run
+from benchmarks.stages import hundredfold
 from benchmarks.stages.registered import FREE_MLFLOW, FREE_OURS, KERAS_LOAD, TASKS, TFOS_PYFUNC
 from tfos_jobs.topology import Role, Strategy
 
@@ -21,20 +23,31 @@ def plots_dir(output: str) -> str:
     return os.path.splitext(output)[0]
 
 
+def record_of(stage: str) -> str:
+    """Where a run of one stage (`--only`) writes by default: beside the plots of the whole run,
+    whose report links it (docs/benchmarks/p14.md)."""
+    return os.path.join(plots_dir(DEFAULT_OUTPUT), f"{stage.lower()}.md")
+
+
 def write(output: str, run: Run, machine: Mapping[str, str], *, command: str, date: str, wall_seconds: float,
-          load: tuple[str, str]) -> list[str]:
+          load: tuple[str, str], only: str | None = None) -> list[str]:
     """Write the markdown file and its PNGs; returns every path written."""
     out_dir = plots_dir(output)
     os.makedirs(out_dir, exist_ok=True)
-    pngs = [plot_results(run, f"{out_dir}/results.png"), plot_input(run, f"{out_dir}/input_pipeline.png"),
-            plot_scaling(run, f"{out_dir}/scaling.png")]
+    pngs = {"results": plot_results(run, f"{out_dir}/results.png")}
+    if run.facts.get("training baselines"):  # a run of one stage (--only) draws only its own plots
+        pngs["input"] = plot_input(run, f"{out_dir}/input_pipeline.png")
+        pngs["scaling"] = plot_scaling(run, f"{out_dir}/scaling.png")
+    if hundredfold.NAME in run.facts:
+        pngs[hundredfold.NAME] = hundredfold.plot(run, f"{out_dir}/hundredfold.png")
     rel = os.path.basename(out_dir)
     text = markdown(run, machine, command=command, date=date, wall_seconds=wall_seconds, load=load,
-                    images=[f"{rel}/{os.path.basename(p)}" for p in pngs])
+                    images={k: f"{rel}/{os.path.basename(p)}" for k, p in pngs.items()}, only=only,
+                    records=[] if only else [f"{rel}/{name}" for name in sorted(os.listdir(out_dir)) if name.endswith(".md")])
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w", encoding="utf-8") as fh:
         fh.write(text)
-    return [output, *pngs]
+    return [output, *pngs.values()]
 
 
 def _goal(r: Result) -> str:
@@ -58,10 +71,11 @@ def _value(r: Result) -> str:
 
 
 def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, wall_seconds: float,
-             load: tuple[str, str], images: list[str]) -> str:
+             load: tuple[str, str], images: Mapping[str, str], only: str | None = None,
+             records: list[str] = ()) -> str:
     met = sum(r.met for r in run.results)
     lines = [
-        "# Benchmarks",
+        f"# Benchmarks: {only} alone" if only else "# Benchmarks",
         "",
         f"Written by `{command}` on {date}; the whole run took **{wall_seconds / 60:.1f} min** "
         f"(load average at start {load[0]}, at end {load[1]}). {met} of {len(run.results)} goals met.",
@@ -77,10 +91,14 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
         base = f"{r.baseline.name}: {_figure(r.baseline)}" if r.baseline else "—"
         lines.append(f"| {r.id} | {r.title} | {r.measured.name}: {_figure(r.measured)} | {base} | {_value(r)} | "
                      f"{_goal(r)} | {'yes' if r.met else '**no**'} |")
-    lines += ["", f"![P1–P8]({images[0]})", ""]
-    lines += _scaling_section(run, images[2])
-    lines += _input_section(run, images[1])
+    lines += ["", f"![results]({images['results']})", ""]
+    lines += _scaling_section(run, images.get("scaling", ""))
+    lines += _input_section(run, images.get("input", ""))
+    lines += hundredfold.section(run, images.get(hundredfold.NAME, ""))
     lines += _details(run)
+    if records:
+        lines += ["## Runs recorded apart", "", "Stages run alone (`tfos bench --only`) and load tests, each in its own "
+                  "record: " + ", ".join(f"[{os.path.basename(r)}]({r})" for r in records) + ".", ""]
     lines += ["## Tuning: what was changed, before and after", "",
               f"The changes made for speed, and the model changes that could cost it (the census demo's training "
               f"speed and eval AUC before and after), each with its figures, and what bounds the ratios that sit "

@@ -9,17 +9,29 @@ Three Spark sessions, one after the other, in this one process:
      batch (P3, P6, P7, P8, scaling);
   3. `local[2]` again, with HiveServer2's settings: the SQL UDF against the in-process model
      call (P4), Spark's predict_batch_udf (P9) and MLflow's spark_udf (P12), SQL at 1x and 16x
-     (P5), and the aggregate query through JDBC against in-process (P13).
+     (P5), and the aggregate query through JDBC against in-process (P13);
+  4. `local-cluster[2,1,MB]`: prepare, train and predict at 1x and 100x the people (P14), which
+     can also run alone (`--only P14`).
 Every figure of one comparison comes from the same session, alternating repeat by repeat.
 """
 from __future__ import annotations
 
 from benchmarks.context import Bench, Run
-from benchmarks.stages import data, serving, sql_endpoint, training, writes
+from benchmarks.stages import data, hundredfold, serving, sql_endpoint, training, writes
 from tfos_jobs.jobs.serve import sql_server
 
 
-def run_all(bench: Bench) -> Run:
+P14 = "P14 100x the people"
+
+
+def run_all(bench: Bench, only: str | None = None) -> Run:
+    if only == "P14":
+        try:
+            bench.session(bench.p14_master, hundredfold.SESSION_CONF)
+            bench.stage(P14, lambda: hundredfold.hundredfold(bench))
+        finally:
+            bench.stop()
+        return bench.run
     s = bench.sizes
     bench.run.sizes["people (1x / 16x)"] = f"{s.people:,} / {s.big_people:,}"
     bench.run.sizes["events per person"] = f"{s.events_per_person:g}"
@@ -42,6 +54,8 @@ def run_all(bench: Bench) -> Run:
         bench.stage("P4 P5 P9 P12 serving", lambda: serving.serving(bench))
         bench.stage("tfos predict vs a Parquet write", lambda: serving.predict_vs_write(bench))
         bench.stage("P13 SQL through JDBC", lambda: sql_endpoint.through_jdbc(bench, served))
+        bench.session(bench.p14_master, hundredfold.SESSION_CONF)
+        bench.stage(P14, lambda: hundredfold.hundredfold(bench))
     finally:
         bench.stop()
     bench.run.results.sort(key=lambda r: r.id)

@@ -26,6 +26,8 @@ class Sizes:
     write_rounds: int  # times the JVM writers write the DataFrame per sample: one write lasts under a second
     fleet_assets: int  # sensor-fleet assets at 1x (P10); the large fleet has `scale` times as many
     fleet_steps: int  # time steps per asset
+    p14_people: int  # P14's 1x people; its large side has 100 times as many (100,000: 10,000,000 people)
+    p14_events_per_person: float
 
     @property
     def big_people(self) -> int:
@@ -34,7 +36,9 @@ class Sizes:
 
 FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_repeats=3, serving_repeats=5, warmup=True,
              train_epochs=3, train_steps=200, train_batch=0, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
-             input_records=819_200, write_rounds=4, fleet_assets=25, fleet_steps=4_000)
+             input_records=819_200, write_rounds=4, fleet_assets=25, fleet_steps=4_000,
+             p14_people=2_000, p14_events_per_person=2.0)
 SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, serving_repeats=1, warmup=False,
               train_epochs=2, train_steps=4, train_batch=64, ps_batch=64, scaling_workers=(1, 2), profile_steps=4,
-              input_records=256, write_rounds=1, fleet_assets=2, fleet_steps=400)
+              input_records=256, write_rounds=1, fleet_assets=2, fleet_steps=400,
+              p14_people=200, p14_events_per_person=1.0)

@@ -14,28 +14,52 @@ import pytest
 
 from tests.conftest import CENSUS, ROOT
 
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13")
+P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14)
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
-pytestmark = pytest.mark.slow  # two minutes: every stage of the bench, at tiny sizes
+pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14 alone), at tiny sizes
 
 
-def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
+def bench(tmp_path: Path, *args: str) -> tuple[str, str]:
+    """`tfos bench --smoke` with `args`: its output and its report."""
     output = tmp_path / "benchmarks.md"
     cmd = [str(Path(sys.executable).parent / "tfos"), "bench", "--config", str(CENSUS), "--smoke",
-           "--output", str(output), "--workdir", str(tmp_path / "work")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+           "--output", str(output), "--workdir", str(tmp_path / "work"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "== P3 P6 P7 P8 training and scaling" in proc.stdout and "repeat 1/1" in proc.stdout  # progress lines
+    return proc.stdout, output.read_text()
 
-    text = output.read_text()
-    for row in ROWS:
-        line = next((ln for ln in text.splitlines() if ln.startswith(f"| {row} |")), None)
-        assert line is not None, f"no {row} row in the table"
+
+def assert_rows(text: str, rows: tuple[str, ...]) -> None:
+    ids = [ln.split("|")[1].strip() for ln in text.split("\n## ", 1)[0].splitlines() if ln.startswith("| P")]
+    assert sorted(ids) == sorted(rows), ids
+    for row in rows:
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {row} |"))
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert re.search(NUMBER, cells[2]), line  # measured median
         assert re.search(NUMBER, cells[4]), line  # ratio or absolute value
         assert cells[6] in ("yes", "**no**"), line
+
+
+def assert_p14_section(text: str) -> None:
+    """Time and the peak memory of the driver and both executors, per step and scale."""
+    section = text.split("## 100x the people (P14)", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| step")]
+    assert [tuple(c.strip() for c in ln.strip("|").split("|")[:2]) for ln in lines] == [
+        (step, scale) for step in ("prepare", "train", "predict") for scale in ("1x", "100x")]
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 7 and all(re.search(NUMBER, c) for c in cells[2:]), line
+        assert all(float(c.replace(",", "")) > 50 for c in cells[4:]), line  # MiB resident: a live JVM each
+    assert "20,000 people" in section and "streamed from disk" in section
+
+
+def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
+    stdout, text = bench(tmp_path)
+    assert "== P3 P6 P7 P8 training and scaling" in stdout and "repeat 1/1" in stdout  # progress lines
+    assert_rows(text, ROWS)
+    assert_p14_section(text)
     for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse",
                     "in memory", "## Scaling", "**tfos predict**", "**P12** `mlflow.pyfunc.spark_udf` on version 1"):
         assert section in text
@@ -48,7 +72,16 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
         assert line is not None, f"no scaling row for {row}"
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert len(cells) == 9 and all(re.search(NUMBER, c) for c in cells[1:8]), line
-    for png in ("results.png", "input_pipeline.png", "scaling.png"):
+    for png in ("results.png", "input_pipeline.png", "scaling.png", "hundredfold.png"):
         path = tmp_path / "benchmarks" / png
         assert path.stat().st_size > 10_000
         assert f"benchmarks/{png}" in text
+
+
+def test_p14_runs_alone_and_reports_only_itself(tmp_path):
+    stdout, text = bench(tmp_path, "--only", "P14")
+    assert "== P14 100x the people" in stdout and "== P3" not in stdout
+    assert_rows(text, P14)
+    assert_p14_section(text)
+    assert "## Scaling" not in text and "## Input pipeline" not in text
+    assert sorted(p.name for p in (tmp_path / "benchmarks").iterdir()) == ["hundredfold.png", "results.png"]
