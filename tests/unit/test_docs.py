@@ -214,3 +214,53 @@ def test_development_names_every_marker_of_the_suite():
     assert "slow" in names
     text = DEVELOPMENT.read_text()
     assert [name for name in names if f"`{name}`" not in text] == []
+
+
+# -- the guarantees table ----------------------------------------------------------------------------
+
+TABLE_ROW = re.compile(r"^\|.*\[[^\]]*\]\(\.\./(tests/[^)]+\.py)\) `(test_\w+)`(?: \((slow|k8s)\))? \|$", re.M)
+
+
+def marks_of(module: Path, name: str) -> set[str] | None:
+    """The marks of test `name` in `module` that choose its make target (slow, k8s): its own and
+    its module's, None when the module defines no such test."""
+    tree = ast.parse(module.read_text())
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not found:
+        return None
+    marks = set()
+    for node in [*(n.value for n in tree.body if isinstance(n, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)),
+                 *found[0].decorator_list]:
+        marks |= {m for m in ("slow", "k8s") if f"mark.{m}" in ast.unparse(node)}
+    if module.parent.name == "k8s":
+        marks.add("k8s")
+    return marks
+
+
+def guarantee_problems(text: str) -> list[str]:
+    section = text.split("### Guarantees, tested", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| fault")]
+    problems = [f"not a row of fault, what is seen, what is kept, [file](path) `test`: {ln[:60]}"
+                for ln in rows if not TABLE_ROW.match(ln)]
+    for path, name, mark in TABLE_ROW.findall(section):
+        marks = marks_of(ROOT / path, name)
+        if marks is None:
+            problems.append(f"{path}: no {name}")
+        elif marks != ({mark} if mark else set()):
+            problems.append(f"{path}::{name}: marked {sorted(marks) or 'neither slow nor k8s'}, said {mark or 'neither'}")
+    return problems
+
+
+def test_every_guarantee_names_a_test_that_exists_with_its_marks():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    assert len(TABLE_ROW.findall(text)) >= 15
+    assert guarantee_problems(text) == []
+    planted = ("### Guarantees, tested\n| f | s | k | [a](../tests/reliability/test_training_faults.py) "
+               "`test_a_hung_step_fails_the_run_within_the_step_timeout` |\n"
+               "| f | s | k | [a](../tests/reliability/test_training_faults.py) `test_gone` (slow) |\n| no test |\n")
+    assert guarantee_problems(planted) == [
+        "not a row of fault, what is seen, what is kept, [file](path) `test`: | no test |",
+        "tests/reliability/test_training_faults.py::test_a_hung_step_fails_the_run_within_the_step_timeout: "
+        "marked ['slow'], said neither",
+        "tests/reliability/test_training_faults.py: no test_gone"]
