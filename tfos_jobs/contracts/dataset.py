@@ -13,7 +13,7 @@ serving and `tfos evaluate` read.
       _meta/manifest.json         `Manifest`. Written last: its presence means the dataset is whole.
       _SUCCESS
 
-A dataset is written beside its place (`staging`) and moved into it whole.
+A dataset is written beside its place (`storage.staging_beside`) and moved into it whole.
 """
 from __future__ import annotations
 
@@ -43,11 +43,6 @@ class Split(Name):
 SPLITS = (Split.TRAIN.value, Split.EVAL.value)  # the splits every dataset holds
 ALL_SPLITS = (*SPLITS, Split.TEST.value)  # and the optional held-out one (in the manifest when not empty)
 EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"  # the record types: rows, sensor windows
-
-
-def staging(out: str, tag: str) -> str:
-    """Where a dataset for `out` is written before it is moved into place."""
-    return f"{out}.staging-{tag}"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config, SourceConfig
 from tfos_jobs.contracts.dataset import (ALL_SPLITS, EXAMPLE, RECORDS, REJECTS, STATS_BINS, Manifest, Split,
                                          SplitFiles)
-from tfos_jobs.contracts.dataset import staging as staging_dir
 from tfos_jobs.data import columns, dataset, tfrecord, transforms
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.assemble import assemble
@@ -31,7 +30,7 @@ from tfos_jobs.errors import InputError
 from tfos_jobs.features import stats as stats_mod
 from tfos_jobs.features import vocab as vocab_mod
 from tfos_jobs.features.spec import FeatureSpec, NumericEncoding, NumericFeature
-from tfos_jobs.storage import HadoopFS
+from tfos_jobs.storage import HadoopFS, staging_beside
 from tfos_jobs.tasks import Task
 
 
@@ -73,7 +72,7 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
         if classes:
             resolved = resolved.with_feature(dataclasses.replace(resolved.label, classes=classes))
 
-        staging = staging_dir(out, uuid.uuid4().hex[:8])
+        staging = staging_beside(out)
         try:
             split_files = _write_records(fs, staging, table, imputed, resolved, classes, profile, prep, key)
             # a running SparkContext has a master: it refuses to start without spark.master

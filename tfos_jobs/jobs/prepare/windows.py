@@ -14,7 +14,6 @@ Nothing is collected to the driver but counts.
 from __future__ import annotations
 
 import math
-import uuid
 from typing import Any, Callable, cast
 
 from pyspark import StorageLevel
@@ -23,13 +22,12 @@ from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.dataset import ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, Manifest, Split, SplitFiles
-from tfos_jobs.contracts.dataset import staging as staging_dir
 from tfos_jobs.data import columns, dataset, sensor_sources, tfrecord, windows
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.features.stats import stable
-from tfos_jobs.storage import HadoopFS
+from tfos_jobs.storage import HadoopFS, staging_beside
 
 
 def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: float,
@@ -61,7 +59,7 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
                 log(f"split: {moved}")
                 cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key, eval_below))
                 profile = _profile(rows, cut, spec)
-            staging = staging_dir(out, uuid.uuid4().hex[:8])
+            staging = staging_beside(out)
             try:
                 if profile["rejected"]:
                     rows.where(F.col(columns.CORRUPT).isNotNull()) \
