@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -25,18 +24,17 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
-from tests.conftest import CENSUS, ROOT, census_overrides
+from tests.commands import kill_started, start, tfos_command
+from tests.conftest import ROOT, census_overrides
 from tests.hadoop.minidfs import MiniDFS
 from tfos_jobs.storage import Storage
 
 pytestmark = pytest.mark.slow  # several minutes: `make test-all`
 
-BIN = Path(sys.executable).parent
 PEOPLE = 6000
 REPLICATION = 2
 # A DataNode without heartbeats is declared dead after 2 rechecks + 10 heartbeats: 16 s, not 10.5 min
 HEARTBEATS = {"dfs.heartbeat.interval": "1", "dfs.namenode.heartbeat.recheck-interval": "3000"}
-STARTED: list[subprocess.Popen] = []
 LOST: list[str] = []  # the DataNodes stopped so far, in order: each scenario loses a different one
 
 
@@ -51,14 +49,7 @@ def nothing_left_running(dfs):
     """Each job runs in a process group of its own, killed when the test ends; a stopped DataNode
     comes back, and the next test starts on 3 live DataNodes that hold every block twice."""
     yield
-    while STARTED:
-        proc = STARTED.pop()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.wait(30)
+    kill_started()
     if dfs.running:
         dfs.restart_datanodes()
         wait_for(lambda: (s := dfs.block_state())["live"] == 3 and not s["missing"]
@@ -89,12 +80,7 @@ def tfos(command: str, *overrides: str) -> subprocess.Popen:
     file it writes to HDFS has 2 replicas."""
     sets = [*overrides, "spark.conf.spark.ui.showConsoleProgress=false",
             f"spark.conf.spark.hadoop.dfs.replication={REPLICATION}"]
-    cmd = [str(BIN / "tfos"), command, "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)},
-                            start_new_session=True)
-    STARTED.append(proc)
-    return proc
+    return start(tfos_command(command, *sets))
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> str:

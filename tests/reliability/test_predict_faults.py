@@ -2,10 +2,6 @@
 partial, and the second run writes every key once."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,11 +12,11 @@ from tfos_jobs import config
 from tfos_jobs.jobs.train.driver import job as train_job
 from tfos_jobs.storage import HadoopFS, left_staging
 
-from tests.conftest import CENSUS, ROOT, census_overrides, prepared_dataset
+from tests.commands import kill_group, kill_started, start, tfos_command
+from tests.conftest import CENSUS, census_overrides, prepared_dataset
 
 pytestmark = pytest.mark.slow  # trains a model, then two `tfos predict` on a local-cluster: run by `make test-all`
 
-BIN = Path(sys.executable).parent
 PEOPLE = 4000
 
 
@@ -36,16 +32,16 @@ def trained(spark, tmp_path_factory):
     return root / "raw", model
 
 
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    yield
+    kill_started()
+
+
 def predict_command(raw: Path, model: Path, output: Path) -> list[str]:
-    sets = [*census_overrides(raw, raw.parent / "unused", PEOPLE, master="local-cluster[2,1,1024]"),
-            f"predict.model={model}", f"predict.output={output}", "predict.batch_size=200",
-            "spark.conf.spark.ui.showConsoleProgress=false"]
-    return [str(BIN / "tfos"), "predict", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
-
-
-def start(cmd: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYSPARK_PYTHON": sys.executable}, start_new_session=True)
+    return tfos_command("predict", *census_overrides(raw, raw.parent / "unused", PEOPLE, master="local-cluster[2,1,1024]"),
+                        f"predict.model={model}", f"predict.output={output}", "predict.batch_size=200",
+                        "spark.conf.spark.ui.showConsoleProgress=false")
 
 
 def writing(output: Path) -> list[Path]:
@@ -58,18 +54,11 @@ def test_a_predict_killed_mid_write_leaves_no_partial_output_and_runs_again(spar
     output = tmp_path / "predictions"
     cmd = predict_command(raw, model, output)
     first = start(cmd)
-    try:
-        deadline = time.monotonic() + 600
-        while not writing(output) and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert writing(output), "the write never started:\n" + (first.stderr.read()[-3000:] if first.poll() is not None else "")
-        os.killpg(first.pid, signal.SIGKILL)
-    finally:
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        first.wait(60)
+    deadline = time.monotonic() + 600
+    while not writing(output) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writing(output), "the write never started:\n" + (first.stderr.read()[-3000:] if first.poll() is not None else "")
+    kill_group(first)
     assert not output.exists(), sorted(str(p.relative_to(tmp_path)) for p in output.rglob("*"))[:20]
 
     second = start(cmd)

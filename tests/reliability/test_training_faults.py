@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,9 +16,9 @@ from tfos_jobs.cluster.node.lifecycle import alive
 
 pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
 
-from tests.conftest import CENSUS, ROOT, prepared_dataset
+from tests.commands import kill_started, start, tfos_command
+from tests.conftest import ROOT, prepared_dataset
 
-BIN = Path(sys.executable).parent
 PEOPLE = 6000
 
 
@@ -28,22 +27,10 @@ def dataset(spark, tmp_path_factory):
     return prepared_dataset(spark, tmp_path_factory.mktemp("faults"), PEOPLE, 3.0, 9)
 
 
-STARTED: list[subprocess.Popen] = []
-
-
 @pytest.fixture(autouse=True)
 def nothing_left_running():
-    """Each `tfos train` runs in a process group of its own; whatever a test leaves of it (a
-    driver that timed out, the JVM of a killed one) is killed when the test ends."""
     yield
-    while STARTED:
-        proc = STARTED.pop()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.wait(30)
+    kill_started()
 
 
 def start_train(dataset: Path, model_dir: Path, *overrides: str, tmpfs: tuple[Path, str] | None = None
@@ -54,16 +41,12 @@ def start_train(dataset: Path, model_dir: Path, *overrides: str, tmpfs: tuple[Pa
     sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64", "train.steps_per_epoch=600",
             "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
             "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
-    cmd = [str(BIN / "tfos"), "train", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+    cmd = tfos_command("train", *sets)
     if tmpfs is not None:
         where, size = tmpfs
         cmd = ["unshare", "-m" if os.geteuid() == 0 else "-rm", "sh", "-c",
                f'mount -t tmpfs -o size={size} tmpfs "{where}" && exec "$@"', "sh", *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)},
-                            start_new_session=True)
-    STARTED.append(proc)
-    return proc
+    return start(cmd)
 
 
 def start_ps_train(dataset: Path, model_dir: Path, workers: int, max_attempts: int) -> subprocess.Popen:
