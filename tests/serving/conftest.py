@@ -4,6 +4,8 @@ Two numeric features use the embedded encodings (periodic, piecewise-linear over
 so every serving path is checked on them too."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tfos_jobs import config
@@ -32,3 +34,11 @@ def setup(spark, tmp_path_factory):
     return cfg, model, features.cache()
 
 
+@pytest.fixture(scope="session")
+def second_model(spark, setup, tmp_path_factory):
+    """Another model of the same spec (one epoch, another seed): different numbers, for swaps."""
+    cfg, _, _ = setup
+    model = tmp_path_factory.mktemp("second") / "model"
+    train_job.run(spark, dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, model_dir=str(model), epochs=1, seed=cfg.train.seed + 1)), log=lambda _: None)
+    return model

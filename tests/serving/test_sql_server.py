@@ -4,7 +4,6 @@ a model swapped while queries run."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import os
 import queue
@@ -23,7 +22,6 @@ from pyspark.testing import assertDataFrameEqual
 
 from tfos_jobs.contracts import sql_endpoint as contract
 from tfos_jobs.jobs.serve import sql
-from tfos_jobs.jobs.train.driver import job as train_job
 
 from tests.conftest import CENSUS
 from tests.serving.clients import dbapi
@@ -97,23 +95,13 @@ def beeline(url: str, statement: str, password: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def second_model(spark, setup, tmp_path_factory):
-    """Another model of the same spec (one epoch, another seed): different numbers."""
-    cfg, _, _ = setup
-    model = tmp_path_factory.mktemp("second") / "model"
-    train_job.run(spark, dataclasses.replace(cfg, train=dataclasses.replace(
-        cfg.train, model_dir=str(model), epochs=1, seed=cfg.train.seed + 1)), log=lambda _: None)
-    return model
-
-
-@pytest.fixture(scope="module")
 def server(setup, tmp_path_factory):
     """On every interface with a password (clients connect over 127.0.0.1)."""
     cfg, model, _ = setup
     root = tmp_path_factory.mktemp("serve-sql")
     config_file = root / "serve.toml"
     write_config(config_file, model, model)
-    overrides = [f"spark.master=local[2]", "spark.app_name=tfos-serve-sql-test",
+    overrides = ["spark.master=local[2]", "spark.app_name=tfos-serve-sql-test",
                  *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
     srv = Server(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD})
     try:
