@@ -34,6 +34,7 @@ STEPS = ("prepare", "train", "predict")
 WORKERS = 2
 PATH_EPOCHS = 3  # the streaming vs in-memory comparison: the epochs after the first (which traces) count
 MIB = 2**20
+FILES_FACTOR = 10  # 100x the records in 10x the files: each file reaches its node whole (node_inputs.check_file_sizes)
 SESSION_CONF = {"spark.executor.memory": "2g"}  # each executor's heap: the joins of 100x the people
 
 
@@ -45,8 +46,9 @@ def configs(bench: Bench) -> dict[str, Config]:
         sized = dataclasses.replace(s, people=people, scale=1, events_per_person=s.p14_events_per_person)
         cfg = bench_config(bench.small, sized, bench.work, f"p14-{scale}")
         work = f"{bench.work}/p14-{scale}"
+        files = cfg.prepare.files_per_split * (1 if scale == "1x" else FILES_FACTOR)
         out[scale] = dataclasses.replace(
-            cfg,
+            cfg, prepare=dataclasses.replace(cfg.prepare, files_per_split=files),
             train=dataclasses.replace(cfg.train, strategy=Strategy.MULTI_WORKER_MIRRORED, workers=WORKERS, epochs=1,
                                       steps_per_epoch=None, batch_size=bench.sizes.train_batch // WORKERS,
                                       model_dir=f"{work}/model", profile_steps=0),

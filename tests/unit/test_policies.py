@@ -171,3 +171,32 @@ def test_each_node_is_sent_the_dataset_files_it_reads():
     assert set(ps[3].values()) == meta_files  # a parameter server reads nothing
     many = node_inputs.plan(meta, [("chief", 0)] + [("worker", i) for i in range(5)], "multi_worker_mirrored")
     assert all(set(p.values()) >= train(0, 1, 2, 3, 4) for p in many)  # fewer files than workers: records are shared
+
+
+def test_a_dataset_whose_files_cannot_reach_the_nodes_whole_is_refused_naming_the_setting():
+    """Each file passes whole through the executor's heap: a file over a quarter of it (or over the
+    largest JVM array) would stop an executor half-way, so training refuses it before any node starts."""
+    from tfos_jobs.contracts.dataset import Manifest, SplitFiles
+    from tfos_jobs.data.dataset import DatasetMeta
+    from tfos_jobs.cluster.driver import node_inputs
+    from tfos_jobs.errors import InputError
+    from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, Label
+
+    spec = FeatureSpec((CategoricalFeature(name="c"), Label(name="y")))
+    mib = 2**20
+
+    def meta(*train: int) -> DatasetMeta:
+        files = lambda sizes: tuple((f"part-{i:05d}.tfrecord", s) for i, s in enumerate(sizes))  # noqa: E731
+        manifest = Manifest(1, "0", "", 0.0, "file:/ds", {}, spec.fingerprint(), {},
+                            {"train": SplitFiles(10, files(train)), "eval": SplitFiles(2, files((mib,)))}, {}, {}, {})
+        return DatasetMeta("file:/ds", spec, {}, manifest, {"c": ["a"]})
+
+    node_inputs.check_file_sizes(meta(100 * mib, 512 * mib), "spark.executor.memory = 2g", 2048 * mib)
+    with pytest.raises(InputError) as refused:
+        node_inputs.check_file_sizes(meta(100 * mib, 600 * mib, 10), "spark.executor.memory = 2g", 2048 * mib)
+    assert str(refused.value) == (
+        "train.dataset: file:/ds/train/part-00001.tfrecord holds 600 MiB; a TF node gets each file whole through its "
+        "executor's heap (spark.executor.memory = 2g: files up to 512 MiB): prepare the dataset into more files "
+        "(prepare.files_per_split; its train split has 3) or give executors more memory")
+    with pytest.raises(InputError, match="holds 2,048 MiB; .* files up to 2,048 MiB"):  # over the largest array
+        node_inputs.check_file_sizes(meta(2**31), "spark.executor.memory = 64g", 64 * 2**30)

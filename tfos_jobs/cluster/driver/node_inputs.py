@@ -85,8 +85,37 @@ def qualified(meta: DatasetMeta, wanted: dict[str, str]) -> list[str]:
     return [f"{root}/{rel[len(DATASET) + 1:]}" for rel in wanted.values()]
 
 
+# Spark hands a node each file whole, as one byte array in its executor's JVM heap: no array
+# exceeds this, and one growing while it is read takes up to twice its size, beside Spark's own.
+LARGEST_ARRAY = 2**31 - 16
+HEAP_SHARE = 4  # a file may take up to a quarter of the heap
+
+
+def check_file_sizes(meta: DatasetMeta, heap: str, heap_bytes: int) -> None:
+    """Refuse, before any TF node starts, a dataset whose files cannot reach the nodes whole: an
+    executor would run out of memory half-way through its node's files. `heap` is the setting
+    that sized `heap_bytes`, as the user wrote it."""
+    limit = min(LARGEST_ARRAY, heap_bytes // HEAP_SHARE)
+    split, (name, size) = max(((s, f) for s, files in meta.manifest.splits.items() for f in files.files),
+                              key=lambda sf: sf[1][1], default=(None, ("", 0)))
+    if size > limit:
+        files = len(meta.manifest.splits[split].files) if split else 0
+        raise InputError(
+            f"train.dataset: {meta.root}/{split}/{name} holds {size / 2**20:,.0f} MiB; a TF node gets each file whole "
+            f"through its executor's heap ({heap}: files up to {limit / 2**20:,.0f} MiB): prepare the dataset into "
+            f"more files (prepare.files_per_split; its {split} split has {files}) or give executors more memory")
+
+
+def heap_of(sc) -> tuple[str, int]:
+    """The heap TF nodes' inputs pass through: the executors', or the driver's on a local master."""
+    key = "spark.driver.memory" if sc.master.startswith("local[") or sc.master == "local" else "spark.executor.memory"
+    value = sc.getConf().get(key, "1g")
+    return f"{key} = {value}", int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(value))
+
+
 def rdd(sc, meta: DatasetMeta, plans: list[dict[str, str]]):
-    """Partition i: (path, bytes) of each file of `plans[i]`, read by that partition's task."""
+    """Partition i: (path, bytes) of each file of `plans[i]`, read by that partition's task (the
+    files checked first: `check_file_sizes`)."""
     parts = []
     for wanted in plans:
         paths = qualified(meta, wanted)

@@ -39,5 +39,6 @@ def receive(records: Iterable[tuple[str, bytes]], wanted: dict[str, str], root: 
         os.replace(tmp, target)
     missing = sorted(set(wanted.values()) - written)
     if missing:
-        raise FileNotFoundError(f"{len(missing)} input file(s) did not arrive, e.g. {missing[0]}")
+        raise FileNotFoundError(f"{len(missing)} input file(s) did not arrive, e.g. {missing[0]}: Spark's stream of "
+                                "them ended early (the executor lost, or out of memory: see its log)")
     return len(written)

@@ -109,6 +109,7 @@ def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[s
     base = space_base(base_config, base_overrides)
     storage = Storage(spark)
     meta = node_inputs.read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
+    node_inputs.check_file_sizes(meta, *node_inputs.heap_of(spark.sparkContext))  # trials get their files through Spark
     user_code.ship(spark.sparkContext, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors
     if sweep.workers_per_trial > 1 and base.train.strategy == Strategy.LOCAL:
         raise ConfigError("sweep.workers_per_trial > 1 makes every trial a TF cluster: set train.strategy to "

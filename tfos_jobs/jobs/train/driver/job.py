@@ -62,6 +62,8 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
             log(f"warning: {advice}")
     storage = Storage(spark)
     meta = node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
+    if tr.strategy != Strategy.LOCAL:  # the nodes get their files through Spark; the local strategy copies them
+        node_inputs.check_file_sizes(meta, *node_inputs.heap_of(spark.sparkContext))
     try:
         if model_fn is None:
             resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
