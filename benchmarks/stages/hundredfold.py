@@ -170,7 +170,9 @@ def section(run: Run, image: str) -> list[str]:
              f"share of the train split in memory when it fits `train.in_memory_mb` = {p['in_memory_mb']}: "
              f"{fmt(p['shard']['1x'] / MIB)} MiB at 1x (in memory), {fmt(p['shard'][big] / MIB)} MiB at {big} "
              f"(streamed from disk). Peak resident memory: the driver is this process and its JVM; an executor is its "
-             "JVM and the Python processes under it (Python workers, TF nodes).", "",
+             "JVM and the Python processes under it (Python workers, TF nodes). All of them live through every step, "
+             "so a step's peak includes what the steps before it left resident (a JVM keeps the heap it grew to).",
+             "",
              "| step | scale | seconds | ratio | " + " | ".join(f"{g} peak MiB" for g in groups) + " |",
              "|---|---|---|---|" + "---|" * len(groups)]
     for step in STEPS:
