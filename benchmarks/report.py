@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from benchmarks import records
 from benchmarks.arguments import DEFAULT_OUTPUT
 from benchmarks.harness import Figure, Result, fmt, ratio
 from benchmarks.context import Run
-from benchmarks.stages import hundredfold
+from benchmarks.stages import hundredfold, serving
 from benchmarks.stages.registered import FREE_MLFLOW, FREE_OURS, KERAS_LOAD, TASKS, TFOS_PYFUNC
 from tfos_jobs.topology import Role, Strategy
 
@@ -43,7 +44,7 @@ def write(output: str, run: Run, machine: Mapping[str, str], *, command: str, da
     rel = os.path.basename(out_dir)
     text = markdown(run, machine, command=command, date=date, wall_seconds=wall_seconds, load=load,
                     images={k: f"{rel}/{os.path.basename(p)}" for k, p in pngs.items()}, only=only,
-                    records=[] if only else [f"{rel}/{name}" for name in sorted(os.listdir(out_dir)) if name.endswith(".md")])
+                    records=[] if only else records.embedded(out_dir, rel))
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -73,6 +74,7 @@ def _value(r: Result) -> str:
 def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, wall_seconds: float,
              load: tuple[str, str], images: Mapping[str, str], only: str | None = None,
              records: list[str] = ()) -> str:
+    """The report; `records`: the pages recorded apart, as its sections (`benchmarks.records`)."""
     met = sum(r.met for r in run.results)
     lines = [
         f"# Benchmarks: {only} alone" if only else "# Benchmarks",
@@ -95,14 +97,14 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
     lines += _scaling_section(run, images.get("scaling", ""))
     lines += _input_section(run, images.get("input", ""))
     lines += hundredfold.section(run, images.get(hundredfold.NAME, ""))
-    lines += _details(run)
-    if records:
-        lines += ["## Runs recorded apart", "", "Stages run alone (`tfos bench --only`) and load tests, each in its own "
-                  "record: " + ", ".join(f"[{os.path.basename(r)}]({r})" for r in records) + ".", ""]
-    lines += ["## Tuning: what was changed, before and after", "",
-              f"The changes made for speed, and the model changes that could cost it (the census demo's training "
-              f"speed and eval AUC before and after), each with its figures, and what bounds the ratios that sit "
-              f"near their goals: [{TUNING_LOG}]({TUNING_LOG}).", ""]
+    details = _details(run)
+    lines += details if details[2:] != [""] else []
+    lines += records
+    lines += [] if only else [
+        "## Tuning: what was changed, before and after", "",
+        f"The changes made for speed, and the model changes that could cost it (the census demo's training speed and "
+        f"eval AUC before and after), each with its figures, and what bounds the ratios that sit near their goals: "
+        f"[{TUNING_LOG}]({TUNING_LOG}).", ""]
     lines += ["## Machine and versions", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in machine.items()]
     lines += ["", "## Sizes", "", "| | |", "|---|---|"]
@@ -239,40 +241,9 @@ def _details(run: Run) -> list[str]:
                      f"writing the same joined rows without a model runs at {_figure(plain)}: "
                      f"{fmt(ratio(scored.median, plain.median))}× ({run.sizes.get('predict rows', '')}).")
     lines.append("")
-    lines += _p4_cpu(run)
-    lines += _batch_sizes(run)
+    lines += serving.p4_cpu(run)
+    lines += serving.batch_sizes(run)
     return lines
-
-
-def _batch_sizes(run: Run) -> list[str]:
-    """P4 at each Arrow batch size tried."""
-    sizes = sorted(int(k.rsplit(" ", 1)[1]) for k in run.details if k.startswith("batch UDF "))
-    if not sizes:
-        return []
-    lines = ["P4 at other Arrow batch sizes (`spark.sql.execution.arrow.maxRecordsPerBatch`, and the same batch "
-             "size for the in-process calls):", "",
-             "| rows per Arrow batch | SQL UDF rows/s | in-process rows/s | ratio | UDF: Python-worker CPU s per 100k rows |",
-             "|---|---|---|---|---|"]
-    for size in sizes:
-        udf, local = run.details[f"batch UDF {size}"], run.details[f"batch in-process {size}"]
-        cpu_used = run.details.get(f"batch cpu UDF {size}")
-        lines.append(f"| {size:,} | {fmt(udf.median)} ({udf.spread()}) | {fmt(local.median)} ({local.spread()}) | "
-                     f"{fmt(ratio(udf.median, local.median))} | {fmt(cpu_used.median) if cpu_used else '—'} |")
-    return lines + [""]
-
-
-def _p4_cpu(run: Run) -> list[str]:
-    """Where P4's time goes: CPU seconds per 100k rows, by process group."""
-    variants = ("in-process", "in-process, serving_codes", "UDF", "UDF, struct(*)", "no-op UDF", "predict_batch_udf")
-    groups = ("jvm", "python workers", "driver")
-    if not all(f"P4 {v} cpu {g}" in run.details for v in variants for g in groups):
-        return []
-    lines = ["P4, CPU seconds per 100k rows (median), by process:", "",
-             "| | Spark JVM | Python workers | driver (this process) | total |", "|---|---|---|---|---|"]
-    for v in variants:
-        cells = [run.details[f"P4 {v} cpu {g}"].median for g in groups]
-        lines.append(f"| {v} | " + " | ".join(fmt(c) for c in cells) + f" | {fmt(sum(cells))} |")
-    return lines + [""]
 
 
 def _plt():

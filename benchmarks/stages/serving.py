@@ -9,9 +9,9 @@ import warnings
 from typing import Any, Callable
 
 from benchmarks import cpu, scoring
-from benchmarks.context import Bench
+from benchmarks.context import Bench, Run
 from benchmarks.stages import registered
-from benchmarks.harness import Figure, Result, Sample
+from benchmarks.harness import Figure, Result, Sample, fmt, ratio
 from tfos_jobs.config import Config
 from tfos_jobs.data.assemble import assemble
 
@@ -166,3 +166,36 @@ def predict_vs_write(bench: Bench) -> None:
     bench.run.details["predict rows"] = Figure("tfos predict", "rows/s", out["tfos predict"]["rows_per_sec"])
     bench.run.details["write rows"] = Figure("Parquet write of the same joined rows, no model", "rows/s",
                                             out["Parquet write"]["rows_per_sec"])
+
+
+# -- P4's sections of the report -----------------------------------------------------------
+
+def batch_sizes(run: Run) -> list[str]:
+    """P4 at each Arrow batch size tried."""
+    sizes = sorted(int(k.rsplit(" ", 1)[1]) for k in run.details if k.startswith("batch UDF "))
+    if not sizes:
+        return []
+    lines = ["P4 at other Arrow batch sizes (`spark.sql.execution.arrow.maxRecordsPerBatch`, and the same batch "
+             "size for the in-process calls):", "",
+             "| rows per Arrow batch | SQL UDF rows/s | in-process rows/s | ratio | UDF: Python-worker CPU s per 100k rows |",
+             "|---|---|---|---|---|"]
+    for size in sizes:
+        udf, local = run.details[f"batch UDF {size}"], run.details[f"batch in-process {size}"]
+        cpu_used = run.details.get(f"batch cpu UDF {size}")
+        lines.append(f"| {size:,} | {fmt(udf.median)} ({udf.spread()}) | {fmt(local.median)} ({local.spread()}) | "
+                     f"{fmt(ratio(udf.median, local.median))} | {fmt(cpu_used.median) if cpu_used else '—'} |")
+    return lines + [""]
+
+
+def p4_cpu(run: Run) -> list[str]:
+    """Where P4's time goes: CPU seconds per 100k rows, by process group."""
+    variants = ("in-process", "in-process, serving_codes", "UDF", "UDF, struct(*)", "no-op UDF", "predict_batch_udf")
+    groups = ("jvm", "python workers", "driver")
+    if not all(f"P4 {v} cpu {g}" in run.details for v in variants for g in groups):
+        return []
+    lines = ["P4, CPU seconds per 100k rows (median), by process:", "",
+             "| | Spark JVM | Python workers | driver (this process) | total |", "|---|---|---|---|---|"]
+    for v in variants:
+        cells = [run.details[f"P4 {v} cpu {g}"].median for g in groups]
+        lines.append(f"| {v} | " + " | ".join(fmt(c) for c in cells) + f" | {fmt(sum(cells))} |")
+    return lines + [""]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from benchmarks import records
 from tests.serving.test_sql_server import ROOT, Server
 
 HOST = "127.0.0.1"
@@ -177,6 +178,7 @@ def report(section: str, figures: dict, tmp_dir: Path) -> None:
         kept = {**(json.loads(FIGURES.read_text()) if FIGURES.exists() else {}), section: figures}
         FIGURES.write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n")
         RECORD.write_text(page(kept))
+        records.refresh(str(RECORD.parent.with_suffix(".md")))  # docs/benchmarks.md carries the page
 
 
 def page(sections: dict) -> str:
@@ -184,6 +186,8 @@ def page(sections: dict) -> str:
     def flat(prefix: str, value) -> list[str]:
         if isinstance(value, dict):
             return [line for k, v in sorted(value.items()) for line in flat(f"{prefix}.{k}" if prefix else k, v)]
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):  # samples over time
+            return flat(prefix, {k: ", ".join(f"{v[k]:,}" for v in value) for k in value[0]})
         shown = f"{value:,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
         return [f"- {prefix}: {shown}"]
 

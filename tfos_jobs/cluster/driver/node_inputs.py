@@ -16,6 +16,7 @@ lives, and written to the node's local disk (`cluster.node.inputs`). Each node g
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from tfos_jobs.contracts.dataset import SPLITS, Split
@@ -89,6 +90,7 @@ def qualified(meta: DatasetMeta, wanted: dict[str, str]) -> list[str]:
 # exceeds this, and one growing while it is read takes up to twice its size, beside Spark's own.
 LARGEST_ARRAY = 2**31 - 16
 HEAP_SHARE = 4  # a file may take up to a quarter of the heap
+IN_DRIVER = re.compile(r"local(\[[^\]]*\])?")  # masters whose tasks run in the driver's JVM (not local-cluster)
 
 
 def check_file_sizes(meta: DatasetMeta, heap: str, heap_bytes: int) -> None:
@@ -108,7 +110,7 @@ def check_file_sizes(meta: DatasetMeta, heap: str, heap_bytes: int) -> None:
 
 def heap_of(sc) -> tuple[str, int]:
     """The heap TF nodes' inputs pass through: the executors', or the driver's on a local master."""
-    key = "spark.driver.memory" if sc.master.startswith("local[") or sc.master == "local" else "spark.executor.memory"
+    key = "spark.driver.memory" if IN_DRIVER.fullmatch(sc.master) else "spark.executor.memory"
     value = sc.getConf().get(key, "1g")
     return f"{key} = {value}", int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(value))
 
