@@ -181,8 +181,9 @@ def report(section: str, figures: dict, tmp_dir: Path) -> None:
         records.refresh(str(RECORD.parent.with_suffix(".md")))  # docs/benchmarks.md carries the page
 
 
-def page(sections: dict) -> str:
-    """The recorded figures as a page: one list per test, nested keys joined with dots."""
+def page(sections: dict, written: str | None = None) -> str:
+    """The recorded figures as a page: one list per test, nested keys joined with dots; `written`:
+    when they were measured (default now)."""
     def flat(prefix: str, value) -> list[str]:
         if isinstance(value, dict):
             return [line for k, v in sorted(value.items()) for line in flat(f"{prefix}.{k}" if prefix else k, v)]
@@ -193,7 +194,7 @@ def page(sections: dict) -> str:
 
     lines = ["# tfos serve-sql under load", "",
              f"Written by `TFOS_RECORD_FIGURES=1 pytest tests/serving/test_sql_load.py -m slow` on "
-             f"{time.strftime('%Y-%m-%d %H:%M %Z')}, every client on 127.0.0.1 ({os.cpu_count()} cores, shared by the "
+             f"{written or time.strftime('%Y-%m-%d %H:%M %Z')}, every client on 127.0.0.1 ({os.cpu_count()} cores, shared by the "
              "server, its executors and the clients). Times in ms, memory (RSS) in MB. What each test asserts: "
              "[test_sql_load.py](../../tests/serving/test_sql_load.py).", ""]
     for section, figures in sorted(sections.items()):
