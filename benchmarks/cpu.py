@@ -28,17 +28,23 @@ def _seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK if fields else 0.0  # utime + stime
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
+def children() -> dict[int, list[int]]:
+    """Every process's children, by parent pid, from /proc."""
+    out: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             fields = _stat(int(name))
             if fields:
-                children.setdefault(int(fields[1]), []).append(int(name))
+                out.setdefault(int(fields[1]), []).append(int(name))
+    return out
+
+
+def _descendants(root: int) -> list[int]:
+    tree = children()
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
-        for child in children.get(pid, []):
+        for child in tree.get(pid, []):
             out.append(child)
             todo.append(child)
     return out

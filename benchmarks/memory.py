@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from benchmarks import cpu
+
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 DRIVER = "driver"
@@ -38,25 +40,10 @@ def _executor_id(pid: int) -> str | None:
     return f"executor {args[args.index(flag) + 1].decode()}" if flag in args else "executor"
 
 
-def _parents() -> dict[int, int]:
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", encoding="utf-8") as fh:
-                    out[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
 def groups(root: int) -> dict[str, int]:
     """Bytes resident now, per group: the driver (`root` and what is under it outside any
     executor) and each executor (its JVM and everything under it)."""
-    parent = _parents()
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
+    tree = cpu.children()
     out: dict[str, int] = {DRIVER: 0}
     todo = [(root, DRIVER)]
     while todo:
@@ -64,7 +51,7 @@ def groups(root: int) -> dict[str, int]:
         if group == DRIVER:
             group = _executor_id(pid) or DRIVER
         out[group] = out.get(group, 0) + _rss(pid)
-        todo.extend((child, group) for child in children.get(pid, []))
+        todo.extend((child, group) for child in tree.get(pid, []))
     return out
 
 

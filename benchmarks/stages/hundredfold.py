@@ -43,6 +43,7 @@ def configs(bench: Bench) -> dict[str, Config]:
     s = bench.sizes
     out = {}
     for scale, people in zip(SCALES, (s.p14_people, s.p14_people * SCALE)):
+        # bench_config sizes a "1x" and a "16x" side from `people` and `scale`: with scale 1 both are `people`
         sized = dataclasses.replace(s, people=people, scale=1, events_per_person=s.p14_events_per_person)
         cfg = bench_config(bench.small, sized, bench.work, f"p14-{scale}")
         work = f"{bench.work}/p14-{scale}"

@@ -9,10 +9,7 @@ import math
 import os
 import queue
 import random
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -29,19 +26,12 @@ FIGURES = ROOT / "docs" / "benchmarks" / "sql_load.json"  # written with TFOS_RE
 RECORD = FIGURES.with_suffix(".md")  # the same figures to read, linked from docs/benchmarks.md
 
 
-class GroupServer(Server):
-    """`Server` in a process group of its own, so that `kill` ends its JVM and Python workers
-    too, whatever state SIGTERM left them in."""
+class LoadServer(Server):
+    """`Server` that knows the config file it reads and the model its function serves now."""
 
     def __init__(self, config_file: Path, overrides: list[str], port: int, env: dict[str, str], model: Path):
-        cmd = [sys.executable, "-m", "tfos_jobs.cli", "serve-sql", "--config", str(config_file), "--port", str(port),
-               "--set", "serve_sql.status_seconds=1", *[a for o in overrides for a in ("--set", o)]]
-        self.port, self.lines, self.seen = port, queue.Queue(), []
-        self.config_file, self.model = config_file, model  # the model the function serves now
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                     env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
-                                     start_new_session=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__(config_file, overrides, port, env)
+        self.config_file, self.model = config_file, model
 
     def drain(self) -> list[str]:
         """The lines printed and not yet read, now kept in `seen`."""
@@ -56,12 +46,6 @@ class GroupServer(Server):
                 break
             self.seen.append(line)
         return self.seen[start:]
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def session(port: int, password: str, user: str = "analyst", timeout: float = SOCKET_SECONDS):

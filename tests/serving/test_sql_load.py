@@ -19,10 +19,10 @@ import pytest
 from tfos_jobs.contracts import sql_endpoint as contract
 from tfos_jobs.jobs.serve import sql
 
-from tests.conftest import CENSUS
-from tests.serving.load import (ABUSES, SOCKET_SECONDS, Call, GroupServer, Plan, Sessions, abuse, failed_login,
+from tests.serving.load import (ABUSES, SOCKET_SECONDS, Call, LoadServer, Plan, Sessions, abuse, failed_login,
                                 latencies, memory, report, session, stack_lines)
-from tests.serving.test_sql_server import FUNCTION, PASSWORD, close, free_port, in_process, lines_until, query
+from tests.serving.test_sql_server import (FUNCTION, PASSWORD, close, free_port, in_process, lines_until, query,
+                                           write_config)
 
 SESSIONS, MIXED_SECONDS = 16, 150.0
 SOAK_CLIENTS, WARMUP_SECONDS, SOAK_SECONDS, SAMPLE_SECONDS = 6, 60.0, 600.0, 60.0
@@ -58,12 +58,6 @@ def answers(spark, setup) -> Callable[[Path], Answers]:
     return of
 
 
-def write_config(path: Path, model: Path) -> None:
-    """The function on `model`, loopback (the default bind), a password."""
-    path.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\nauth = "password"\n\n'
-                    f'[serve_sql.functions]\n{FUNCTION} = "{model}"\n')
-
-
 @pytest.fixture(scope="module")
 def load_server(setup, tmp_path_factory):
     """One server for the module, in its own process group: killed whole when the module ends."""
@@ -72,7 +66,7 @@ def load_server(setup, tmp_path_factory):
     write_config(config_file, model)
     overrides = ["spark.master=local[2]", "spark.app_name=tfos-sql-load",
                  *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
-    srv = GroupServer(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD}, model)
+    srv = LoadServer(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD}, model)
     try:
         srv.wait_for(contract.READY)
         yield srv

@@ -23,6 +23,7 @@ from pyspark.testing import assertDataFrameEqual
 from tfos_jobs.contracts import sql_endpoint as contract
 from tfos_jobs.jobs.serve import sql
 
+from tests.commands import kill_group
 from tests.conftest import CENSUS
 from tests.serving.clients import dbapi
 
@@ -45,14 +46,16 @@ def query(inputs: tuple[str, ...]) -> str:
 
 
 class Server:
-    """`tfos serve-sql` in its own process; its output lines are kept and can be waited for."""
+    """`tfos serve-sql` in its own process group (`kill` ends its JVM and Python workers too); its
+    output lines are kept and can be waited for."""
 
     def __init__(self, config_file: Path, overrides: list[str], port: int, env: dict[str, str]):
         cmd = [sys.executable, "-m", "tfos_jobs.cli", "serve-sql", "--config", str(config_file), "--port", str(port),
                "--set", "serve_sql.status_seconds=1", *[a for o in overrides for a in ("--set", o)]]
         self.port, self.lines, self.seen = port, queue.Queue(), []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                     env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})
+                                     env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
+                                     start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -80,8 +83,11 @@ class Server:
             try:
                 return self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self.kill()
         return self.proc.wait()
+
+    def kill(self) -> None:
+        kill_group(self.proc)
 
 
 def beeline(url: str, statement: str, password: str) -> list[list[str]]:
@@ -100,7 +106,7 @@ def server(setup, tmp_path_factory):
     cfg, model, _ = setup
     root = tmp_path_factory.mktemp("serve-sql")
     config_file = root / "serve.toml"
-    write_config(config_file, model, model)
+    write_config(config_file, model, model, bind="0.0.0.0")
     overrides = ["spark.master=local[2]", "spark.app_name=tfos-serve-sql-test",
                  *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
     srv = Server(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD})
@@ -112,10 +118,12 @@ def server(setup, tmp_path_factory):
         assert code == 0, "\n".join(srv.seen[-40:])
 
 
-def write_config(path: Path, model: Path, pinned: Path) -> None:
-    """FUNCTION serves `model`; PINNED keeps serving `pinned` beside it."""
-    path.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\nbind = "0.0.0.0"\nauth = "password"\n\n'
-                    f'[serve_sql.functions]\n{FUNCTION} = "{model}"\n{PINNED} = "{pinned}"\n')
+def write_config(path: Path, model: Path, pinned: Path | None = None, bind: str = "127.0.0.1") -> None:
+    """A password-checked server where FUNCTION serves `model` (and PINNED keeps serving `pinned`
+    beside it)."""
+    functions = {FUNCTION: model, **({PINNED: pinned} if pinned else {})}
+    path.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\nbind = "{bind}"\nauth = "password"\n\n[serve_sql.functions]\n'
+                    + "".join(f'{name} = "{served}"\n' for name, served in functions.items()))
 
 
 def in_process(spark, setup, model: Path):
@@ -241,7 +249,7 @@ def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, 
     try:
         while not results and not errors:
             time.sleep(0.5)
-        write_config(config_file, second_model, setup[1])
+        write_config(config_file, second_model, setup[1], bind="0.0.0.0")
         srv.proc.send_signal(signal.SIGHUP)
         line = srv.wait_for(contract.RELOADED)
         assert line.startswith(f"{contract.RELOADED} {FUNCTION}:") and str(second_model) in line  # only it changed

@@ -98,14 +98,14 @@ def check_file_sizes(meta: DatasetMeta, heap: str, heap_bytes: int) -> None:
     executor would run out of memory half-way through its node's files. `heap` is the setting
     that sized `heap_bytes`, as the user wrote it."""
     limit = min(LARGEST_ARRAY, heap_bytes // HEAP_SHARE)
-    split, (name, size) = max(((s, f) for s, files in meta.manifest.splits.items() for f in files.files),
-                              key=lambda sf: sf[1][1], default=(None, ("", 0)))
-    if size > limit:
-        files = len(meta.manifest.splits[split].files) if split else 0
-        raise InputError(
-            f"train.dataset: {meta.root}/{split}/{name} holds {size / 2**20:,.0f} MiB; a TF node gets each file whole "
-            f"through its executor's heap ({heap}: files up to {limit / 2**20:,.0f} MiB): prepare the dataset into "
-            f"more files (prepare.files_per_split; its {split} split has {files}) or give executors more memory")
+    for split, files in meta.manifest.splits.items():
+        name, size = max(files.files, key=lambda f: f[1], default=("", 0))
+        if size > limit:
+            raise InputError(
+                f"train.dataset: {meta.root}/{split}/{name} holds {size / 2**20:,.0f} MiB; a TF node gets each file whole "
+                f"through its executor's heap ({heap}: files up to {limit / 2**20:,.0f} MiB): prepare the dataset into "
+                f"more files (prepare.files_per_split; its {split} split has {len(files.files)}) or give executors more "
+                "memory")
 
 
 def heap_of(sc) -> tuple[str, int]:
