@@ -8,6 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAR := tfos_jobs/jars/tfos-tfrecord.jar
+KAFKA_JARS := tfos_jobs/jars/kafka
 TEST_JARS := .cache/test-jars
 MLFLOW_SERVER := .cache/mlflow-server
 SCALA_SRC := $(shell find jvm -name '*.scala' 2>/dev/null)
@@ -37,7 +38,7 @@ help:
 	@echo "make image       build the jobs' image (Dockerfile) with Docker, buildah or podman"
 	@echo "make test-k8s    build the image and a single-node Kubernetes, run the jobs on it as pods, stop it"
 
-setup: $(STAMP) $(JAR)
+setup: $(STAMP) $(JAR) $(KAFKA_JARS)/.fetched
 
 # The exact versions the tests run on (constraints.txt) within the ranges pyproject.toml declares.
 $(STAMP): pyproject.toml constraints.txt
@@ -47,6 +48,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
 	scripts/build_tfrecord_jar.sh $(abspath $(PY)) $@
+
+# The Spark Kafka connector (scripts/kafka-jars.txt), each jar checked against Maven Central's SHA-1;
+# fetched again only when the list changes.
+$(KAFKA_JARS)/.fetched: scripts/kafka-jars.txt
+	rm -rf $(KAFKA_JARS)
+	scripts/fetch-maven-jars scripts/kafka-jars.txt $(KAFKA_JARS)
+	touch $@
 
 # MariaDB for the database tests: Debian's mariadb-server, installed when missing (as root, with
 # apt-get). The package is kept from starting a system server: the tests start their own.
