@@ -21,7 +21,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 K8S_RUN := .cache/k8s-run
 
-.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse typecheck test test-fast \
+.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-sweep demo-warehouse demo-stream typecheck test test-fast \
 	test-all bench clean \
 	image image-tools k8s-tools test-k8s
 
@@ -30,6 +30,7 @@ help:
 	@echo "make demo-fleet  set up and run only the sensor-fleet pipeline into demo-output/fleet/"
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
 	@echo "make demo-warehouse  set up, serve the demo tables from PostgreSQL and Hive, prepare from there"
+	@echo "make demo-stream  set up, start Kafka, replay the fleet's readings into it and score them with tfos stream"
 	@echo "make adult-data  put the real UCI Adult files into data/ (for conf/adult.toml)"
 	@echo "make test        set up and run the type checker and the test suite (slow cases excluded)"
 	@echo "make test-fast   the type checker and the unit tests (no Spark, no servers): a few minutes"
@@ -96,6 +97,16 @@ demo-fleet: setup
 # prepared from there into demo-output/warehouse-dataset/ and compared with the Parquet route.
 demo-warehouse: setup
 	$(VENV)/bin/tfos demo-warehouse --config conf/census_warehouse.toml
+
+# A Kafka broker of its own (scripts/kafka-broker, stopped however the demo ends), the fleet's last
+# readings replayed into it at a fixed rate and scored as they arrive (tfos demo-stream trains the
+# fleet model first when there is none), then compared with batch scoring of the same readings.
+demo-stream: setup test-jars
+	@broker=demo-output/stream-kafka; rm -rf $$broker; mkdir -p $$broker; \
+	  trap 'scripts/kafka-broker stop --dir '$$broker EXIT; \
+	  bootstrap=$$(scripts/kafka-broker start --dir $$broker) || exit 1; \
+	  echo "Kafka broker at $$bootstrap (log: $$broker/broker.log)"; \
+	  $(VENV)/bin/tfos demo-stream --config conf/fleet.toml --set "stream.bootstrap_servers=\"$$bootstrap\""
 
 # The sweep trains on the demo's prepared dataset; without one it generates and prepares it first.
 demo-sweep: setup

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -33,6 +33,9 @@ from tfos_jobs.topology import Strategy
 from tfos_jobs.search.space import SweepConfig
 from udfs.environment import check_workers
 from udfs.register import PredictionUdf
+
+if TYPE_CHECKING:
+    from tfos_jobs.jobs.stream.driver.job import StreamSummary
 
 DatasetManifest = Manifest  # a prepared dataset's `_meta/manifest.json`, typed
 Log = Callable[[str], None]
@@ -240,6 +243,40 @@ def register(spark: SparkSession, *, name: str, model: str, batch_size: int | No
     from udfs.register import register as register_udf
 
     return register_udf(spark, name, model, batch_size=batch_size, setting="model", resolve=resolver(tracking_uri))
+
+
+def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamSummary":
+    """Score the Kafka topic of `config.stream` as its events arrive, with the model of
+    `stream.model` (or `predict.model`), until the stream stops (a signal, or
+    `stream.stop_when_idle_seconds` without events); what it did (docs/streaming.md). The session
+    needs Spark's Kafka connector (`packages=["org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"]`).
+
+    Example: ``api.stream(spark, config=config.load("conf/fleet.toml", ["stream.stop_when_idle_seconds=30"]))``"""
+    from tfos_jobs.jobs.stream.driver import job
+
+    check_workers(spark)
+    return job.run(spark, config, log=log)
+
+
+def replay(spark: SparkSession, *, rows: DataFrame, bootstrap_servers: str, topic: str, rate: float,
+           key: str | None = None, order_by: str | None = None, disorder: int = 0, partitions: int = 2,
+           log: Log = print) -> int:
+    """Send `rows` to `topic` as JSON events (one per row, keyed by `key`, in `order_by` order) at
+    `rate` events per second, each displaced by up to `disorder` places; the topic is created
+    with `partitions` if missing. Returns how many were sent.
+
+    Example: ``api.replay(spark, rows=spark.read.parquet("sensors"), bootstrap_servers="127.0.0.1:9092",
+    topic="readings", rate=2000, key="asset_id", order_by="ts")``"""
+    from tfos_jobs.jobs.stream.driver import replay as replay_mod
+
+    if rate < 0:
+        raise ConfigError(f"replay(): rate= must be >= 0 (0: as fast as the broker takes them), got {rate}")
+    for name, column in (("key", key), ("order_by", order_by)):
+        if column is not None and column not in rows.columns:
+            raise ConfigError(f"replay(): {name}={column!r} is not a column of rows= ({', '.join(rows.columns)})")
+    replay_mod.create_topic(bootstrap_servers=bootstrap_servers, topic=topic, partitions=partitions)
+    return replay_mod.send(replay_mod.as_events(rows, key, order_by), bootstrap_servers=bootstrap_servers, topic=topic,
+                           rate=rate, disorder=disorder, log=log)
 
 
 def _spec(spec: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:

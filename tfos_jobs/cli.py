@@ -72,6 +72,21 @@ def _parser() -> argparse.ArgumentParser:
     srcs.add_argument("--only", action="append", metavar="NAME", help="check only this source (repeatable)")
     srcs.add_argument("--no-count", dest="count", action="store_false", help="do not count rows (no Spark job)")
     srcs.add_argument("--json", action="store_true", help="print the report as JSON")
+    stream = sub.add_parser("stream", parents=[common],
+                            help="score a Kafka topic as events arrive (rows, or sensor readings cut into windows): "
+                                 "Parquet exactly once, a Kafka topic at least once, bad events quarantined")
+    stream.add_argument("--model", help="model directory or models:/NAME@alias (default: stream.model, else predict.model)")
+    replay = sub.add_parser("replay", parents=[common],
+                            help="send a source's rows to a Kafka topic as JSON events at a fixed rate")
+    replay.add_argument("--source", help="the source whose rows are sent (default: prepare.main, with its unions)")
+    replay.add_argument("--where", help="a SQL condition on the rows, e.g. \"ts >= '2026-01-10'\"")
+    replay.add_argument("--rate", type=float, default=1000.0, help="events per second (0: as fast as possible; default 1000)")
+    replay.add_argument("--disorder", type=int, default=0, help="displace each event by up to N places (default 0)")
+    replay.add_argument("--topic", help="the topic (default: stream.topic; created when missing)")
+    replay.add_argument("--partitions", type=int, default=2, help="partitions of a topic created (default 2)")
+    sub.add_parser("demo-stream", parents=[common],
+                   help="replay the fleet's last readings into Kafka, score them with tfos stream as they arrive, "
+                        "and compare the stream's anomaly ROC AUC with batch scoring of the same readings")
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
     serve = sub.add_parser("serve-sql", parents=[common],
                            help="serve SQL clients (beeline, JDBC/ODBC) with the prediction functions registered")
@@ -331,9 +346,42 @@ def cmd_sweep(cfg, args) -> int:
     return 0 if outcome["best"] is not None else 1
 
 
+def cmd_stream(cfg, args) -> int:
+    from tfos_jobs import api
+    from tfos_jobs.session import with_kafka_connector
+
+    if args.model:
+        cfg = dataclasses.replace(cfg, stream=dataclasses.replace(cfg.stream, model=args.model))
+    cfg = dataclasses.replace(cfg, spark=with_kafka_connector(cfg.spark))
+    api.stream(_session(cfg), config=cfg, log=lambda line: print(line, flush=True))
+    return 0
+
+
+def cmd_replay(cfg, args) -> int:
+    from tfos_jobs import api
+    from tfos_jobs.jobs.stream.driver.demo import source_rows
+
+    spark = _session(cfg)
+    rows = source_rows(spark, cfg, args.source, args.where)
+    order = cfg.features.time.name if cfg.features.is_sequence else None
+    api.replay(spark, rows=rows, bootstrap_servers=cfg.stream.bootstrap_servers, topic=args.topic or cfg.stream.topic,
+               rate=args.rate, key=cfg.features.key.name if cfg.features.key else None, order_by=order,
+               disorder=args.disorder, partitions=args.partitions)
+    return 0
+
+
+def cmd_demo_stream(cfg, args) -> int:
+    from tfos_jobs.jobs.stream.driver import demo
+    from tfos_jobs.session import with_kafka_connector
+
+    cfg = dataclasses.replace(cfg, spark=with_kafka_connector(cfg.spark))
+    return demo.run(cfg, lambda: _session(cfg))
+
+
 COMMANDS = {"sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
             "sql": cmd_sql, "serve-sql": cmd_serve_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "sources": cmd_sources,
-            "demo-warehouse": cmd_demo_warehouse}
+            "demo-warehouse": cmd_demo_warehouse, "stream": cmd_stream, "replay": cmd_replay,
+            "demo-stream": cmd_demo_stream}
 
 if __name__ == "__main__":
     sys.exit(main())

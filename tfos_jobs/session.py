@@ -1,6 +1,7 @@
 """Build the SparkSession every job uses. The master comes from spark-submit when it set one."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -17,6 +18,9 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.tf_import import LEGACY_KERAS
 
 TFRECORD_JAR = Path(__file__).parent / "jars" / "tfos-tfrecord.jar"
+# Spark's Kafka connector, as `make setup` fetches it into a source checkout (scripts/kafka-jars.txt).
+KAFKA_JARS = Path(__file__).parent / "jars" / "kafka"
+KAFKA_CONNECTOR = "spark-sql-kafka-0-10"
 JAR_LISTS = ("spark.jars", "spark.jars.packages")
 # Where spark-submit puts --jars: spark.jars for standalone, Kubernetes and local masters, and on
 # YARN spark.yarn.dist.jars (in client mode the driver's class path gets them too).
@@ -43,6 +47,16 @@ def tfrecord_jar() -> Path:
             f"the TFRecord data source jar {str(TFRECORD_JAR)!r} is missing; build it with `make setup`"
         )
     return TFRECORD_JAR
+
+
+def with_kafka_connector(spark_cfg: SparkConfig) -> SparkConfig:
+    """`spark_cfg` with the Kafka connector jars of a source checkout, unless the connector is
+    given already (packages or jars) or spark-submit started the driver (it takes --packages)."""
+    given = [*spark_cfg.packages, *spark_cfg.jars, *_listed(spark_cfg.conf.get("spark.jars", "")),
+             *_listed(spark_cfg.conf.get("spark.jars.packages", ""))]
+    if "PYSPARK_GATEWAY_PORT" in os.environ or any(KAFKA_CONNECTOR in g for g in given):
+        return spark_cfg
+    return dataclasses.replace(spark_cfg, jars=(*spark_cfg.jars, *sorted(str(p) for p in KAFKA_JARS.glob("*.jar"))))
 
 
 # Spark's own setting of the log level (SparkContext.setLogLevel at start); at INFO or finer the

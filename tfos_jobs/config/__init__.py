@@ -19,6 +19,7 @@ from tfos_jobs.config.prepare import ActivityConfig, LookupConfig, PrepareConfig
 from tfos_jobs.config.sources import FILE_FORMATS, SOURCE_FORMATS, SourceConfig
 from tfos_jobs.config.spark import SparkConfig
 from tfos_jobs.config.serve_sql import ServeSqlConfig
+from tfos_jobs.config.stream import StreamConfig
 from tfos_jobs.config.tracking import TrackingConfig
 from tfos_jobs.config.train import ModelConfig, TrainConfig, parse_ports
 from tfos_jobs.errors import ConfigError
@@ -26,7 +27,7 @@ from tfos_jobs.features.spec import FeatureSpec
 
 __all__ = [
     "ActivityConfig", "Config", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
-    "PrepareConfig", "SOURCE_FORMATS", "ServeSqlConfig", "SourceConfig", "SparkConfig", "SplitConfig", "SyntheticConfig", "TrackingConfig",
+    "PrepareConfig", "SOURCE_FORMATS", "ServeSqlConfig", "SourceConfig", "SparkConfig", "SplitConfig", "StreamConfig", "SyntheticConfig", "TrackingConfig",
     "TrainConfig", "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml",
     "to_dict", "validate",
 ]
@@ -44,6 +45,7 @@ class Config:
     predict: PredictConfig = PredictConfig()
     tracking: TrackingConfig = TrackingConfig()
     serve_sql: ServeSqlConfig = ServeSqlConfig()
+    stream: StreamConfig = StreamConfig()
 
     def errors(self) -> list[str]:
         """Every section's problems; those between sections are each section's to find."""
@@ -53,7 +55,7 @@ class Config:
         errs += self.train.errors(self.features)
         errs += self.predict.errors(self.sources)
         errs += self.synthetic.errors() + self.fleet.errors()
-        errs += self.tracking.errors() + self.serve_sql.errors()
+        errs += self.tracking.errors() + self.serve_sql.errors() + self.stream.errors()
         return errs
 
 

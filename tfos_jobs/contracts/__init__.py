@@ -10,4 +10,6 @@ workspace     a TF node's own directory on its executor's local disk
 sweep_dir     a sweep directory's files
 trial         a sweep trial: what its task is given and returns, its status and its result row
 sql_endpoint  what `tfos serve-sql` offers its clients and operators (URL, ready line, status view)
+stream        what `tfos stream` writes: output columns, per-micro-batch sink layout, quarantine
+              reasons, progress lines
 """

@@ -19,14 +19,15 @@ from tfos_jobs.errors import InputError
 TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz", "date")
 
 
-def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = False
+def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = False, main: DataFrame | None = None
              ) -> tuple[DataFrame, dict[str, dict[str, Any]]]:
     """Read, check and join the sources into one lazy table holding every stored feature.
 
-    For prediction only the model's inputs are required, and every column is kept."""
+    For prediction only the model's inputs are required, and every column is kept. `main`
+    stands for the main source's rows (a stream of them): no action runs on it."""
     prep, spec = config.prepare, config.features
     main_src = config.sources[prep.main]
-    table = sources.read(spark, prep.main, main_src)
+    table = sources.read(spark, prep.main, main_src) if main is None else main
     source_rows: dict[str, dict[str, Any]] = {prep.main: {"location": main_src.location()}}
     provided = {c: prep.main for c in table.columns}
     for lk in prep.lookups:

@@ -53,31 +53,44 @@ class WindowParams:
                    t.stride, t.max_gap, t.fill_limit)
 
 
-def output_schema(spec: FeatureSpec) -> str:
-    """The DDL of `cut`'s rows: key, window bounds (epoch seconds), sensors, drop reason, problem."""
+def window_columns(spec: FeatureSpec) -> str:
+    """The DDL of a window's own columns: key, bounds (epoch seconds), one array per sensor."""
     sensors = ", ".join(f"`{f.name}` ARRAY<FLOAT>" for f in spec.sequences)
     key = spec.key
     assert key is not None  # a sequence spec has one (FeatureSpec.errors)
-    return (f"`{key.name}` {SPARK_TYPES[key.dtype]}, {WINDOW_START} LONG, {WINDOW_END} LONG, {sensors}, "
-            f"{DROP_REASON} STRING, {PROBLEM} STRING")
+    return f"`{key.name}` {SPARK_TYPES[key.dtype]}, {WINDOW_START} LONG, {WINDOW_END} LONG, {sensors}"
 
 
-def cut(rows: pd.DataFrame, params: WindowParams) -> pd.DataFrame:
-    """All windows of one asset's rows (`time` as epoch seconds, sensors as floats)."""
+def output_schema(spec: FeatureSpec) -> str:
+    """The DDL of `cut`'s rows: the window's columns, drop reason, problem."""
+    return f"{window_columns(spec)}, {DROP_REASON} STRING, {PROBLEM} STRING"
+
+
+def cut(rows: pd.DataFrame, params: WindowParams, *, origin: int | None = None, first: int = 0,
+        until: int | None = None) -> pd.DataFrame:
+    """The windows of one asset's rows (`time` as epoch seconds, sensors as floats).
+
+    The grid's step 0 is at `origin` (default: the earliest row), and a window starts on every
+    `stride`-th step of it. A stream cuts its buffered rows with the origin it fixed and only
+    the windows it has not emitted yet: those starting at grid step `first` or later and ending
+    at step `until` or earlier. Rows before `first` only carry values and gaps into them."""
     p = params
     key = rows[p.key].iloc[0]
     order = np.argsort(rows[p.time].to_numpy(np.int64), kind="stable")
     seconds = rows[p.time].to_numpy(np.int64)[order]
     values = rows[list(p.sensors)].to_numpy(np.float64)[order]
-    steps = np.rint((seconds - seconds[0]) / p.step_seconds).astype(np.int64)
-    same = np.flatnonzero(steps[1:] == steps[:-1])
+    zero = int(seconds[0]) if origin is None else origin
+    on_grid = np.rint((seconds - zero) / p.step_seconds).astype(np.int64)
+    same = np.flatnonzero(on_grid[1:] == on_grid[:-1])
     if same.size:
         files = rows[SOURCE_FILE].to_numpy()[order] if SOURCE_FILE in rows else None
-        first = same[0] + 1
-        where = f"{files[first]}: " if files is not None else ""
-        when = dt.datetime.fromtimestamp(int(seconds[first]), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        first_dupe = same[0] + 1
+        where = f"{files[first_dupe]}: " if files is not None else ""
+        when = dt.datetime.fromtimestamp(int(seconds[first_dupe]), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         return _problem(p, key, f"{where}column {p.time!r} has {same.size} duplicate timestamp(s) for "
                                 f"{p.key} {key!r} (on the grid of {p.step_seconds} s), first at {when}")
+    offset = int(on_grid[0])  # the grid step of the first row: steps below are relative to it
+    steps = on_grid - offset
 
     # Sensor nulls filled forward over present rows, up to fill_limit in a row.
     m, d = values.shape
@@ -99,7 +112,10 @@ def cut(rows: pd.DataFrame, params: WindowParams) -> pd.DataFrame:
         long_gap[steps[k + 1]] -= 1
     in_gap = np.cumsum(long_gap)[:n] > 0
 
-    starts = np.arange(0, n - p.window + 1, p.stride)
+    lowest = max(first, offset)
+    begin = -(-lowest // p.stride) * p.stride  # the first grid step on the stride at or after `lowest`
+    last_end = n - 1 if until is None else min(n - 1, until - offset)
+    starts = np.arange(begin - offset, last_end - p.window + 2, p.stride)
     if starts.size == 0:
         return pd.DataFrame(columns=_columns(p))
     ends = starts + p.window
@@ -114,8 +130,8 @@ def cut(rows: pd.DataFrame, params: WindowParams) -> pd.DataFrame:
     views = views.astype(np.float32)
     out = {
         p.key: [key] * starts.size,
-        WINDOW_START: seconds[0] + starts * p.step_seconds,
-        WINDOW_END: seconds[0] + (ends - 1) * p.step_seconds,
+        WINDOW_START: zero + (starts + offset) * p.step_seconds,
+        WINDOW_END: zero + (ends - 1 + offset) * p.step_seconds,
     }
     for j, sensor in enumerate(p.sensors):
         out[sensor] = [views[i, j] if kept[i] else None for i in range(starts.size)]

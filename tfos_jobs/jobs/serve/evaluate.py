@@ -61,7 +61,7 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     if missing:
         raise InputError(f"anomaly table {truth_path!r} lacks column(s) {missing}; it needs {key}, {', '.join(TRUTH_COLUMNS)}")
     split, eval_below = _split(storage, export_dir, config)
-    labelled = _label(scores, truth, key).withColumn(columns.SPLIT, split_mod.assign(split, key, eval_below))
+    labelled = label(scores, truth, key).withColumn(columns.SPLIT, split_mod.assign(split, key, eval_below))
     windows = window_table(spark, config, spec, config.predict.input).cache()  # read twice: profile, scores
     try:
         plain, not_plain = _baseline_scores(windows, spec, storage, export_dir, split, eval_below)
@@ -193,7 +193,7 @@ def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
+def label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
     """Each window with `anomalous` (overlaps an interval) and the first overlapping interval's kind."""
     t = truth.select(F.col(key).alias("_t_key"), F.col(columns.ANOMALY_START).cast("timestamp").alias("_t_start"),
                      F.col(columns.ANOMALY_END).cast("timestamp").alias("_t_end"),

@@ -1,0 +1,218 @@
+"""One micro-batch of `tfos stream` (Spark's `foreachBatch`, on the driver): score its rows with
+the model's current version, write them and the quarantined events, print the alerts.
+
+Exactly once to the files: a micro-batch's rows are written to a staging directory, counted,
+sent to the output topic (when there is one), then moved into place as the micro-batch's own
+directory (`contracts.stream.batch_dir`); a micro-batch that Spark runs again after a restart
+finds its directory and writes nothing twice. At least once to Kafka: a micro-batch stopped
+between sending and moving is sent again, with the same keys (`contracts.stream.KEY_SEPARATOR`).
+
+The model is looked up before each micro-batch that has rows to score (`ModelSlot`): a new
+export in its directory, or an alias moved to another version, is registered and used from that
+micro-batch on, and every row records the version that scored it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tfos_jobs.config import Config
+from tfos_jobs.contracts import serving
+from tfos_jobs.contracts import stream as contract
+from tfos_jobs.data.columns import DROP_REASON
+from tfos_jobs.errors import TfosError
+from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
+from tfos_jobs.jobs.serve import prediction_output
+from tfos_jobs.jobs.serve.predict import with_predictions
+from tfos_jobs.jobs.stream.driver.query import is_scorable
+from tfos_jobs.storage import HadoopFS
+from tfos_jobs.tracking.registry import resolver
+from udfs import PredictionUdf, register
+from udfs.register import served_spec, served_version
+
+SETTING = "stream.model"
+
+
+class ModelSlot:
+    """The prediction function of the model the stream scores with, registered again when the
+    model's version changes. A version that cannot be read (an export half written) or that
+    takes other inputs leaves the current one in place, said once."""
+
+    def __init__(self, spark: SparkSession, config: Config, log: Callable[[str], None]):
+        self.spark, self.log = spark, log
+        self.model = config.stream.model or config.predict.model
+        self.name, self.batch_size = config.predict.name, config.predict.batch_size
+        self.resolve = resolver(config.tracking.uri or None)
+        self.udf = self._register()
+        self._refused: str | None = None
+
+    def _register(self) -> PredictionUdf:
+        return register(self.spark, self.name, self.model, batch_size=self.batch_size, setting=SETTING,
+                        resolve=self.resolve)
+
+    def current(self, batch: int) -> PredictionUdf:
+        try:
+            version = served_version(self.spark, self.model, SETTING, self.resolve)
+            if version in (self.udf.version, self._refused):
+                return self.udf
+            problem = incompatible(self.udf.spec, served_spec(self.spark, self.model, SETTING, self.resolve))
+            if problem:
+                self._refused = version
+                self.log(f"model: not swapping to {version}: {problem}; keeping {self.udf.version}")
+                return self.udf
+            candidate = self._register()
+        except TfosError as e:
+            self.log(f"model: keeping {self.udf.version}: {self.model!r} cannot be read now ({e})")
+            return self.udf
+        self.log(f"model: {self.udf.version} -> {candidate.version} ({candidate.export_dir}) from micro-batch {batch}")
+        self.udf = candidate
+        return candidate
+
+
+def incompatible(current: FeatureSpec, candidate: FeatureSpec) -> str:
+    """Why the stream cannot score with a model of `candidate`'s spec (empty: it can)."""
+    if candidate.model_inputs != current.model_inputs:
+        return f"it takes {list(candidate.model_inputs)}, the stream gives {list(current.model_inputs)}"
+    if current.is_sequence and candidate.time != current.time:
+        return f"its windows ({candidate.time}) are not the stream's ({current.time})"
+    return ""
+
+
+@dataclass
+class BatchReport:
+    batch: int
+    scored: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)
+    alerts: int = 0
+    model_version: str = ""
+    skipped: bool = False
+
+
+class FileSink:
+    """Parquet files, one directory per micro-batch, moved into place whole."""
+
+    def __init__(self, fs: HadoopFS, root: str):
+        self.fs, self.root = fs, fs.qualify(root)
+
+    def committed(self, batch: int) -> bool:
+        return self.fs.exists(contract.batch_dir(self.root, batch))
+
+    def stage(self, df: DataFrame, batch: int) -> str:
+        staging = contract.staging_dir(self.root, batch)
+        self.fs.delete(staging)  # what a stopped run of this micro-batch left
+        df.write.parquet(staging)
+        return staging
+
+    def commit(self, staging: str, batch: int) -> None:
+        self.fs.rename(staging, contract.batch_dir(self.root, batch))
+
+
+class Batches:
+    """The `foreachBatch` function; `reports` holds what each micro-batch did, by its id."""
+
+    def __init__(self, spark: SparkSession, config: Config, slot: ModelSlot, fs: HadoopFS,
+                 log: Callable[[str], None]):
+        self.spark, self.config, self.slot, self.log = spark, config, slot, log
+        self.spec = slot.udf.spec
+        self.scores = FileSink(fs, config.stream.output)
+        self.quarantine = FileSink(fs, config.stream.quarantine)
+        self.reports: dict[int, BatchReport] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, df: DataFrame, batch: int) -> None:
+        report = BatchReport(batch, model_version=self.slot.udf.version)
+        scores_done, quarantine_done = self.scores.committed(batch), self.quarantine.committed(batch)
+        if scores_done and quarantine_done:
+            report.skipped = True
+        else:
+            df = df.persist()
+            try:
+                self._write(df, batch, report, scores_done, quarantine_done)
+            finally:
+                df.unpersist()
+        with self._lock:
+            self.reports[batch] = report
+
+    def _write(self, df: DataFrame, batch: int, report: BatchReport, scores_done: bool, quarantine_done: bool) -> None:
+        reason = F.coalesce(F.col(contract.REASON), F.col(DROP_REASON)) if DROP_REASON in df.columns \
+            else F.col(contract.REASON)
+        counts = {r[contract.REASON]: r["n"] for r in df.groupBy(reason.alias(contract.REASON))
+                  .agg(F.count(F.lit(1)).alias("n")).collect()}
+        scorable = counts.pop(None, 0)
+        report.quarantined = {str(k): int(v) for k, v in counts.items()}
+        if scorable and not scores_done:
+            udf = self.slot.current(batch)
+            report.model_version = udf.version
+            staging = self.scores.stage(self._scored(is_scorable(df), udf), batch)
+            written = self.spark.read.parquet(staging)
+            report.scored = written.count()
+            if self.config.stream.output_topic:
+                self._send(written)
+            report.alerts = self._alert(written)
+            self.scores.commit(staging, batch)
+        if counts and not quarantine_done:
+            self.quarantine.commit(self.quarantine.stage(self._quarantined(df.where(reason.isNotNull())), batch), batch)
+
+    def _scored(self, table: DataFrame, udf: PredictionUdf) -> DataFrame:
+        arrived = F.timestamp_millis(F.col(contract.EVENT_TIMESTAMP)).alias(contract.EVENT_TIMESTAMP)
+        tags = [F.lit(udf.version).alias(contract.MODEL_VERSION), arrived,
+                F.current_timestamp().alias(contract.SCORED_AT)]
+        if self.spec.is_sequence:
+            windows = table.select(*[c for c in table.columns if c not in (DROP_REASON, contract.REASON, contract.DETAIL,
+                                                                            contract.RAW, contract.READING_TIME)])
+            windows = windows.withColumns({WINDOW_START: F.timestamp_seconds(WINDOW_START),
+                                           WINDOW_END: F.timestamp_seconds(WINDOW_END)})
+            scored = with_predictions(windows, udf)
+            fields = [c for c in scored.columns if c != contract.EVENT_TIMESTAMP]
+            return scored.select(*fields, *tags)
+        scored = with_predictions(table, udf)
+        picked = prediction_output.selected(scored, table.columns, self.spec, self.config.predict.keep, ())
+        return picked.select("*", *tags)
+
+    def _quarantined(self, df: DataFrame) -> DataFrame:
+        key = [self.spec.key.name] if self.spec.key is not None else []
+        reason = F.coalesce(F.col(contract.REASON), F.col(DROP_REASON)) if DROP_REASON in df.columns \
+            else F.col(contract.REASON)
+        cols: list[Column | str] = [*key, reason.alias(contract.REASON)]
+        if self.spec.is_sequence:
+            cols += [F.timestamp_seconds(WINDOW_START).alias(WINDOW_START), F.timestamp_seconds(WINDOW_END).alias(WINDOW_END),
+                     F.timestamp_seconds(contract.READING_TIME).alias(contract.READING_TIME),
+                     F.coalesce(F.col(contract.DETAIL), F.concat(F.lit("window left out: "), F.col(DROP_REASON)))
+                     .alias(contract.DETAIL)]
+        else:
+            cols.append(contract.DETAIL)
+        cols += [contract.RAW, F.timestamp_millis(contract.EVENT_TIMESTAMP).alias(contract.EVENT_TIMESTAMP)]
+        return df.select(*cols)
+
+    def _send(self, written: DataFrame) -> None:
+        st = self.config.stream
+        key = F.col(self.spec.key.name).cast("string") if self.spec.key is not None else F.lit(None).cast("string")
+        if self.spec.is_sequence:
+            key = F.concat(key, F.lit(contract.KEY_SEPARATOR), F.unix_seconds(WINDOW_START).cast("string"))
+        out = written.select(key.alias("key"), F.to_json(F.struct(*written.columns)).alias("value"))
+        writer = out.write.format("kafka").option("kafka.bootstrap.servers", st.bootstrap_servers) \
+            .option("topic", st.output_topic)
+        for k, v in st.kafka.items():
+            writer = writer.option(f"kafka.{k.removeprefix('kafka.')}", v)
+        writer.save()
+
+    def _alert(self, written: DataFrame) -> int:
+        """Print the micro-batch's anomalies, worst first (up to `stream.alerts`); how many there were."""
+        if not self.spec.is_sequence:
+            return 0
+        anomalies = written.where(F.col(serving.IS_ANOMALY))
+        shown = anomalies.orderBy(F.desc(serving.RECONSTRUCTION_ERROR)).limit(self.config.stream.alerts).collect() \
+            if self.config.stream.alerts else []
+        key = self.spec.key.name if self.spec.key is not None else WINDOW_START
+        for row in shown:
+            self.log(f"ALERT {row[key]} {row[WINDOW_START]:%Y-%m-%d %H:%M}-{row[WINDOW_END]:%H:%M} "
+                     f"{serving.RECONSTRUCTION_ERROR} {row[serving.RECONSTRUCTION_ERROR]:.4g} "
+                     f"(model {row[contract.MODEL_VERSION]})")
+        total = anomalies.count() if len(shown) == self.config.stream.alerts else len(shown)
+        if total > len(shown):
+            self.log(f"  ... and {total - len(shown):,} more anomalous windows in this micro-batch")
+        return total

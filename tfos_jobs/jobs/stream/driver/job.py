@@ -1,0 +1,194 @@
+"""`tfos stream` (driver side): the streaming query from the Kafka topic to the sinks, run
+until stopped (SIGINT, SIGTERM), until it fails, or, with `stream.stop_when_idle_seconds`,
+once no event has arrived for that long.
+
+Each micro-batch that read events or wrote rows gives one line on the console and one JSON
+object in `stream.progress_log` (`contracts.stream` names its fields): events in and their
+rates, the batch's duration, the rows in Spark's state, what was scored, set aside, alerted.
+A stopped stream started again with the same checkpoint goes on where it stopped.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tfos_jobs.config import Config
+from tfos_jobs.contracts import stream as contract
+from tfos_jobs.errors import ConfigError, TfosError
+from tfos_jobs.jobs.serve.sql import PYTHON_ERROR_LINE, error_line
+from tfos_jobs.jobs.stream.driver import query
+from tfos_jobs.jobs.stream.driver.batches import BatchReport, Batches, ModelSlot
+from tfos_jobs.session import KAFKA_CONNECTOR
+from tfos_jobs.storage import HadoopFS
+
+POLL_SECONDS = 1
+QUERY_NAME = "tfos_stream"
+
+
+@dataclass
+class StreamSummary:
+    """What a run of `tfos stream` did, from its start to its stop."""
+
+    batches: int = 0
+    events: int = 0
+    scored: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)
+    alerts: int = 0
+    model_versions: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped_by: str = ""
+
+
+def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = print) -> StreamSummary:
+    st = config.stream
+    started = time.time()
+    slot = ModelSlot(spark, config, log)
+    try:
+        table = query.table(spark, config, slot.udf.spec)
+    except AnalysisException as e:
+        if "kafka" in str(e).lower() and "data source" in str(e).lower():
+            raise ConfigError(
+                "the Kafka connector is not on the session's class path: start with --packages "
+                f"org.apache.spark:{KAFKA_CONNECTOR}_2.13:<Spark version> (or its jars in spark.jars; "
+                "`make setup` puts them in tfos_jobs/jars/kafka/ of a source checkout)") from None
+        raise TfosError(f"stream: {error_line(e)}") from None
+    batches = Batches(spark, config, slot, HadoopFS(spark), log)
+    checkpoint = HadoopFS(spark).qualify(st.checkpoint)
+    running = table.writeStream.queryName(QUERY_NAME).foreachBatch(batches) \
+        .option("checkpointLocation", checkpoint).trigger(processingTime=f"{st.trigger_seconds} seconds").start()
+    log(f"streaming {st.topic} ({st.bootstrap_servers}) -> {batches.scores.root}, quarantine {batches.quarantine.root}; "
+        f"model {slot.udf.version} ({slot.udf.export_dir}); checkpoint {checkpoint}")
+    summary = StreamSummary(model_versions=[slot.udf.version])
+    summary.stopped_by = _watch(running, batches, summary, config, log)
+    summary.seconds = round(time.time() - started, 1)
+    log(f"stream stopped ({summary.stopped_by}) after {summary.seconds} s: {summary.batches:,} micro-batches, "
+        f"{summary.events:,} events, {summary.scored:,} scored, "
+        f"{sum(summary.quarantined.values()):,} quarantined, {summary.alerts:,} alerts")
+    return summary
+
+
+def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, config: Config,
+           log: Callable[[str], None]) -> str:
+    """Report each micro-batch as it ends; stop on a signal, on idleness, or on the query's failure."""
+    st = config.stream
+    stop = threading.Event()
+    reason: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        reason.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    seen: set[int] = set()
+    last_event = time.monotonic()
+    if st.progress_log:
+        os.makedirs(os.path.dirname(os.path.abspath(st.progress_log)), exist_ok=True)
+    try:
+        while running.isActive and not stop.is_set():
+            try:
+                running.awaitTermination(POLL_SECONDS)
+            except StreamingQueryException:
+                break  # reported below, from running.exception()
+            for progress in running.recentProgress:
+                batch = int(progress["batchId"])
+                if batch in seen or batch not in batches.reports:
+                    continue
+                seen.add(batch)
+                line = progress_line(progress, batches.reports[batch])
+                _count(summary, line, batches.reports[batch])
+                if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
+                    last_event = time.monotonic() if line[contract.INPUT_ROWS] else last_event
+                    log(describe(line))
+                    if st.progress_log:
+                        with open(st.progress_log, "a", encoding="utf-8") as fh:
+                            fh.write(json.dumps(line) + "\n")
+                if batches.slot.udf.version not in summary.model_versions:
+                    summary.model_versions.append(batches.slot.udf.version)
+            if st.stop_when_idle_seconds and time.monotonic() - last_event > st.stop_when_idle_seconds:
+                reason.append(f"no event for {st.stop_when_idle_seconds:g} s")
+                break
+        failure = running.exception()
+        if failure is not None:
+            raise TfosError(f"stream: the query failed: {failure_line(failure)}")
+        return reason[0] if reason else "the query ended"
+    finally:
+        _stop_between_batches(running)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _stop_between_batches(running: StreamingQuery, patience: float = 60.0) -> None:
+    """Stop once no micro-batch runs (or after `patience` seconds): stopping a running one
+    cancels its jobs mid-write, which is safe (it runs again after a restart) but noisy."""
+    deadline = time.monotonic() + patience
+    while running.isActive and running.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if running.isActive:
+        running.stop()
+
+
+def failure_line(e: BaseException) -> str:
+    """What failed: a Python worker's exception (its last line) rather than Spark's wrapping of it."""
+    raised = [line.strip() for line in str(e).splitlines() if PYTHON_ERROR_LINE.match(line.strip())]
+    return raised[-1] if raised else error_line(e)
+
+
+def progress_line(progress: dict[str, Any], report: BatchReport) -> dict[str, Any]:
+    """One micro-batch: Spark's progress (rates, duration, state, watermark) and what it wrote."""
+    state = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
+    return {
+        contract.BATCH: report.batch,
+        "timestamp": progress.get("timestamp"),
+        contract.INPUT_ROWS: int(progress.get("numInputRows", 0)),
+        contract.INPUT_ROWS_PER_SECOND: round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
+        contract.PROCESSED_ROWS_PER_SECOND: round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
+        contract.BATCH_MS: int(progress.get("batchDuration", 0)),
+        contract.STATE_ROWS: state,
+        contract.WATERMARK: progress.get("eventTime", {}).get("watermark"),
+        contract.SCORED: report.scored,
+        contract.QUARANTINED: sum(report.quarantined.values()),
+        "quarantined_by_reason": report.quarantined,
+        contract.ALERTS: report.alerts,
+        contract.MODEL_VERSION: report.model_version,
+        contract.SKIPPED: report.skipped,
+    }
+
+
+def describe(line: dict[str, Any]) -> str:
+    watermark = line[contract.WATERMARK]
+    if watermark and not watermark.startswith("1970-"):
+        shown = dt.datetime.fromisoformat(watermark.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M")
+        watermark_text = f", watermark {shown}"
+    else:
+        watermark_text = ""
+    skipped = " (written before the restart: skipped)" if line[contract.SKIPPED] else ""
+    why = ", ".join(f"{n:,} {r}" for r, n in sorted(line["quarantined_by_reason"].items()))
+    return (f"micro-batch {line[contract.BATCH]}: {line[contract.INPUT_ROWS]:,} events "
+            f"({line[contract.INPUT_ROWS_PER_SECOND]:,.0f}/s in, {line[contract.PROCESSED_ROWS_PER_SECOND]:,.0f}/s "
+            f"processed) in {line[contract.BATCH_MS] / 1000:.1f} s; {line[contract.SCORED]:,} scored, "
+            f"{line[contract.QUARANTINED]:,} quarantined{f' ({why})' if why else ''}, {line[contract.ALERTS]:,} alerts; "
+            f"state {line[contract.STATE_ROWS]:,} rows{watermark_text}{skipped}")
+
+
+def _count(summary: StreamSummary, line: dict[str, Any], report: BatchReport) -> None:
+    summary.batches += 1
+    summary.events += line[contract.INPUT_ROWS]
+    summary.scored += report.scored
+    summary.alerts += report.alerts
+    for r, n in report.quarantined.items():
+        summary.quarantined[r] = summary.quarantined.get(r, 0) + n
+
+
+def as_dict(summary: StreamSummary) -> dict[str, Any]:
+    return asdict(summary)

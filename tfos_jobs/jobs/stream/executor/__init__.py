@@ -1,0 +1,1 @@
+"""The stream job's executor side: the per-asset window state."""
