@@ -13,6 +13,7 @@ and vocabularies in its assets), and shipped to every executor once (`udfs.shipp
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass
@@ -157,6 +158,14 @@ def check_model(local_dir: str, export_dir: str) -> FeatureSpec:
     if outputs != expected:
         raise ConfigError(f"the SavedModel's outputs {outputs} are not those of a {task} model ({expected})")
     return spec
+
+
+def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
+    """`udf` under its name in another session (such as the copy a streaming query runs in),
+    the model already fetched and shipped."""
+    registered = spark.udf.register(udf.name, udf.udf)
+    return dataclasses.replace(udf, udf=registered,
+                               checked=arguments.register_checked(spark, udf.name, registered, udf.spec))
 
 
 def refuse_connect(spark: Any, name: str) -> None:

@@ -24,7 +24,9 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
     """Read, check and join the sources into one lazy table holding every stored feature.
 
     For prediction only the model's inputs are required, and every column is kept. `main`
-    stands for the main source's rows (a stream of them): no action runs on it."""
+    stands for the main source's rows (a stream of them): no action runs on it, and the static
+    sides it is joined with (lookups, the activity aggregate) are computed once and cached, not
+    again for every micro-batch."""
     prep, spec = config.prepare, config.features
     main_src = config.sources[prep.main]
     table = sources.read(spark, prep.main, main_src) if main is None else main
@@ -41,6 +43,8 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
                 f"source {lk.source!r} ({src.location()}) has more than one row for {lk.right_on} = "
                 f"{dupes!r}; a lookup needs one row per key"
             )
+        if main is not None:
+            lookup = lookup.cache()
         table = transforms.join_lookup(table, lookup, lk.left_on, lk.right_on, lk.source)
         provided.update({c: lk.source for c in lookup.columns if c != lk.right_on})
         source_rows[lk.source] = {"location": src.location(), "rows": lookup.count()}
@@ -62,7 +66,10 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         }
         key = spec.key
         assert key is not None  # activity joins on it (PrepareConfig.errors)
-        table = transforms.join_activity(table, transforms.aggregate_activity(usable, act, as_of), key.name, act.key)
+        aggregated = transforms.aggregate_activity(usable, act, as_of)
+        if main is not None:
+            aggregated = aggregated.cache()
+        table = transforms.join_activity(table, aggregated, key.name, act.key)
         provided.update({c: act.source for c in columns.ACTIVITY_COLUMNS})
 
     errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs if for_prediction else None)

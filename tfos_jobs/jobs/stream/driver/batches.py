@@ -28,11 +28,10 @@ from tfos_jobs.errors import TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.jobs.serve import prediction_output
 from tfos_jobs.jobs.serve.predict import with_predictions
-from tfos_jobs.jobs.stream.driver.query import is_scorable
 from tfos_jobs.storage import HadoopFS
 from tfos_jobs.tracking.registry import resolver
 from udfs import PredictionUdf, register
-from udfs.register import served_spec, served_version
+from udfs.register import register_in, served_spec, served_version
 
 SETTING = "stream.model"
 
@@ -40,37 +39,44 @@ SETTING = "stream.model"
 class ModelSlot:
     """The prediction function of the model the stream scores with, registered again when the
     model's version changes. A version that cannot be read (an export half written) or that
-    takes other inputs leaves the current one in place, said once."""
+    takes other inputs leaves the current one in place, said once.
+
+    A streaming query runs in a copy of the session, made when it starts: a function registered
+    in the session afterwards is not seen by the micro-batches' queries. So the function is
+    registered in the session each micro-batch runs in (`current`)."""
 
     def __init__(self, spark: SparkSession, config: Config, log: Callable[[str], None]):
-        self.spark, self.log = spark, log
+        self.log = log
         self.model = config.stream.model or config.predict.model
         self.name, self.batch_size = config.predict.name, config.predict.batch_size
         self.resolve = resolver(config.tracking.uri or None)
-        self.udf = self._register()
+        self.session = spark
+        self.udf = self._register(spark)
         self._refused: str | None = None
 
-    def _register(self) -> PredictionUdf:
-        return register(self.spark, self.name, self.model, batch_size=self.batch_size, setting=SETTING,
+    def _register(self, spark: SparkSession) -> PredictionUdf:
+        return register(spark, self.name, self.model, batch_size=self.batch_size, setting=SETTING,
                         resolve=self.resolve)
 
-    def current(self, batch: int) -> PredictionUdf:
+    def current(self, batch: int, spark: SparkSession) -> PredictionUdf:
+        """The function to score micro-batch `batch` with, registered in its session `spark`."""
         try:
-            version = served_version(self.spark, self.model, SETTING, self.resolve)
-            if version in (self.udf.version, self._refused):
-                return self.udf
-            problem = incompatible(self.udf.spec, served_spec(self.spark, self.model, SETTING, self.resolve))
-            if problem:
+            version = served_version(spark, self.model, SETTING, self.resolve)
+            if version not in (self.udf.version, self._refused):
+                problem = incompatible(self.udf.spec, served_spec(spark, self.model, SETTING, self.resolve))
+                if not problem:
+                    candidate = self._register(spark)
+                    self.log(f"model: {self.udf.version} -> {candidate.version} ({candidate.export_dir}) "
+                             f"from micro-batch {batch}")
+                    self.udf, self.session = candidate, spark
+                    return candidate
                 self._refused = version
                 self.log(f"model: not swapping to {version}: {problem}; keeping {self.udf.version}")
-                return self.udf
-            candidate = self._register()
         except TfosError as e:
             self.log(f"model: keeping {self.udf.version}: {self.model!r} cannot be read now ({e})")
-            return self.udf
-        self.log(f"model: {self.udf.version} -> {candidate.version} ({candidate.export_dir}) from micro-batch {batch}")
-        self.udf = candidate
-        return candidate
+        if not spark._jsparkSession.equals(self.session._jsparkSession):
+            self.udf, self.session = register_in(spark, self.udf), spark
+        return self.udf
 
 
 def incompatible(current: FeatureSpec, candidate: FeatureSpec) -> str:
@@ -90,6 +96,13 @@ class BatchReport:
     alerts: int = 0
     model_version: str = ""
     skipped: bool = False
+
+
+def why_not_scored(df: DataFrame) -> Column:
+    """An event's reason, or a window's drop reason: null for what is scored."""
+    if DROP_REASON in df.columns:
+        return F.coalesce(F.col(contract.REASON), F.col(DROP_REASON))
+    return F.col(contract.REASON)
 
 
 class FileSink:
@@ -138,16 +151,15 @@ class Batches:
             self.reports[batch] = report
 
     def _write(self, df: DataFrame, batch: int, report: BatchReport, scores_done: bool, quarantine_done: bool) -> None:
-        reason = F.coalesce(F.col(contract.REASON), F.col(DROP_REASON)) if DROP_REASON in df.columns \
-            else F.col(contract.REASON)
+        reason = why_not_scored(df)
         counts = {r[contract.REASON]: r["n"] for r in df.groupBy(reason.alias(contract.REASON))
                   .agg(F.count(F.lit(1)).alias("n")).collect()}
         scorable = counts.pop(None, 0)
         report.quarantined = {str(k): int(v) for k, v in counts.items()}
         if scorable and not scores_done:
-            udf = self.slot.current(batch)
+            udf = self.slot.current(batch, df.sparkSession)
             report.model_version = udf.version
-            staging = self.scores.stage(self._scored(is_scorable(df), udf), batch)
+            staging = self.scores.stage(self._scored(df.where(reason.isNull()), udf), batch)
             written = self.spark.read.parquet(staging)
             report.scored = written.count()
             if self.config.stream.output_topic:
@@ -171,13 +183,11 @@ class Batches:
             return scored.select(*fields, *tags)
         scored = with_predictions(table, udf)
         picked = prediction_output.selected(scored, table.columns, self.spec, self.config.predict.keep, ())
-        return picked.select("*", *tags)
+        return scored.select(*picked.columns, *tags)
 
     def _quarantined(self, df: DataFrame) -> DataFrame:
         key = [self.spec.key.name] if self.spec.key is not None else []
-        reason = F.coalesce(F.col(contract.REASON), F.col(DROP_REASON)) if DROP_REASON in df.columns \
-            else F.col(contract.REASON)
-        cols: list[Column | str] = [*key, reason.alias(contract.REASON)]
+        cols: list[Column | str] = [*key, why_not_scored(df).alias(contract.REASON)]
         if self.spec.is_sequence:
             cols += [F.timestamp_seconds(WINDOW_START).alias(WINDOW_START), F.timestamp_seconds(WINDOW_END).alias(WINDOW_END),
                      F.timestamp_seconds(contract.READING_TIME).alias(contract.READING_TIME),

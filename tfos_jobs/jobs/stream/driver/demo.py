@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -140,7 +141,7 @@ def _fresh_topic(bootstrap: str, topic: str) -> None:
         for _ in range(120):  # deletion completes in the background
             if topic not in admin.list_topics(timeout=30).topics:
                 break
-            threading.Event().wait(0.5)
+            time.sleep(0.5)
     replay.create_topic(bootstrap_servers=bootstrap, topic=topic, partitions=2)
 
 

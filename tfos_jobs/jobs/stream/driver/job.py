@@ -107,25 +107,27 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
                 seen.add(batch)
                 line = progress_line(progress, batches.reports[batch])
                 _count(summary, line, batches.reports[batch])
+                if len(seen) == 1 or line[contract.INPUT_ROWS]:
+                    last_event = time.monotonic()
                 if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
-                    last_event = time.monotonic() if line[contract.INPUT_ROWS] else last_event
                     log(describe(line))
                     if st.progress_log:
                         with open(st.progress_log, "a", encoding="utf-8") as fh:
                             fh.write(json.dumps(line) + "\n")
                 if batches.slot.udf.version not in summary.model_versions:
                     summary.model_versions.append(batches.slot.udf.version)
-            if st.stop_when_idle_seconds and time.monotonic() - last_event > st.stop_when_idle_seconds:
+            # idle: no event since the last micro-batch that had some, or since the first one ended
+            if st.stop_when_idle_seconds and seen and time.monotonic() - last_event > st.stop_when_idle_seconds:
                 reason.append(f"no event for {st.stop_when_idle_seconds:g} s")
                 break
-        failure = running.exception()
-        if failure is not None:
-            raise TfosError(f"stream: the query failed: {failure_line(failure)}")
-        return reason[0] if reason else "the query ended"
     finally:
         _stop_between_batches(running)
         for s, handler in previous.items():
             signal.signal(s, handler)
+    failure = running.exception()
+    if failure is not None:
+        raise TfosError(f"stream: the query failed: {failure_line(failure)}")
+    return reason[0] if reason else "the query ended"
 
 
 def _stop_between_batches(running: StreamingQuery, patience: float = 60.0) -> None:

@@ -16,7 +16,6 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.data.assemble import assemble
-from tfos_jobs.data.columns import DROP_REASON
 from tfos_jobs.data.windows import WindowParams
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.jobs.stream.driver import events
@@ -52,9 +51,3 @@ def _windows(parsed: DataFrame, config: Config, spec: FeatureSpec) -> DataFrame:
     return readings.groupBy(params.key).applyInPandasWithState(
         window_state.state_function(dataclasses.replace(params, time=SECONDS), idle_ms),
         window_state.output_schema(spec), window_state.STATE_SCHEMA, "append", GroupStateTimeout.ProcessingTimeTimeout)
-
-
-def is_scorable(df: DataFrame) -> DataFrame:
-    """Rows and usable windows: no reason, no drop reason."""
-    usable = ~quarantined() & F.col(DROP_REASON).isNull() if DROP_REASON in df.columns else ~quarantined()
-    return df.where(usable)

@@ -146,19 +146,31 @@ def state_function(p: WindowParams, idle_ms: int) -> Callable[..., Iterator[pd.D
                             ARRIVED: pd.Series(dtype=np.int64), RAW: pd.Series(dtype=object),
                             contract.REASON: pd.Series(dtype=object), contract.DETAIL: pd.Series(dtype=object)})
 
+    def shaped(frame: pd.DataFrame) -> pd.DataFrame:
+        """`frame` in the output's columns; a row that is no window holds no sensor arrays."""
+        out = frame.reindex(columns=columns)
+        for sensor in p.sensors:
+            if sensor not in frame.columns:
+                out[sensor] = pd.Series([None] * len(out), index=out.index, dtype=object)
+        return out
+
     def apply(key: tuple[Any, ...], batches: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         buffer = Buffer.from_state(state.get, len(p.sensors)) if state.exists else Buffer.empty(len(p.sensors))
         frames = list(batches)
         new = pd.concat(frames, ignore_index=True) if frames else nothing
         refused = new[contract.REASON].notna()
-        if refused.any():  # set aside when parsed: they go out as they came
-            yield new[refused].rename(columns={p.time: contract.READING_TIME}).reindex(columns=columns)
+        if refused.any():  # set aside when parsed: they go out as they came, without their values
+            yield shaped(new[refused].drop(columns=list(p.sensors)).rename(columns={p.time: contract.READING_TIME}))
             new = new[~refused]
         buffer, windows, rejected = advance(buffer, key[0], new, state.getCurrentWatermarkMs(), p)
-        state.update(buffer.to_state())
-        state.setTimeoutDuration(idle_ms)
+        if buffer.origin is None and not buffer.times.size:  # no reading kept (a key of refused events only)
+            if state.exists:
+                state.remove()
+        else:
+            state.update(buffer.to_state())
+            state.setTimeoutDuration(idle_ms)
         for out in (windows, rejected):
             if len(out):
-                yield out.reindex(columns=columns)
+                yield shaped(out)
 
     return apply
