@@ -12,7 +12,7 @@ DEFAULT_OUTPUT = str(ROOT / "docs" / "benchmarks.md")  # in the repository, wher
 SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
 TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
 P14_MASTER = "local-cluster[2,1,4096]"  # P14: two executors, one per TF node, holding 100x the people's joins
-ONLY = ("P14",)  # stages that need nothing of the others and can run alone
+ONLY = ("P14", "P15")  # stages that need nothing of the others and can run alone
 
 
 def parser(prog: str = "tfos bench") -> argparse.ArgumentParser:
@@ -45,4 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "100000 gives the full 10,000,000)")
     parser.add_argument("--p14-master", default=P14_MASTER,
                         help=f"master for P14: two executors, one per TF node (default {P14_MASTER})")
+    parser.add_argument("--p15-rate", type=float, metavar="EVENTS",
+                        help=f"P15's events per second produced while tfos stream runs (default {FULL.p15_rate:,.0f})")
     parser.add_argument("--only", choices=ONLY, help="run this stage alone (its report then holds only its figures)")

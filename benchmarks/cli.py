@@ -48,6 +48,8 @@ def run(cfg: Config, args: argparse.Namespace, command: str = "tfos bench") -> i
         sizes = dataclasses.replace(sizes, people=args.people)
     if args.p14_people:
         sizes = dataclasses.replace(sizes, p14_people=args.p14_people)
+    if args.p15_rate:
+        sizes = dataclasses.replace(sizes, p15_rate=args.p15_rate)
     if args.repeats:
         sizes = dataclasses.replace(sizes, repeats=args.repeats, train_repeats=args.repeats)
     output = args.output or (os.path.join(tempfile.gettempdir(), "tfos-bench-smoke.md") if args.smoke

@@ -104,7 +104,10 @@ class Bench:
         self.stop()
         self.say(f"Spark session on {master}")
         conf = {**self.spark_conf, **(extra_conf or {})}
-        self.spark = session_mod.build(SparkConfig(master=master, app_name=self.app_name, conf=conf))
+        # The jars of the JVM are those of the first session, which every later one reuses: P15's
+        # Kafka connector comes with each, so that it is there whichever session starts the JVM.
+        spark_cfg = session_mod.with_kafka_connector(SparkConfig(master=master, app_name=self.app_name, conf=conf))
+        self.spark = session_mod.build(spark_cfg)
         # Some of the bench's own functions run in Spark's Python workers (the per-row writer, the
         # baselines' UDFs): the package travels to them as user code does (tfos_jobs.user_code).
         self.spark.sparkContext.addPyFile(package_zip(ROOT / "benchmarks", "benchmarks"))

@@ -11,7 +11,7 @@ from benchmarks import records
 from benchmarks.arguments import DEFAULT_OUTPUT
 from benchmarks.harness import Figure, Result, fmt, ratio
 from benchmarks.context import Run
-from benchmarks.stages import hundredfold, serving
+from benchmarks.stages import hundredfold, serving, streaming
 from benchmarks.stages.registered import FREE_MLFLOW, FREE_OURS, KERAS_LOAD, TASKS, TFOS_PYFUNC
 from tfos_jobs.topology import Role, Strategy
 
@@ -41,6 +41,8 @@ def write(output: str, run: Run, machine: Mapping[str, str], *, command: str, da
         pngs["scaling"] = plot_scaling(run, f"{out_dir}/scaling.png")
     if hundredfold.NAME in run.facts:
         pngs[hundredfold.NAME] = hundredfold.plot(run, f"{out_dir}/hundredfold.png")
+    if streaming.NAME in run.facts:
+        pngs[streaming.NAME] = streaming.plot(run, f"{out_dir}/streaming.png")
     rel = os.path.basename(out_dir)
     text = markdown(run, machine, command=command, date=date, wall_seconds=wall_seconds, load=load,
                     images={k: f"{rel}/{os.path.basename(p)}" for k, p in pngs.items()}, only=only,
@@ -97,6 +99,7 @@ def markdown(run: Run, machine: Mapping[str, str], *, command: str, date: str, w
     lines += _scaling_section(run, images.get("scaling", ""))
     lines += _input_section(run, images.get("input", ""))
     lines += hundredfold.section(run, images.get(hundredfold.NAME, ""))
+    lines += streaming.section(run, images.get(streaming.NAME, ""))
     details = _details(run)
     lines += details if details[2:] != [""] else []
     lines += records

@@ -10,6 +10,8 @@ Three Spark sessions, one after the other, in this one process:
   3. `local[2]` again, with HiveServer2's settings: the SQL UDF against the in-process model
      call (P4), Spark's predict_batch_udf (P9) and MLflow's spark_udf (P12), SQL at 1x and 16x
      (P5), and the aggregate query through JDBC against in-process (P13);
+     then `tfos stream` from a Kafka broker of its own: latency and throughput against the batch
+     UDF (P15, at a reduced size; alone, `--only P15`, at full size after the data and model it needs);
   4. `local-cluster[2,1,MB]`: prepare, train and predict at 1x and 100x the people (P14), which
      can also run alone (`--only P14`).
 Every figure of one comparison comes from the same session, alternating repeat by repeat.
@@ -17,11 +19,12 @@ Every figure of one comparison comes from the same session, alternating repeat b
 from __future__ import annotations
 
 from benchmarks.context import Bench, Run
-from benchmarks.stages import data, hundredfold, serving, sql_endpoint, training, writes
+from benchmarks.stages import data, hundredfold, serving, sql_endpoint, streaming, training, writes
 from tfos_jobs.jobs.serve import sql_server
 
 
 P14 = "P14 100x the people"
+P15 = "P15 tfos stream"
 
 
 def run_all(bench: Bench, only: str | None = None) -> Run:
@@ -29,6 +32,14 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         try:
             bench.session(bench.p14_master, hundredfold.SESSION_CONF)
             bench.stage(P14, lambda: hundredfold.hundredfold(bench))
+        finally:
+            bench.stop()
+        return bench.run
+    if only == "P15":
+        try:
+            bench.session(bench.spark_master)
+            bench.stage("P15 data and model", lambda: streaming.ready(bench))
+            bench.stage(P15, lambda: streaming.streaming(bench, alone=True))
         finally:
             bench.stop()
         return bench.run
@@ -54,6 +65,7 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         bench.stage("P4 P5 P9 P12 serving", lambda: serving.serving(bench))
         bench.stage("tfos predict vs a Parquet write", lambda: serving.predict_vs_write(bench))
         bench.stage("P13 SQL through JDBC", lambda: sql_endpoint.through_jdbc(bench, served))
+        bench.stage(P15, lambda: streaming.streaming(bench, alone=False))
         bench.session(bench.p14_master, hundredfold.SESSION_CONF)
         bench.stage(P14, lambda: hundredfold.hundredfold(bench))
     finally:

@@ -15,9 +15,10 @@ import pytest
 from tests.conftest import CENSUS, ROOT
 
 P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14)
+P15 = ("P15a", "P15b", "P15c")
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15)
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
-pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14 alone), at tiny sizes
+pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, or P15, alone), at tiny sizes
 
 
 def bench(tmp_path: Path, *args: str) -> tuple[str, str]:
@@ -55,11 +56,29 @@ def assert_p14_section(text: str) -> None:
     assert "20,000 people" in section and "streamed from disk" in section
 
 
+def assert_p15_section(text: str, work: Path) -> None:
+    """Latency quantiles and both rates in the text; the stage's broker stopped."""
+    section = text.split("## tfos stream (P15)", 1)[1].split("\n## ", 1)[0]
+    assert re.search(rf"p50 \*\*{NUMBER} s\*\*, p99 \*\*{NUMBER} s\*\*", section), section
+    assert re.search(rf"Stream {NUMBER} rows/s, batch {NUMBER} rows/s", section), section
+    assert re.search(rf"same Kafka records .*: {NUMBER}\s+rows/s", section, re.S), section
+    directory = str(work / "p15" / "kafka").encode()
+    assert [p for p in Path("/proc").glob("[0-9]*/cmdline") if directory in _read(p)] == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
+
+
 def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
     stdout, text = bench(tmp_path)
     assert "== P3 P6 P7 P8 training and scaling" in stdout and "repeat 1/1" in stdout  # progress lines
     assert_rows(text, ROWS)
     assert_p14_section(text)
+    assert_p15_section(text, tmp_path / "work")
     for section in ("## Machine and versions", "## Sizes", "tensorflowonspark", "pyarrow", "batch then parse",
                     "in memory", "## Scaling", "**tfos predict**", "**P12** `mlflow.pyfunc.spark_udf` on version 1"):
         assert section in text
@@ -72,7 +91,7 @@ def test_smoke_run_writes_the_table_and_the_plots(tmp_path):
         assert line is not None, f"no scaling row for {row}"
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert len(cells) == 9 and all(re.search(NUMBER, c) for c in cells[1:8]), line
-    for png in ("results.png", "input_pipeline.png", "scaling.png", "hundredfold.png"):
+    for png in ("results.png", "input_pipeline.png", "scaling.png", "hundredfold.png", "streaming.png"):
         path = tmp_path / "benchmarks" / png
         assert path.stat().st_size > 10_000
         assert f"benchmarks/{png}" in text
@@ -85,3 +104,12 @@ def test_p14_runs_alone_and_reports_only_itself(tmp_path):
     assert_p14_section(text)
     assert "## Scaling" not in text and "## Input pipeline" not in text
     assert sorted(p.name for p in (tmp_path / "benchmarks").iterdir()) == ["hundredfold.png", "results.png"]
+
+
+def test_p15_runs_alone_and_reports_only_itself(tmp_path):
+    stdout, text = bench(tmp_path, "--only", "P15")
+    assert "== P15 tfos stream" in stdout and "== P3" not in stdout
+    assert_rows(text, P15)
+    assert_p15_section(text, tmp_path / "work")
+    assert "## Scaling" not in text and "## 100x the people" not in text
+    assert sorted(p.name for p in (tmp_path / "benchmarks").iterdir()) == ["results.png", "streaming.png"]

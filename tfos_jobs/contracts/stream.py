@@ -41,6 +41,7 @@ class Reason(Name):
 
 # One JSON object per micro-batch in the progress log (`stream.progress_log`), and the console line.
 BATCH = "batch"
+STARTED = "timestamp"  # when the micro-batch started (ISO 8601, UTC), as Spark's progress says
 INPUT_ROWS = "input_rows"
 INPUT_ROWS_PER_SECOND = "input_rows_per_second"
 PROCESSED_ROWS_PER_SECOND = "processed_rows_per_second"
@@ -48,6 +49,7 @@ BATCH_MS = "batch_ms"
 STATE_ROWS = "state_rows"
 SCORED = "scored"
 QUARANTINED = "quarantined"
+QUARANTINED_BY_REASON = "quarantined_by_reason"
 ALERTS = "alerts"
 WATERMARK = "watermark"
 SKIPPED = "skipped"  # the micro-batch was written before a restart: nothing written again

@@ -67,8 +67,9 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         key = spec.key
         assert key is not None  # activity joins on it (PrepareConfig.errors)
         aggregated = transforms.aggregate_activity(usable, act, as_of)
-        if main is not None:
-            aggregated = aggregated.cache()
+        if main is not None:  # kept as the join wants it: each micro-batch then shuffles only its own rows
+            partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+            aggregated = aggregated.repartition(partitions, act.key).sortWithinPartitions(act.key).cache()
         table = transforms.join_activity(table, aggregated, key.name, act.key)
         provided.update({c: act.source for c in columns.ACTIVITY_COLUMNS})
 

@@ -17,13 +17,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.data.columns import DROP_REASON
+from tfos_jobs.data.windows import DROP_REASONS
 from tfos_jobs.errors import TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.jobs.serve import prediction_output
@@ -34,6 +35,7 @@ from udfs import PredictionUdf, register
 from udfs.register import register_in, served_spec, served_version
 
 SETTING = "stream.model"
+SCORABLE = "_scorable"  # the count of rows to score, beside the quarantine's reasons
 
 
 class ModelSlot:
@@ -141,33 +143,60 @@ class Batches:
         scores_done, quarantine_done = self.scores.committed(batch), self.quarantine.committed(batch)
         if scores_done and quarantine_done:
             report.skipped = True
-        else:
+        elif self.spec.is_sequence:
+            # Windows: the stateful step runs once (kept), and an empty micro-batch, as most are
+            # once the readings stop, is found out before anything is written.
             df = df.persist()
             try:
-                self._write(df, batch, report, scores_done, quarantine_done)
+                self._write(df, batch, report, scores_done, quarantine_done, self._counts(df))
             finally:
                 df.unpersist()
+        else:
+            self._write(df, batch, report, scores_done, quarantine_done, None)
         with self._lock:
             self.reports[batch] = report
 
-    def _write(self, df: DataFrame, batch: int, report: BatchReport, scores_done: bool, quarantine_done: bool) -> None:
+    def _write(self, df: DataFrame, batch: int, report: BatchReport, scores_done: bool, quarantine_done: bool,
+               counts: dict[str, int] | None) -> None:
+        """Score, send and commit the micro-batch's rows, then its quarantine. Without `counts`
+        (rows), they are counted while the scored rows are written: one pass over the
+        micro-batch, read again only for a quarantine."""
         reason = why_not_scored(df)
-        counts = {r[contract.REASON]: r["n"] for r in df.groupBy(reason.alias(contract.REASON))
-                  .agg(F.count(F.lit(1)).alias("n")).collect()}
-        scorable = counts.pop(None, 0)
-        report.quarantined = {str(k): int(v) for k, v in counts.items()}
-        if scorable and not scores_done:
+        counted = Observation()
+        source, df = df, df if counts is not None else df.observe(counted, *self._count_columns(df))
+        if not scores_done and (counts is None or counts[SCORABLE]):
             udf = self.slot.current(batch, df.sparkSession)
-            report.model_version = udf.version
-            staging = self.scores.stage(self._scored(df.where(reason.isNull()), udf), batch)
-            written = self.spark.read.parquet(staging)
-            report.scored = written.count()
-            if self.config.stream.output_topic:
-                self._send(written)
-            report.alerts = self._alert(written)
-            self.scores.commit(staging, batch)
-        if counts and not quarantine_done:
-            self.quarantine.commit(self.quarantine.stage(self._quarantined(df.where(reason.isNotNull())), batch), batch)
+            scored = prediction_output.Tally(self._scored(df.where(reason.isNull()), udf))
+            staging = self.scores.stage(scored.df, batch)
+            report.scored = scored.rows
+            if report.scored:
+                report.model_version = udf.version
+                if self.config.stream.output_topic or self.spec.is_sequence:  # sent on, or alerted on
+                    written = self.spark.read.parquet(staging)
+                    if self.config.stream.output_topic:
+                        self._send(written)
+                    report.alerts = self._alert(written)
+                self.scores.commit(staging, batch)
+            else:
+                self.scores.fs.delete(staging)
+        if counts is None:  # observed by the write above, or (its micro-batch written before a restart) counted now
+            counts = self._counts(source) if scores_done else {k: int(v) for k, v in counted.get.items()}
+        report.quarantined = {k: v for k, v in counts.items() if v and k != SCORABLE}
+        if report.quarantined and not quarantine_done:
+            bad = self._quarantined(source.where(reason.isNotNull()))
+            self.quarantine.commit(self.quarantine.stage(bad, batch), batch)
+
+    def _count_columns(self, df: DataFrame) -> list[Column]:
+        """Rows to score (SCORABLE) and rows set aside per reason: the reasons are known, so one
+        aggregation without a shuffle counts them."""
+        reason = why_not_scored(df)
+        known = [r.value for r in contract.Reason] + (list(DROP_REASONS) if self.spec.is_sequence else [])
+        return [F.count_if(reason.isNull()).alias(SCORABLE), *[F.count_if(reason == r).alias(r) for r in known]]
+
+    def _counts(self, df: DataFrame) -> dict[str, int]:
+        row = df.agg(*self._count_columns(df)).first()
+        assert row is not None  # a global aggregation has one row
+        return {k: int(v or 0) for k, v in row.asDict().items()}
 
     def _scored(self, table: DataFrame, udf: PredictionUdf) -> DataFrame:
         arrived = F.timestamp_millis(F.col(contract.EVENT_TIMESTAMP)).alias(contract.EVENT_TIMESTAMP)

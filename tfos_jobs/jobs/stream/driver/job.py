@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pyspark.errors import AnalysisException, StreamingQueryException
@@ -151,7 +151,7 @@ def progress_line(progress: dict[str, Any], report: BatchReport) -> dict[str, An
     state = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
     return {
         contract.BATCH: report.batch,
-        "timestamp": progress.get("timestamp"),
+        contract.STARTED: progress.get("timestamp"),
         contract.INPUT_ROWS: int(progress.get("numInputRows", 0)),
         contract.INPUT_ROWS_PER_SECOND: round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
         contract.PROCESSED_ROWS_PER_SECOND: round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
@@ -160,7 +160,7 @@ def progress_line(progress: dict[str, Any], report: BatchReport) -> dict[str, An
         contract.WATERMARK: progress.get("eventTime", {}).get("watermark"),
         contract.SCORED: report.scored,
         contract.QUARANTINED: sum(report.quarantined.values()),
-        "quarantined_by_reason": report.quarantined,
+        contract.QUARANTINED_BY_REASON: report.quarantined,
         contract.ALERTS: report.alerts,
         contract.MODEL_VERSION: report.model_version,
         contract.SKIPPED: report.skipped,
@@ -175,7 +175,7 @@ def describe(line: dict[str, Any]) -> str:
     else:
         watermark_text = ""
     skipped = " (written before the restart: skipped)" if line[contract.SKIPPED] else ""
-    why = ", ".join(f"{n:,} {r}" for r, n in sorted(line["quarantined_by_reason"].items()))
+    why = ", ".join(f"{n:,} {r}" for r, n in sorted(line[contract.QUARANTINED_BY_REASON].items()))
     return (f"micro-batch {line[contract.BATCH]}: {line[contract.INPUT_ROWS]:,} events "
             f"({line[contract.INPUT_ROWS_PER_SECOND]:,.0f}/s in, {line[contract.PROCESSED_ROWS_PER_SECOND]:,.0f}/s "
             f"processed) in {line[contract.BATCH_MS] / 1000:.1f} s; {line[contract.SCORED]:,} scored, "
@@ -190,7 +190,3 @@ def _count(summary: StreamSummary, line: dict[str, Any], report: BatchReport) ->
     summary.alerts += report.alerts
     for r, n in report.quarantined.items():
         summary.quarantined[r] = summary.quarantined.get(r, 0) + n
-
-
-def as_dict(summary: StreamSummary) -> dict[str, Any]:
-    return asdict(summary)
