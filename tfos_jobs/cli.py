@@ -359,7 +359,7 @@ def cmd_stream(cfg, args) -> int:
 
 def cmd_replay(cfg, args) -> int:
     from tfos_jobs import api
-    from tfos_jobs.jobs.stream.driver.demo import source_rows
+    from tfos_jobs.jobs.stream.driver.replay import source_rows
 
     spark = _session(cfg)
     rows = source_rows(spark, cfg, args.source, args.where)

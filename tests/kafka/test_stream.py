@@ -34,7 +34,7 @@ from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.jobs import prepare
 from tfos_jobs.jobs.serve.predict import with_predictions
 from tfos_jobs.jobs.stream.driver import replay
-from tfos_jobs.jobs.stream.driver.demo import source_rows
+from tfos_jobs.jobs.stream.driver.replay import source_rows
 from tfos_jobs.jobs.train.driver import tracked as train
 
 pytestmark = pytest.mark.slow

@@ -14,16 +14,13 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
-from tfos_jobs.data import fleet, sources, windows
-from tfos_jobs.data.columns import CORRUPT
-from tfos_jobs.data.sensor_sources import read_rows
+from tfos_jobs.data import fleet, windows
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.jobs.serve.evaluate import ANOMALOUS, label, roc_auc
@@ -45,28 +42,6 @@ AUC_TOLERANCE = 1e-6
 Session = Callable[[], SparkSession]
 
 
-def source_rows(spark: SparkSession, config: Config, source: str | None, where: str | None) -> DataFrame:
-    """The rows of `source` (default: prepare.main and its unions) as events would hold them:
-    sensor readings as key, time and sensors (rows that do not parse left out), rows as stored."""
-    spec = config.features
-    if spec.is_sequence:
-        if source is not None:
-            config = dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))
-        rows, _ = read_rows(spark, config, spec)
-        rows = rows.where(F.col(CORRUPT).isNull()).select(*spec.stored_columns)
-    else:
-        name = source or config.prepare.main
-        if name not in config.sources:
-            raise ConfigError(f"--source: {name!r} is not a source; sources: {', '.join(config.sources)}")
-        rows = sources.read(spark, name, config.sources[name])
-    if not where:
-        return rows
-    try:
-        return rows.where(where)
-    except AnalysisException as e:
-        raise ConfigError(f"--where: {where!r}: {str(e).splitlines()[0]}") from None
-
-
 def run(config: Config, session: Session) -> int:
     spec = config.features
     if not spec.is_sequence or spec.key is None:
@@ -80,7 +55,7 @@ def run(config: Config, session: Session) -> int:
     if st.progress_log:
         storage.delete(st.progress_log)
     time_col, step = spec.time.name, spec.time.step_seconds
-    rows = source_rows(spark, config, None, None)
+    rows = replay.source_rows(spark, config, None, None)
     last = rows.agg(F.max(time_col)).first()
     assert last is not None and last[0] is not None  # the fleet was generated
     readings = rows.where(F.col(time_col) >= F.lit(last[0]) - F.expr(f"INTERVAL {STEPS * step} SECONDS")).cache()

@@ -8,17 +8,45 @@ machines arrive out of order (within the watermark, if it is small enough).
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from pyspark.sql import DataFrame
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tfos_jobs.errors import TfosError
+from tfos_jobs.config import Config
+from tfos_jobs.data import sources
+from tfos_jobs.data.columns import CORRUPT
+from tfos_jobs.data.sensor_sources import read_rows
+from tfos_jobs.errors import ConfigError, TfosError
 
 FLUSH_EVERY = 5_000  # events between waits for the broker's acknowledgements
+
+
+def source_rows(spark: SparkSession, config: Config, source: str | None, where: str | None) -> DataFrame:
+    """The rows of `source` (default: prepare.main and its unions) as events would hold them:
+    sensor readings as key, time and sensors (rows that do not parse left out), rows as stored."""
+    spec = config.features
+    if spec.is_sequence:
+        if source is not None:
+            config = dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))
+        rows, _ = read_rows(spark, config, spec)
+        rows = rows.where(F.col(CORRUPT).isNull()).select(*spec.stored_columns)
+    else:
+        name = source or config.prepare.main
+        if name not in config.sources:
+            raise ConfigError(f"--source: {name!r} is not a source; sources: {', '.join(config.sources)}")
+        rows = sources.read(spark, name, config.sources[name])
+    if not where:
+        return rows
+    try:
+        return rows.where(where)
+    except AnalysisException as e:
+        raise ConfigError(f"--where: {where!r}: {str(e).splitlines()[0]}") from None
 
 
 def as_events(rows: DataFrame, key: str | None, order_by: str | None) -> DataFrame:
