@@ -49,12 +49,17 @@ def tfrecord_jar() -> Path:
     return TFRECORD_JAR
 
 
+def started_by_spark_submit() -> bool:
+    """Whether spark-submit started this driver's JVM (before Python), with its own settings."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def with_kafka_connector(spark_cfg: SparkConfig) -> SparkConfig:
     """`spark_cfg` with the Kafka connector jars of a source checkout, unless the connector is
     given already (packages or jars) or spark-submit started the driver (it takes --packages)."""
     given = [*spark_cfg.packages, *spark_cfg.jars, *_listed(spark_cfg.conf.get("spark.jars", "")),
              *_listed(spark_cfg.conf.get("spark.jars.packages", ""))]
-    if "PYSPARK_GATEWAY_PORT" in os.environ or any(KAFKA_CONNECTOR in g for g in given):
+    if started_by_spark_submit() or any(KAFKA_CONNECTOR in g for g in given):
         return spark_cfg
     return dataclasses.replace(spark_cfg, jars=(*spark_cfg.jars, *sorted(str(p) for p in KAFKA_JARS.glob("*.jar"))))
 
@@ -82,7 +87,7 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     # PYSPARK_PYTHON must be in the driver's environment before the context starts: setting
     # spark.pyspark.python on the builder does not reach executors in every deploy mode.
     os.environ.update(env)
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the driver JVM first
+    submitted = started_by_spark_submit()
     if submitted:
         SparkContext._ensure_initialized()  # so that SparkConf() sees spark-submit's settings
     conf = SparkConf()
