@@ -13,18 +13,22 @@ Three Spark sessions, one after the other, in this one process:
      then `tfos stream` from a Kafka broker of its own: latency and throughput against the batch
      UDF (P15, at a reduced size; alone, `--only P15`, at full size after the data and model it needs);
   4. `local-cluster[2,1,MB]`: prepare, train and predict at 1x and 100x the people (P14), which
-     can also run alone (`--only P14`).
+     can also run alone (`--only P14`);
+  5. `local-cluster[2,1,1024]`: a TF node's input files, at 1 GiB of executor heap: the chunk path
+     against the whole-file one, and training on 1.5 GB files against 50 MB ones (P16; alone:
+     `--only P16`, after the data it needs).
 Every figure of one comparison comes from the same session, alternating repeat by repeat.
 """
 from __future__ import annotations
 
 from benchmarks.context import Bench, Run
-from benchmarks.stages import data, hundredfold, serving, sql_endpoint, streaming, training, writes
+from benchmarks.stages import data, hundredfold, node_inputs, serving, sql_endpoint, streaming, training, writes
 from tfos_jobs.jobs.serve import sql_server
 
 
 P14 = "P14 100x the people"
 P15 = "P15 tfos stream"
+P16 = "P16 node inputs at any file size"
 
 
 def run_all(bench: Bench, only: str | None = None) -> Run:
@@ -40,6 +44,16 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
             bench.session(bench.spark_master)
             bench.stage("P15 data and model", lambda: streaming.ready(bench))
             bench.stage(P15, lambda: streaming.streaming(bench, alone=True))
+        finally:
+            bench.stop()
+        return bench.run
+    if only == "P16":
+        try:
+            bench.session(bench.spark_master)
+            bench.stage("generate", lambda: data.generate(bench))
+            bench.stage("P16 data", lambda: data.prepare_once(bench))
+            bench.session(node_inputs.MASTER, node_inputs.SESSION_CONF)
+            bench.stage(P16, lambda: node_inputs.node_inputs(bench))
         finally:
             bench.stop()
         return bench.run
@@ -68,6 +82,8 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         bench.stage(P15, lambda: streaming.streaming(bench, alone=False))
         bench.session(bench.p14_master, hundredfold.SESSION_CONF)
         bench.stage(P14, lambda: hundredfold.hundredfold(bench))
+        bench.session(node_inputs.MASTER, node_inputs.SESSION_CONF)
+        bench.stage(P16, lambda: node_inputs.node_inputs(bench))
     finally:
         bench.stop()
     bench.run.results.sort(key=lambda r: r.id)

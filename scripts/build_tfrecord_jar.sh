@@ -44,7 +44,8 @@ java -Xss8m -cp "${compiler_cp#:}" scala.tools.nsc.Main \
   -release 17 -deprecation -feature -classpath "$classpath" -d "$tmp/classes" "${sources[@]}" \
   || die "scalac failed"
 
-echo "tfos.spark.tfrecord.DefaultSource" \
+# Spark finds the data sources (format("tfos-tfrecord"), "tfos-node-inputs", "tfos-driver") by this list.
+printf '%s\n' tfos.spark.tfrecord.DefaultSource tfos.spark.cluster.NodeInputsSource tfos.spark.cluster.DriverCallSource \
   > "$tmp/classes/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 jar cf "$tmp/out.jar" -C "$tmp/classes" . || die "jar failed"
 mv -f "$tmp/out.jar" "$out"

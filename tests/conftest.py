@@ -17,8 +17,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # What each folder's tests need beyond Python, as markers (`pytest -m "not hadoop"`); the
 # unit tests (tests/unit, `make test-fast`) need none of these.
 NEEDS = {"spark": "spark", "jvm": "spark", "bench": "spark", "reliability": "cluster", "cluster": "cluster",
-         "e2e": "cluster", "serving": "servers", "warehouse": "servers", "tracking": "servers", "hadoop": "hadoop",
-         "kafka": "kafka"}
+         "connect": "cluster", "e2e": "cluster", "serving": "servers", "warehouse": "servers", "tracking": "servers",
+         "hadoop": "hadoop", "kafka": "kafka"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -42,17 +42,19 @@ Log = Callable[[str], None]
 
 
 def session(*, master: str = "local[2]", app_name: str = "tfos", conf: Mapping[str, str] | None = None,
-            packages: Sequence[str] = (), hive: bool = False) -> SparkSession:
+            packages: Sequence[str] = (), hive: bool = False, remote: str = "") -> SparkSession:
     """A SparkSession with what the package needs on the driver and every executor: the
     TFRecord data source jar, tf-keras, and this interpreter for the Python workers (so a
-    script run as `.venv/bin/python script.py`, with no venv activated, works).
+    script run as `.venv/bin/python script.py`, with no venv activated, works). With `remote`
+    (`sc://host:port`, or the SPARK_REMOTE environment variable), a Spark Connect client's
+    session instead: no JVM in this process, the server's cluster does the work.
 
-    Example: ``spark = api.session(master="local-cluster[2,1,2048]")``. `spark-submit` keeps its
-    own master."""
+    Example: ``spark = api.session(master="local-cluster[2,1,2048]")``, or
+    ``api.session(remote="sc://spark.example.com:15002")``. `spark-submit` keeps its own master."""
     from tfos_jobs import session as session_mod
 
     return session_mod.build(SparkConfig(master=master, app_name=app_name, conf=dict(conf or {}),
-                                         packages=tuple(packages), hive=hive))
+                                         packages=tuple(packages), hive=hive, remote=remote))
 
 
 def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Mapping[str, Any] | None = None,

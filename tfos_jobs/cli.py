@@ -95,6 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo-warehouse", parents=[common],
                    help="load the embedded tables into a local PostgreSQL and Hive tables, prepare from there, "
                         "and compare the records with those prepared from the Parquet files")
+    server = sub.add_parser("connect-server",
+                            help="start or stop a Spark Connect server for this package's clients (its jar, its "
+                                 "Python on the executors): tfos connect-server start --dir DIR, then --set spark.remote=URL")
+    server.add_argument("action", choices=("start", "stop"))
+    server.add_argument("--dir", required=True, type=Path, help="where the server keeps its log and pid")
+    server.add_argument("--master", default="local-cluster[2,1,2048]", help="the server's master (default %(default)s)")
+    server.add_argument("--port", type=int, default=15002, help="the gRPC port (default %(default)s)")
+    server.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)")
     pack = sub.add_parser("pack-env", help="pack this virtualenv, with the package, as a .tar.gz for --archives "
                                             "(YARN containers run the jobs in it)")
     pack.add_argument("output", help="the archive to write, e.g. tfos-env.tar.gz")
@@ -117,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "pack-env":
         return _pack_env(args.output)
+    if args.command == "connect-server":
+        from tfos_jobs import connect_server
+
+        return connect_server.main(args.action, args.dir, master=args.master, port=args.port, conf=args.conf)
     try:
         overrides = list(args.overrides)
         if getattr(args, "people", None) is not None:

@@ -19,6 +19,12 @@ managers' authkeys to anyone; this one:
 Frames: 4-byte big-endian length, then a body. The server's first frame is `HELLO + nonce`;
 every later body is `tag (32 bytes) + JSON`. A server that rejects a message sends one
 `REJECTED` frame, unauthenticated and only a hint, and closes the connection.
+
+Where the nodes cannot reach the process that runs the control server (a Spark Connect client),
+they connect to the driver's relay (`tfos.spark.cluster.Relay` in the package's jar) and open
+with one frame, `RELAY + relay_token(secret)`; the relay then carries the connection's bytes to
+the client and back, unread. The token only admits a connection to the relay; every message
+is still authenticated end to end, by the client.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from typing import Any
 
 HELLO = b"TFOS-CONTROL-1 "
 REJECTED = b"REJECTED "
+RELAY = b"TFOS-RELAY-1 "  # the jar's Relay.Prefix
 NONCE_BYTES = 16
 SECRET_BYTES = 32
 TAG_BYTES = 32
@@ -44,9 +51,8 @@ REGISTER = "register"  # data: this node's reservation (NODE_FIELDS)
 QUERY = "query"  # are all nodes reserved?
 CLUSTER = "cluster"  # every reservation so far
 NODE_FIELDS = {"executor_id": int, "host": str, "job_name": str, "task_index": int, "port": int}
-# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1") for a TF
-# node, SENDER_TRIAL (its number) for a sweep trial.
-SENDER_NODE, SENDER_TRIAL = "node", "trial"
+# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1").
+SENDER_NODE = "node"
 STARTED = "started"  # data: {"record": what the node was given (role, executor, pid, GPUs, ...)}
 FIRST_STEP = "first_step"  # the chief's first training step finished (the driver times it on arrival)
 BEAT = "beat"  # the chief is finishing steps: silence longer than train.step_timeout is a hang
@@ -54,12 +60,13 @@ PROGRESS = "progress"  # data: {"line": one finished epoch (`progress_log` field
 FAILED = "failed"  # data: {"text": the node's traceback}
 LOST = "lost"  # a parameter-server worker lost with its executor (sent by its task's retry)
 RESULT = "result"  # data: {"result": the chief's final metrics, epochs run, step profile, sample}
-DONE = "done"  # data: {"status": RUN_OK or RUN_FAILED}: the chief's end of the run
+DONE = "done"  # data: {"status": RUN_OK, RUN_FAILED or RUN_PRUNED}: the chief's end of the run
 STATUS = "status"  # reply data: the run's end status, None while it runs (serving-only nodes poll it)
-# A sweep trial, after each epoch: {"epoch": from 1, "value": the sweep's metric (NaN allowed, None
-# when missing)}; reply data: true when the sweep's pruner stops the trial there.
+# A lone node (a sweep's single-process trial), after each epoch: {"epoch": from 1, "metrics": the
+# epoch's, by name (NaN allowed)}; reply data: true when the sweep's pruner stops the trial there.
 SHOULD_PRUNE = "should_prune"
 RUN_OK, RUN_FAILED = "ok", "failed"
+RUN_PRUNED = "pruned"  # a lone node the sweep's pruner stopped: it ended well, without an export
 # Files between a node's local disk and the run's storage, in chunks of at most CHUNK bytes,
 # base64 in the JSON body. A target is a name the driver maps to a directory of the run
 # (TARGETS), never a path a node chooses; paths inside it are relative and checked.
@@ -83,6 +90,12 @@ class AuthenticationError(ControlError):
 
 def new_secret() -> bytes:
     return secrets.token_bytes(SECRET_BYTES)
+
+
+def relay_token(secret: bytes) -> bytes:
+    """What admits a node's connection to the driver's relay: derived from the run's secret, so
+    the nodes need nothing more, and it tells nothing of the secret."""
+    return hmac.new(secret, b"tfos relay token", hashlib.sha256).digest()
 
 
 def new_nonce() -> bytes:

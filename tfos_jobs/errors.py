@@ -26,3 +26,7 @@ class TrainingError(TfosError):
     def __init__(self, message: str, retriable: bool = False):
         super().__init__(message)
         self.retriable = retriable
+
+
+class Pruned(TrainingError):
+    """A sweep's pruner stopped the run after an epoch: it ended well, without a model."""

@@ -78,11 +78,22 @@ LOG4J2_OPTION = "-Dlog4j2.configurationFile="
 CHATTY_PYTHON_LOGGERS = ("py4j", "matplotlib")
 
 
+REMOTE_VARIABLE = "SPARK_REMOTE"  # pyspark's own: the Spark Connect server a client uses
+
+
+def remote_url(spark_cfg: SparkConfig) -> str:
+    """The Spark Connect server to use: `spark.remote`, else SPARK_REMOTE; "" for a driver of our own."""
+    return spark_cfg.remote or os.environ.get(REMOTE_VARIABLE, "")
+
+
 def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A session configured from `[spark]`, with the TFRecord jar and runtime env on every executor.
+    """A session configured from `[spark]`, with the TFRecord jar and runtime env on every executor
+    (or a Spark Connect client's session, with `spark.remote`: `connect`).
 
     Spark logs through the package's quiet console profile at WARN and draws stage bars only on
     a terminal; `spark.log.level` = INFO or finer (`--verbose`) gives Spark's own profile back."""
+    if remote_url(spark_cfg):
+        return connect(spark_cfg, extra_conf)
     env = runtime_env()
     # PYSPARK_PYTHON must be in the driver's environment before the context starts: setting
     # spark.pyspark.python on the builder does not reach executors in every deploy mode.
@@ -147,6 +158,30 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     if not verbose:
         for name in CHATTY_PYTHON_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
+    return spark
+
+
+# What a Connect client sets on its session (the server's cluster has the rest, as it started).
+CONNECT_SETTINGS = {"spark.sql.session.timeZone": "UTC"}
+
+
+def connect(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark Connect client's session on `remote_url(spark_cfg)`: no JVM here. The server brings
+    the cluster, the package's jar and the executors' Python (docs/operations.md, Spark Connect);
+    of `conf` only what a session may change at run time is set, and the rest is named on stderr."""
+    url = remote_url(spark_cfg)
+    if not url.startswith("sc://"):
+        raise ConfigError(f"spark.remote (or {REMOTE_VARIABLE}): {url!r} is not a Spark Connect URL (sc://host:port)")
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    kept = []
+    for key, value in {**CONNECT_SETTINGS, **dict(spark_cfg.conf), **dict(extra_conf or {})}.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # a static or core setting: the server's own applies
+            kept.append(key)
+    if kept:
+        print(f"tfos: the Spark Connect server keeps its own {', '.join(sorted(kept))} (settings a session cannot "
+              "change; give them to the server when it starts)", file=sys.stderr)
     return spark
 
 
@@ -232,7 +267,12 @@ def _hive_settings(spark_cfg: SparkConfig) -> dict[str, str]:
 def settle_console(spark: SparkSession) -> None:
     """Before a result is printed: Spark's stage bar is drawn from the status listener's view,
     which trails the job's end, so a bar can appear after the job returned. Wait for that view
-    to catch up, then clear the bar."""
+    to catch up, then clear the bar. (A Spark Connect client draws no bar of Spark's.)"""
+    from tfos_jobs import sessions
+
+    if sessions.is_connect(spark):
+        sys.stderr.flush()
+        return
     context = spark.sparkContext._jsc.sc()
     bar = context.progressBar()
     if bar.isDefined():

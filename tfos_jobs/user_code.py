@@ -6,8 +6,9 @@ nor its `PYTHONPATH`. A module the driver imports from its own files (`PYTHONPAT
 directory) is handed to Spark: a top-level module as its `.py` file, a package as a `.zip`
 of its top-level directory. Installed modules (site-packages, the standard library) and this
 package travel with the environment instead. `tfos train` and `tfos sweep` add the file with
-`SparkContext.addPyFile`; `tfos submit` with `--py-files`, so that in cluster mode the remote
-driver imports it too.
+`SparkContext.addPyFile`, or from a Spark Connect client as a session artifact
+(`spark.addArtifacts(..., pyfile=True)`, `sessions.add_python_file`); `tfos submit` with
+`--py-files`, so that in cluster mode the remote driver imports it too.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sysconfig
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 PACKAGE_MODULES = ("tfos_jobs", "udfs")  # this package's own: installed with it everywhere
 
@@ -107,15 +108,18 @@ def files_for(kinds: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(path for kind in kinds if (path := to_ship(kind)) is not None))
 
 
-def ship(sc, kinds: Iterable[str], log: Callable[[str], None] = print) -> list[str]:
-    """Add the files of `kinds`' modules to the SparkContext (`addPyFile`), for every later task;
-    a file of a name Spark already has (given with `--py-files`) is not added again."""
-    have = {uri.rstrip("/").rsplit("/", 1)[-1] for uri in sc.listFiles}
+def ship(spark: Any, kinds: Iterable[str], log: Callable[[str], None] = print) -> list[str]:
+    """Hand the files of `kinds`' modules to the executors' Python workers, for every later
+    task; a file of a name Spark already has (given with `--py-files`) is not added again."""
+    from tfos_jobs import sessions
+
+    files = files_for(kinds)
+    have = sessions.shipped_files(spark) if files else set()
     shipped = []
-    for path in files_for(kinds):
+    for path in files:
         if os.path.basename(path) in have:
             continue
-        sc.addPyFile(path)
+        sessions.add_python_file(spark, path)
         shipped.append(path)
         log(f"model code: {path} shipped to the executors")
     return shipped

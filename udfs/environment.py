@@ -7,6 +7,7 @@ which in a notebook started as `.venv/bin/python`, with nothing activated, is an
 On a local master the workers run on this host, so they are given this very interpreter. On
 any other master, a one-task job asks a worker to import the package, once per application,
 and a worker that cannot ends registration (or training) with an error saying what to set.
+From a Spark Connect client the server chose the workers' Python: the probe is all there is.
 
     from udfs.environment import check_workers
     check_workers(spark)   # before the first job that runs this package's code on executors
@@ -21,6 +22,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from tfos_jobs import sessions
 from tfos_jobs.errors import ConfigError
 
 PYTHON_SETTING = "spark.pyspark.python"
@@ -29,7 +31,7 @@ LOCAL_MASTER = re.compile(r"local(\[[^]]*\]|-cluster\[[^]]*\])?")  # local, loca
 MODULES = ("tfos_jobs", "udfs")  # what a worker imports to run the prediction function and the jobs
 
 _lock = threading.Lock()
-_checked: set[str] = set()  # applications whose workers imported MODULES
+_checked: set[str] = set()  # applications (Connect sessions) whose workers imported MODULES
 
 
 def is_local(master: str) -> bool:
@@ -48,6 +50,8 @@ def check_workers(spark: SparkSession) -> str:
     the caller's own. Any other (and any on a cluster) is probed once per application by a
     one-task job. Raises ConfigError naming `spark.pyspark.python` and `tfos pack-env` when a
     worker cannot import the package."""
+    if sessions.is_connect(spark):
+        return _check_connect(spark)
     sc = spark.sparkContext
     assert sc.master is not None  # a running SparkContext has one: it refuses to start without spark.master
     with _lock:  # sc.pythonExec is read whenever a UDF or an RDD function is wrapped for the workers
@@ -55,37 +59,57 @@ def check_workers(spark: SparkSession) -> str:
             sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
         elif is_local(sc.master) and configured_python(spark) is None:
             sc.pythonExec = sys.executable
-        if (is_local(sc.master) and sc.pythonExec == sys.executable) or sc.applicationId in _checked:
+        if (is_local(sc.master) and sc.pythonExec == sys.executable) or sessions.identity(spark) in _checked:
             return sc.pythonExec
-        failure = _probe(sc)
+        failure = _probe(spark)
         if failure:
             raise ConfigError(
                 f"the executors' Python workers ({sc.pythonExec!r}) cannot import {' and '.join(MODULES)}: {failure}. "
                 f"Set {PYTHON_SETTING} (or {PYTHON_VARIABLE} before the session starts) to a Python that has tfos-jobs "
                 "installed on every executor, or ship this environment: `tfos pack-env tfos-env.tar.gz`, then "
                 f"--archives tfos-env.tar.gz#env with {PYTHON_SETTING}=./env/bin/python (docs/deploy.md)")
-        _checked.add(sc.applicationId)
+        _checked.add(sessions.identity(spark))
         return sc.pythonExec
 
 
-def _probe(sc: Any) -> str:
+def _check_connect(spark: SparkSession) -> str:
+    with _lock:
+        if sessions.identity(spark) in _checked:
+            return "(the Spark Connect server's)"
+        failure = _probe(spark)
+        if failure:
+            raise ConfigError(
+                f"the executors' Python workers of the Spark Connect server cannot import {' and '.join(MODULES)}: "
+                f"{failure}. Install tfos-jobs where the server's executors run, or start the server with "
+                f"{PYTHON_SETTING} naming a Python that has it (docs/operations.md, Spark Connect)")
+        _checked.add(sessions.identity(spark))
+        return "(the Spark Connect server's)"
+
+
+def _probe(spark: SparkSession) -> str:
     """What a Python worker says when it imports MODULES: "" when it can. The function sent is
     pickled by value (it is local), so a worker without this package can still run it, and it
     returns its failure instead of raising: a raising task would be retried."""
     modules = MODULES
 
-    def imports(_: Any) -> list[str]:
+    def imports(batches: Any) -> Any:
         import importlib
 
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        answer = ""
         for name in modules:
             try:
                 importlib.import_module(name)
             except Exception as e:  # any failure to import is the answer
-                return [f"{type(e).__name__}: {e}"]
-        return [""]
+                answer = f"{type(e).__name__}: {e}"
+                break
+        yield pa.RecordBatch.from_pydict({"failure": [answer]})
 
     try:
-        return sc.parallelize([0], 1).mapPartitions(imports).collect()[0]
+        return spark.range(0, 1, 1, 1).mapInArrow(imports, "failure string").collect()[0]["failure"]
     except Exception as e:  # the worker did not start at all (no such interpreter, no pyspark in it)
         lines = [line for line in str(e).splitlines() if "Error" in line or "Exception" in line]
         return (lines[-1] if lines else str(e).splitlines()[0]).strip()

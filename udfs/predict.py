@@ -274,8 +274,11 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def make_udf_function(model: "ShippedModel", counter) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
-    """The Arrow iterator function behind the UDF; captures plain values and an accumulator."""
+def make_udf_function(model: "ShippedModel", counter, counted: bool = False
+                      ) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
+    """The Arrow iterator function behind the UDF; captures plain values and an accumulator
+    (None from a Spark Connect client, which has none). `counted`: each result comes with the
+    batch's counters (`contracts.serving.counted_return_type`), for a query to observe."""
 
     def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
         from udfs.shipping import local_copy
@@ -284,7 +287,18 @@ def make_udf_function(model: "ShippedModel", counter) -> Callable[[Iterator[Any]
         for batch in batches:
             counts: dict[str, int] = {}
             out = scoring(batch, counts)
-            counter.add(counts)  # per batch: a LIMIT may stop the task before the input ends
-            yield out
+            if counter is not None:
+                counter.add(counts)  # per batch: a LIMIT may stop the task before the input ends
+            yield with_counts(out, counts) if counted else out
 
     return predict
+
+
+def with_counts(out: pa.Array, counts: dict[str, int]) -> pa.Array:
+    """`out` and the batch's `counts` (a map on the first row, empty on the others)."""
+    rows = len(out)
+    offsets = np.full(rows + 1, len(counts), dtype=np.int32)
+    offsets[0] = 0
+    maps = pa.MapArray.from_arrays(pa.array(offsets), pa.array(list(counts), pa.string()),
+                                   pa.array(list(counts.values()), pa.int64()))
+    return pa.StructArray.from_arrays([out, maps], names=[contract.COUNTED_VALUE, contract.COUNTED])

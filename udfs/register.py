@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyspark import AccumulatorParam
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.functions import ArrowUDFType, arrow_udf, call_function
+from tfos_jobs import sessions
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
@@ -60,6 +62,7 @@ class PredictionUdf:
     counter: Any
     version: str = ""  # the model's version (`served_version`): a new export or alias target changes it
     checked: bool = False  # whether the analyzer checks its arguments (the package's jar is in the session)
+    counting: Any = None  # the same function with each batch's counters beside its result (`counted`)
 
     def __call__(self, *cols: Column | str) -> Column:
         """The function on DataFrame columns: the features in spec order, or none for all of them.
@@ -67,8 +70,29 @@ class PredictionUdf:
         its registered name, so the arguments are checked when the DataFrame is analysed."""
         return call_function(self.name, *(cols or self.spec.model_inputs))
 
+    def counted(self, df: DataFrame, column: str) -> tuple[DataFrame, Observation]:
+        """`df` with the prediction as `column`, and an observation that holds this query's
+        counters once an action has run over the result (`counts_of`): what a query of a Spark
+        Connect client has in place of `counts`."""
+        hidden = f"__{column}_counted"
+        seen = Observation()
+        scored = df.withColumn(hidden, self.counting(*self.spec.model_inputs))
+        counters = F.col(hidden)[contract.COUNTED]
+        totals = [F.sum(F.coalesce(counters[k], F.lit(0))).alias(k) for k in contract.count_keys(self.spec)]
+        out = scored.observe(seen, *totals).withColumn(column, F.col(f"{hidden}.{contract.COUNTED_VALUE}"))
+        return out.drop(hidden), seen
+
+    @staticmethod
+    def counts_of(seen: Observation) -> dict[str, int]:
+        """The counters an observation from `counted` holds (those above zero)."""
+        return {k: int(v) for k, v in sorted(seen.get.items()) if v}
+
     def counts(self) -> dict[str, int]:
         """Totals so far over every query that used this UDF (updated when a query finishes)."""
+        if self.counter is None:
+            raise TfosError(f"{self.name}: the counters of a function registered from a Spark Connect client are not "
+                            "kept across queries (Spark Connect has no accumulators); `tfos predict` observes them "
+                            "in its own query and writes them to its report")
         return dict(sorted(self.counter.value.items()))
 
     def __repr__(self) -> str:
@@ -165,18 +189,7 @@ def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
     the model already fetched and shipped."""
     registered = spark.udf.register(udf.name, udf.udf)
     return dataclasses.replace(udf, udf=registered,
-                               checked=arguments.register_checked(spark, udf.name, registered, udf.spec))
-
-
-def refuse_connect(spark: Any, name: str) -> None:
-    """A Spark Connect client has no SparkContext, through which the model is shipped and the
-    UDF's counters come back: say so, and what serves SQL clients instead."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        raise TfosError(
-            f"udfs.register({name!r}): a Spark Connect session cannot register the prediction UDF: the model is "
-            "fetched on the driver and shipped to the executors through the SparkContext, which a Connect client "
-            "does not have. Register it where the SparkContext is: `tfos serve-sql` serves the same functions to any "
-            "SQL client (JDBC, ODBC, beeline), or use a classic session (SparkSession.builder without .remote()).")
+                               checked=arguments.register_checked(spark, udf.name, udf.spec))
 
 
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
@@ -184,8 +197,9 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
     the session reaches, or a registered model `models:/NAME@alias` that `resolve` finds; errors
     name `setting`). Its arguments are checked when a query is analysed, and the executors'
-    Python is checked (or, on a local master, chosen) here, not at the first query."""
-    refuse_connect(spark, name)
+    Python is checked (or, on a local master, chosen) here, not at the first query. From a Spark
+    Connect client the function is registered in the client's session, and the model reaches the
+    executors as a session artifact; its counters are then those `tfos predict` observes."""
     environment.check_workers(spark)
     storage = Storage(spark)
     export_dir = resolve_export_dir(storage, model_dir, setting, resolve)
@@ -193,15 +207,17 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
         version = shipping.version_of(storage, export_dir)
         local_dir = shipping.fetch(storage, export_dir, version)
     spec = check_model(local_dir, export_dir)
-    model = shipping.ship(spark.sparkContext, local_dir, version)
+    model = shipping.ship(spark, local_dir, version)
     if batch_size:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
-    counter = spark.sparkContext.accumulator({}, CounterParam())
+    counter = None if sessions.is_connect(spark) else spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
         # pyspark's overloads allow only atomic and array results for SCALAR_ITER; a struct works as well
         udf = arrow_udf(make_udf_function(model, counter),  # type: ignore[call-overload]
                         contract.udf_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
+        counting = arrow_udf(make_udf_function(model, None, counted=True),  # type: ignore[call-overload]
+                             contract.counted_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
     registered = spark.udf.register(name, udf)
-    checked = arguments.register_checked(spark, name, registered, spec)
-    return PredictionUdf(name, export_dir, local_dir, spec, registered, counter, version, checked)
+    checked = arguments.register_checked(spark, name, spec)
+    return PredictionUdf(name, export_dir, local_dir, spec, registered, counter, version, checked, counting)

@@ -2,10 +2,11 @@
 
 The driver copies the SavedModel from wherever it lives (local, HDFS, S3, ...) to its own disk,
 keyed by the model's version, checks it there, and adds it to the Spark application as an
-archive named after that version (`SparkContext.addArchive`): each executor fetches and
-unpacks it once, from the driver, whatever filesystems the executors reach; a Python worker
-loads its local copy (`local_copy`). A model rewritten in place gets a new version, hence a
-new archive; an unchanged one is not shipped again.
+archive named after that version (`SparkContext.addArchive`; from a Spark Connect client, to
+the session as an artifact): each executor fetches and unpacks it once, from the driver,
+whatever filesystems the executors reach; a Python worker loads its local copy (`local_copy`).
+A model rewritten in place gets a new version, hence a new archive; an unchanged one is not
+shipped again.
 """
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ import tempfile
 import threading
 import zipfile
 from dataclasses import dataclass
+from typing import Any
 
+from tfos_jobs import sessions
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.storage import Storage
 
 _lock = threading.Lock()
 _cache: dict[str, str] = {}  # version -> local copy on the driver
-_shipped: set[tuple[str, str]] = set()  # (application, archive name) added to it
+_shipped: set[tuple[str, str]] = set()  # (application or Connect session, archive name) added to it
 _root: list[str] = []
 
 
@@ -46,7 +49,7 @@ def fetch(storage: Storage, export_dir: str, version: str) -> str:
     with _lock:
         if version in _cache and os.path.isdir(_cache[version]):
             return _cache[version]
-        local = storage.local(export_dir)
+        local = storage.on_this_host(export_dir)
         if local is None:
             local = os.path.join(_cache_root(), version)
             storage.download(export_dir, local)
@@ -54,19 +57,19 @@ def fetch(storage: Storage, export_dir: str, version: str) -> str:
         return local
 
 
-def ship(sc, local_copy: str, version: str) -> ShippedModel:
-    """Add the model to the application as `tfos-model-<version>.zip`, once."""
+def ship(spark: Any, local_copy: str, version: str) -> ShippedModel:
+    """Add the model to the application (a Connect client's session) as `tfos-model-<version>.zip`, once."""
     name = f"tfos-model-{version}.zip"
     with _lock:
-        if (sc.applicationId, name) not in _shipped:
+        if (sessions.identity(spark), name) not in _shipped:
             archive = os.path.join(_cache_root(), name)
             with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as zf:
                 for top, _, files in os.walk(local_copy):
                     for f in files:
                         full = os.path.join(top, f)
                         zf.write(full, os.path.relpath(full, local_copy))
-            sc.addArchive(archive)
-            _shipped.add((sc.applicationId, name))
+            sessions.add_archive(spark, archive)
+            _shipped.add((sessions.identity(spark), name))
     return ShippedModel(name, version)
 
 

@@ -45,6 +45,14 @@ def prepare_scaling(bench: Bench) -> None:
         16.0, "<="))
 
 
+def prepare_once(bench: Bench) -> None:
+    """The 1x and 16x datasets, for a stage run alone that reads them (P16)."""
+    from tfos_jobs.jobs import prepare
+
+    for cfg in (bench.small, bench.big):
+        prepare.run(bench.spark, cfg, overwrite=True, log=lambda _: None)
+
+
 def windowing_scaling(bench: Bench) -> None:
     """The sample fleet config's prepare (read per-asset files, cut windows, write
     SequenceExamples) on 16x the assets vs 1x."""

@@ -34,7 +34,7 @@ STEPS = ("prepare", "train", "predict")
 WORKERS = 2
 PATH_EPOCHS = 3  # the streaming vs in-memory comparison: the epochs after the first (which traces) count
 MIB = 2**20
-FILES_FACTOR = 10  # 100x the records in 10x the files: each file reaches its node whole (node_inputs.check_file_sizes)
+FILES_FACTOR = 10  # 100x the records in 10x the files, as the 1x run's files are sized
 SESSION_CONF = {"spark.executor.memory": "2g"}  # each executor's heap: the joins of 100x the people
 
 

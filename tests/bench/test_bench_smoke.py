@@ -16,9 +16,10 @@ from tests.conftest import CENSUS, ROOT
 
 P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
 P15 = ("P15a", "P15b", "P15c")
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15)
+P16 = ("P16a", "P16b")
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16)
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
-pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, or P15, alone), at tiny sizes
+pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, P15 or P16 alone), at tiny sizes
 
 
 def bench(tmp_path: Path, *args: str) -> tuple[str, str]:
@@ -113,3 +114,13 @@ def test_p15_runs_alone_and_reports_only_itself(tmp_path):
     assert_p15_section(text, tmp_path / "work")
     assert "## Scaling" not in text and "## 100x the people" not in text
     assert sorted(p.name for p in (tmp_path / "benchmarks").iterdir()) == ["results.png", "streaming.png"]
+
+
+def test_p16_runs_alone_and_reports_only_itself(tmp_path):
+    """The node inputs' two rows: throughput against the whole-file path, and the executors' peak
+    memory on the larger files against the smaller ones (at the smoke run's sizes)."""
+    stdout, text = bench(tmp_path, "--only", "P16")
+    assert "== P16 node inputs at any file size" in stdout and "== P3" not in stdout
+    assert_rows(text, P16)
+    assert re.search(r"P16b large files \(4[89] MiB each\)", stdout), stdout[-2000:]
+    assert "## Scaling" not in text and "## 100x the people" not in text

@@ -1,7 +1,8 @@
 """conf/adult.toml as the README runs it on the UCI Adult files, on files in their exact format
 written from the embedded people data (the build machines have no UCI copy): the test file is
 held out, eval is drawn from the train file, early stopping keeps the best epoch, and the test
-split is scored once by the kept model."""
+split is scored once by the kept model. `make test-all`: the UCI format's parsing runs in
+tests/spark/test_prepare.py, and the training path is every dataset's."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from tfos_jobs.data import synthetic
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # a training and a sweep on the adult config, over a minute
 BIN = Path(sys.executable).parent
 ADULT = ROOT / "conf" / "adult.toml"
 PEOPLE = 9000

@@ -1,5 +1,7 @@
 """Sweeps on a real local-cluster: trials are Spark tasks on two executors, run as users run
-them (`tfos sweep` processes); the small dataset is prepared once."""
+them (`tfos sweep` processes); the small dataset is prepared once. `make test-all`: the sweep's
+own rules run in seconds with its trials played by threads (tests/unit/test_sweep_launcher.py),
+and a two-trial sweep on real executors in tests/connect/test_connect.py."""
 from __future__ import annotations
 
 import json
@@ -20,6 +22,7 @@ from tfos_jobs.jobs import prepare
 
 from tests.conftest import CENSUS, ROOT, census_overrides
 
+pytestmark = pytest.mark.slow  # a few minutes in all
 BIN = Path(sys.executable).parent
 PEOPLE = 6_000
 BASE = ["spark.master=local-cluster[2,1,1536]", "spark.conf.spark.ui.showConsoleProgress=false",
@@ -213,7 +216,6 @@ def test_best_is_the_best_completed_trial_and_serves_from_sql(spark, dataset, re
     np.testing.assert_array_equal(got, np.array([r["probability"] for r in scored["trial"]]))
 
 
-@pytest.mark.slow
 def test_trials_can_be_tfos_clusters_and_are_pruned_by_stopping_the_cluster(dataset, tmp_path):
     """workers_per_trial = 2: each trial is a two-worker MultiWorkerMirrored cluster. Seed 1
     puts the good learning rate first, so the hopeless one is judged against it."""

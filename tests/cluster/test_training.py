@@ -161,6 +161,23 @@ def test_gpu_addresses_go_to_workers_only(dataset, tmp_path):
     assert not set(chief) & set(worker)
 
 
+@pytest.mark.slow  # 1.2 GB written, then streamed to two TF nodes, about a minute: `make test-all`
+def test_files_larger_than_an_executors_heap_reach_their_nodes(dataset, tmp_path):
+    """A train split of two files of 600 MB each, more than an executor's whole heap (512 MB): each
+    node gets its file in chunks (the jar's tfos-node-inputs source) and trains from it."""
+    from benchmarks.stages.node_inputs import concatenated
+
+    big = concatenated(str(dataset), str(tmp_path / "big"), 600 * 2**20, 2)
+    sizes = [p.stat().st_size for p in (tmp_path / "big" / "train").iterdir()]
+    assert len(sizes) == 2 and min(sizes) >= 600 * 2**20
+    model_dir = tmp_path / "model"
+    train(Path(big), model_dir, "spark.master=local-cluster[2,1,512]", "train.epochs=1", "train.steps_per_epoch=20",
+          "train.in_memory_mb=64", env={"PYTHONPATH": str(ROOT)})
+    m = metrics(model_dir)
+    assert m["epochs"] == 1 and sorted(n["role"] for n in m["nodes"]) == ["chief", "worker"]
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()
+
+
 def test_too_few_executors_fails_clearly_within_the_timeout(dataset, tmp_path):
     proc, seconds = train(dataset, tmp_path / "model", "spark.master=local-cluster[2,1,1024]", "train.workers=3",
                           "train.reservation_timeout=10", expect=2)

@@ -1,26 +1,29 @@
-"""A node launcher for the tests: the product's `guard`, except that the node of task 1 holds
+"""A node launcher for the tests: the product's node task, except that the node of task 1 holds
 a secret other than the run's. Executors import it (PYTHONPATH points at the repository)."""
 from __future__ import annotations
 
-from tfos_jobs.cluster.node import node
+import functools
 
-REAL_GUARD = node.guard
+from tfos_jobs.cluster.driver import node_job
 
 
-def guard(node_fn, launch, secret: bytes):
-    good = REAL_GUARD(node_fn, launch, secret)
-    bad = REAL_GUARD(node_fn, launch, bytes(len(secret)))
+def run_node(launch, secret: bytes, batches):
+    from pyspark import TaskContext
 
-    def run_node(partition, records):
-        return (bad if partition == 1 else good)(partition, records)
+    from tfos_jobs.cluster.node.task import run_node as product_run_node
 
-    return run_node
+    partition = TaskContext.get().partitionId()
+    return product_run_node(launch, bytes(len(secret)) if partition == 1 else secret, batches)
+
+
+def node_function(launch, secret: bytes):
+    return functools.partial(run_node, launch, secret)
 
 
 def main(argv: list[str]) -> int:
     from tfos_jobs import cli
 
-    node.guard = guard
+    node_job.node_function = node_function
     return cli.main(argv)
 
 

@@ -1,4 +1,6 @@
-"""Spark Connect: a Connect client cannot ship the model, and `udfs.register` says so and what to use."""
+"""Spark Connect: a Connect server started without the package's jar cannot serve the prediction
+function, and `udfs.register` says what to add, naming the setting (tests/connect/ serves it from
+a server that has the jar)."""
 from __future__ import annotations
 
 import os
@@ -17,7 +19,7 @@ from pyspark.sql import SparkSession
 import udfs
 from tfos_jobs.errors import TfosError
 
-spark = SparkSession.builder.remote("local[2]").getOrCreate()  # a local Spark Connect server and its client
+spark = SparkSession.builder.remote("local[2]").getOrCreate()  # a local Spark Connect server, without the jar
 try:
     print("rows:", spark.range(3).count())  # the client itself works
     udfs.register(spark, "predict_income", sys.argv[1])
@@ -29,12 +31,12 @@ finally:
 
 
 @pytest.mark.slow  # starts a Spark Connect server
-def test_udfs_register_on_a_connect_session_says_what_to_use(setup):
+def test_udfs_register_on_a_connect_server_without_the_jar_says_what_to_add(setup):
     _, model, _ = setup
     proc = subprocess.run([sys.executable, "-c", CLIENT, str(model)], capture_output=True, text=True, timeout=300,
                           cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rows: 3" in proc.stdout
-    assert ("refused: udfs.register('predict_income'): a Spark Connect session cannot register the prediction UDF"
-            in proc.stdout), proc.stdout + proc.stderr[-3000:]
-    assert "tfos serve-sql" in proc.stdout
+    assert f"refused: predict.model = {str(model)!r}: " in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert "does not have the package's jar (tfos-tfrecord.jar)" in proc.stdout
+    assert "--jars" in proc.stdout

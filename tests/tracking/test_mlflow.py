@@ -180,6 +180,7 @@ def test_a_sweep_is_a_parent_run_with_a_nested_run_per_trial(swept, mlflow_serve
     counts = table["status"].value_counts()
     c = client(mlflow_server)
     experiment = c.get_experiment_by_name("census-sweeps")
+    assert experiment is not None, proc.stdout[-5000:] + proc.stderr[-5000:]
     [parent] = c.search_runs([experiment.experiment_id], filter_string="tags.`tfos.command` = 'sweep'")
     assert parent.info.status == "FINISHED" and parent.data.params["sweep.algorithm"] == "tpe"
     assert parent.data.metrics["trials_completed"] == counts.get("completed", 0)

@@ -173,30 +173,34 @@ def test_each_node_is_sent_the_dataset_files_it_reads():
     assert all(set(p.values()) >= train(0, 1, 2, 3, 4) for p in many)  # fewer files than workers: records are shared
 
 
-def test_a_dataset_whose_files_cannot_reach_the_nodes_whole_is_refused_naming_the_setting():
-    """Each file passes whole through the executor's heap: a file over a quarter of it (or over the
-    largest JVM array) would stop an executor half-way, so training refuses it before any node starts."""
-    from tfos_jobs.contracts.dataset import Manifest, SplitFiles
-    from tfos_jobs.data.dataset import DatasetMeta
-    from tfos_jobs.cluster.driver import node_inputs
-    from tfos_jobs.errors import InputError
-    from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, Label
+def test_a_node_writes_its_files_from_chunks_of_any_size_and_refuses_gaps(tmp_path):
+    """Files reach a node as chunks (the jar's tfos-node-inputs rows): written as they come, each
+    one whole or not at all, and a gap, a short stream or a file not sent is an error."""
+    import pyarrow as pa
 
-    spec = FeatureSpec((CategoricalFeature(name="c"), Label(name="y")))
-    mib = 2**20
+    from tfos_jobs.cluster.node import inputs
 
-    def meta(*train: int) -> DatasetMeta:
-        files = lambda sizes: tuple((f"part-{i:05d}.tfrecord", s) for i, s in enumerate(sizes))  # noqa: E731
-        manifest = Manifest(1, "0", "", 0.0, "file:/ds", {}, spec.fingerprint(), {},
-                            {"train": SplitFiles(10, files(train)), "eval": SplitFiles(2, files((mib,)))}, {}, {}, {})
-        return DatasetMeta("file:/ds", spec, {}, manifest, {"c": ["a"]})
+    big, small = bytes(range(256)) * 40, b""  # 10,240 bytes in chunks of 4,096; an empty file
+    wanted = {"/ds/train/a.tfrecord": "dataset/train/a.tfrecord", "/ds/_meta/empty": "dataset/_meta/empty"}
 
-    node_inputs.check_file_sizes(meta(100 * mib, 512 * mib), "spark.executor.memory = 2g", 2048 * mib)
-    with pytest.raises(InputError) as refused:
-        node_inputs.check_file_sizes(meta(100 * mib, 600 * mib, 10), "spark.executor.memory = 2g", 2048 * mib)
-    assert str(refused.value) == (
-        "train.dataset: file:/ds/train/part-00001.tfrecord holds 600 MiB; a TF node gets each file whole through its "
-        "executor's heap (spark.executor.memory = 2g: files up to 512 MiB): prepare the dataset into more files "
-        "(prepare.files_per_split; its train split has 3) or give executors more memory")
-    with pytest.raises(InputError, match="holds 2,048 MiB; .* files up to 2,048 MiB"):  # over the largest array
-        node_inputs.check_file_sizes(meta(2**31), "spark.executor.memory = 64g", 64 * 2**30)
+    def chunks(path: str, data: bytes, size: int = 4096) -> list[dict]:
+        return [{"node": 0, "file": path, "offset": o, "size": len(data), "data": data[o:o + size]}
+                for o in range(0, max(len(data), 1), size)]
+
+    def batches(rows: list[dict], per_batch: int = 2) -> list[pa.RecordBatch]:
+        return [pa.RecordBatch.from_pylist(rows[i:i + per_batch]) for i in range(0, len(rows), per_batch)]
+
+    rows = chunks("hdfs://nn:8020/ds/train/a.tfrecord", big) + chunks("hdfs://nn:8020/ds/_meta/empty", small)
+    assert inputs.receive(batches(rows), wanted, str(tmp_path)) == (2, len(big))
+    assert (tmp_path / "dataset/train/a.tfrecord").read_bytes() == big
+    assert (tmp_path / "dataset/_meta/empty").read_bytes() == b""
+    assert sorted(p.name for p in (tmp_path / "dataset/train").iterdir()) == ["a.tfrecord"]  # no partial file left
+    with pytest.raises(ValueError, match="a chunk at offset 8,192 arrived where 4,096 was due"):
+        inputs.receive(batches([rows[0], rows[2]]), wanted, str(tmp_path / "gap"))
+    assert list((tmp_path / "gap/dataset/train").iterdir()) == []  # the partial file is removed
+    with pytest.raises(FileNotFoundError, match="1 input file.s. did not arrive, e.g. dataset/_meta/empty"):
+        inputs.receive(batches(rows[:3]), wanted, str(tmp_path / "short"))
+    with pytest.raises(ValueError, match="ended at 4,096 of 10,240 bytes"):
+        inputs.receive(batches(rows[:1]), wanted, str(tmp_path / "cut"))
+    with pytest.raises(ValueError, match="a file it was not sent: hdfs://nn/x"):
+        inputs.receive(batches(chunks("hdfs://nn/x", b"1")), wanted, str(tmp_path / "odd"))

@@ -328,6 +328,9 @@ class RemoteStorage:
     def exists(self, path):
         return path in self.files
 
+    def on_this_host(self, path):
+        return None
+
     def download(self, remote, local_path):
         with open(local_path, "wb") as fh:
             fh.write(self.files[remote])
@@ -382,25 +385,22 @@ def test_an_observer_that_raises_is_a_warning(tmp_path):
     Guarded(None, lines.append)("sweep_finished", None, [], None)
 
 
-def test_a_trial_asks_the_driver_whether_to_stop(tmp_path):
+def test_a_lone_node_asks_its_run_whether_to_stop():
     from tfos_jobs import control_channel as cc
-    from tfos_jobs.contracts.sweep_dir import TrialDir
-    from tfos_jobs.jobs.sweep.driver.channel import Trials
-    from tfos_jobs.progress_log import ProgressLog
+    from tfos_jobs.cluster.driver.run_state import RunState
 
     asked = []
-    storage = Storage(None)
-    trials = Trials(storage, lambda n, epoch, value: asked.append((n, epoch, value)) or value < 0.5)
-    directory = TrialDir.of(storage.qualify(str(tmp_path)), 3)
-    trials.add(3, directory, ProgressLog(storage, directory.progress))
-    assert trials.handle(cc.SHOULD_PRUNE, {cc.SENDER_TRIAL: 3, "epoch": 2, "value": 0.4}) is True
-    assert trials.handle(cc.SHOULD_PRUNE, {cc.SENDER_TRIAL: 3, "epoch": 3, "value": 0.9}) is False
-    assert asked == [(3, 2, 0.4), (3, 3, 0.9)]
+    state = RunState("r", 1, progress=None, transfers=None, lone=True,
+                     judge=lambda epoch, metrics: asked.append((epoch, metrics)) or metrics["val_auc"] < 0.5)
+    assert state.handle(cc.SHOULD_PRUNE, {cc.SENDER_NODE: "chief-0", "epoch": 2, "metrics": {"val_auc": 0.4}}) is True
+    assert state.handle(cc.SHOULD_PRUNE, {cc.SENDER_NODE: "chief-0", "epoch": 3, "metrics": {"val_auc": 0.9}}) is False
+    assert asked == [(2, {"val_auc": 0.4}), (3, {"val_auc": 0.9})]
     with pytest.raises(cc.ControlError, match="epoch from 1"):
-        trials.handle(cc.SHOULD_PRUNE, {cc.SENDER_TRIAL: 3, "epoch": 0, "value": 0.4})
-    with pytest.raises(cc.ControlError, match="no running trial"):
-        trials.handle(cc.SHOULD_PRUNE, {cc.SENDER_TRIAL: 4, "epoch": 1, "value": 0.4})
-    trials.close()
+        state.handle(cc.SHOULD_PRUNE, {cc.SENDER_NODE: "chief-0", "epoch": 0, "metrics": {"val_auc": 0.4}})
+    with pytest.raises(cc.ControlError, match="metrics as numbers"):
+        state.handle(cc.SHOULD_PRUNE, {cc.SENDER_NODE: "chief-0", "epoch": 1, "metrics": {"val_auc": "high"}})
+    unjudged = RunState("r", 1, progress=None, transfers=None)
+    assert unjudged.handle(cc.SHOULD_PRUNE, {cc.SENDER_NODE: "chief-0", "epoch": 1, "metrics": {}}) is False
 
 
 def test_a_study_made_beforehand_with_enqueued_settings_runs_them_first(tmp_path):

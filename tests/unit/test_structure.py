@@ -80,7 +80,6 @@ OTHER_MEANINGS = {
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",
     ("tfos_jobs/jobs/train/driver/job.py", "test"): "the chief's result's key (contracts.metrics.ChiefResult)",
-    ("tfos_jobs/cluster/driver/tf_cluster.py", "local"): "the prefix of Spark's local master URLs",
     ("tfos_jobs/config/serve_sql.py", "binary"): "HiveServer2's binary (TCP) transport, beside http",
 }
 
@@ -190,31 +189,59 @@ def test_no_two_packages_import_each_other():
     assert cycles(package_graph(planted)) == [["tfos_jobs.data", "tfos_jobs.model"]]
 
 
-def test_sweeps_use_the_cluster_layer_and_only_the_train_jobs_entry():
-    """Sweeps share the TF cluster layer with training (tfos_jobs.cluster); of the train job they
-    run only its public entry (`tfos_jobs.jobs.train.run`), for trials that are TF clusters."""
+# What starting trials another way would take: Spark jobs of their own, a control server, or the
+# code that runs on the executors.
+TRIAL_LAUNCH = ("mapInArrow", "mapPartitions", "mapInPandas", "parallelize", "setJobGroup", "addTag",
+                "interruptTag", "cancelJobGroup", "ControlServer")
+EXECUTOR_SIDE = ("tfos_jobs.cluster.node", "tfos_jobs.cluster.driver.control_server", "tfos_jobs.cluster.driver.relay",
+                 "tfos_jobs.control_channel")
+
+
+def trial_launch_offences(where: str, source: str, imports: set[str]) -> list[str]:
+    """How a sweep module starts trials other than through the launcher seam."""
+    tree = ast.parse(source)
+    names = sorted({n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
+                    if isinstance(n, (ast.Attribute, ast.Name)) and (n.attr if isinstance(n, ast.Attribute)
+                                                                       else n.id) in TRIAL_LAUNCH})
+    return [f"{where}: {n}" for n in names] + [f"{where}: imports {m}" for m in sorted(imports)
+                                               if m.startswith(EXECUTOR_SIDE)]
+
+
+def test_sweeps_start_trials_only_through_the_launcher_seam():
+    """Rules checked: every trial of a sweep is a training run (`tfos_jobs.jobs.train.run`, the
+    train job's only entry a sweep uses) whose nodes a `cluster.driver.launcher.Launcher` starts;
+    nothing under tfos_jobs/jobs/sweep/ starts a Spark job, tags or cancels one, runs a control
+    server, or imports what runs on the executors or speaks the control channel."""
     graph = import_graph()
     sweep = {m: d for m, d in graph.items() if m.startswith("tfos_jobs.jobs.sweep.")}
     assert len(sweep) >= 5
     from_train = sorted({d for deps in sweep.values() for d in deps if d.startswith("tfos_jobs.jobs.train")})
     assert from_train == ["tfos_jobs.jobs.train"]
-    assert any(d.startswith("tfos_jobs.cluster.") for deps in sweep.values() for d in deps)
-    assert any(d.startswith("tfos_jobs.cluster.") for d in graph["tfos_jobs.jobs.train.driver.job"])
+    assert "tfos_jobs.cluster.driver.launcher" in graph["tfos_jobs.jobs.sweep.driver.job"]
+    paths = {module_name(p): p for p in sources()}
+    assert [o for m, deps in sweep.items() for o in trial_launch_offences(m, paths[m].read_text(), deps)] == []
+    job = paths["tfos_jobs.jobs.sweep.driver.job"].read_text()
+    assert "launcher=launcher" in job and "train.run(" in job
+    planted = "def go(spark, rows):\n    spark.sparkContext.setJobGroup('g', 'trial')\n    return rows.mapInArrow(f, 's')\n"
+    assert trial_launch_offences("x", planted, {"tfos_jobs.cluster.node.task"}) == [
+        "x: mapInArrow", "x: setJobGroup", "x: imports tfos_jobs.cluster.node.task"]
 
 
 # Lowest first: a module imports from its own layer or a lower one, never from a higher one.
 LAYERS = (
     ("tfos_jobs", "tfos_jobs.errors", "tfos_jobs.names", "tfos_jobs.tasks", "tfos_jobs.topology",
-     "tfos_jobs.tf_import", "tfos_jobs.control_channel", "tfos_jobs.resources"),  # plain names and rules
+     "tfos_jobs.tf_import", "tfos_jobs.control_channel", "tfos_jobs.resources", "tfos_jobs.driver_calls",
+     "tfos_jobs.sessions"),  # plain names and rules; what a session of either kind can do
     ("tfos_jobs.features", "tfos_jobs.storage"),  # the feature spec; files on any filesystem
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
     ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases", "tfos_jobs.session",
      "tfos_jobs.env_archive"),  # the libraries the jobs are made of
-    ("tfos_jobs.cluster",),  # a TF cluster on the executors: launch, supervise, the nodes' side
+    ("tfos_jobs.cluster",),  # TF nodes on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
     ("tfos_jobs.cli", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
-     "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api"),  # the commands, the Python API, the entry points
+     "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api", "tfos_jobs.connect_server"),  # the commands, the Python
+    # API, the entry points, the Connect server for clients
 )
 
 

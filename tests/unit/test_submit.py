@@ -13,7 +13,7 @@ from pyspark import SparkConf
 from tfos_jobs import env_archive, session, submit
 from tfos_jobs.config import SparkConfig
 from tfos_jobs.jobs.train.driver.gpu import discovery_script
-from tfos_jobs.jobs.train.driver.job import check_fixed_executors, container_memory_advice
+from tfos_jobs.cluster.driver.node_job import check_fixed_executors, container_memory_advice
 from tfos_jobs.errors import ConfigError
 
 JOBS = ["predict", "prepare", "sql", "sweep", "train"]

@@ -13,9 +13,13 @@ class SparkConfig:
     session starts; `jars` are local jar files, for clusters without access to it. `hive = true`
     gives the session a Hive metastore catalog: the one `hive-site.xml` or
     `spark.hadoop.hive.metastore.uris` names, else an embedded Derby metastore kept with the
-    table files under `warehouse`."""
+    table files under `warehouse`. `remote` (or the SPARK_REMOTE environment variable):
+    `sc://host:port` of a Spark Connect server to use instead of starting a driver here; the
+    server's own cluster, jars and settings then apply, and only `conf` that Spark lets a session
+    change at run time (SQL settings) is set."""
 
     master: Union[str, None] = None
+    remote: str = ""
     app_name: str = "tfos"
     conf: Mapping[str, str] = field(default_factory=dict)
     packages: tuple[str, ...] = ()
@@ -24,4 +28,6 @@ class SparkConfig:
     warehouse: str = "spark-warehouse"
 
     def errors(self) -> list[str]:
+        if self.remote and not self.remote.startswith("sc://"):
+            return [f"spark.remote: {self.remote!r} is not a Spark Connect URL (sc://host:port)"]
         return []

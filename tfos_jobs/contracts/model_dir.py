@@ -62,4 +62,7 @@ class ModelDir:
         return f"{self.runs}/{run_id}/nodes/{node}.json"
 
     def error_file(self, run_id: str, node: str) -> str:
-        return f"{self.runs}/{run_id}/nodes/{node}.error"
+        return f"{self.runs}/{run_id}/nodes/{node}{ERROR_SUFFIX}"
+
+
+ERROR_SUFFIX = ".error"

@@ -1,13 +1,16 @@
-"""What the driver hands every TF node (and every sweep trial): plain values only.
+"""What the driver hands every TF node (a sweep trial's lone node too): plain values only.
 
 They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs;
 TensorFlowOnSpark passes a node's arguments on as they are, and its `run` looks inside them
 with `in`, so they travel as a dict (`to_dict`) and are rebuilt on the node (`from_dict`).
-`Launch` is how the node job starts (`cluster.node.node.guard`).
+`Launch` is how the node job starts (`cluster.node.task`), and what the node's task hands the
+node's own process (`cluster.node.process`) as JSON (`to_json`).
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -74,13 +77,32 @@ class NodeArgs:
 @dataclass(frozen=True)
 class Launch:
     """How the node job starts: which node each partition is, where its control server is,
-    the files Spark hands each node (`cluster.driver.node_inputs.plan`), and where it keeps them."""
+    the files Spark hands each node (`cluster.driver.node_inputs.plan`), and where it keeps them.
+    Under the `local` strategy the job is one node that trains alone, with no TF cluster (a
+    sweep's single-process trial)."""
 
     run_id: str
     strategy: str
     nodes: int
     num_ps: int
-    server: tuple[str, int]  # the driver's control server
+    server: tuple[str, int]  # the control server: the driver's, or the driver's relay to a Connect client's
+    relayed: bool  # the server is a relay: a connection opens with the run's relay token (control_channel)
     tf_ports: list[int]  # [0]: any free port
     local_dir: str  # train.local_dir ("" = the executor's temporary directory)
     inputs: list[dict[str, str]]  # per partition: input file key -> its place in the workspace
+    args: NodeArgs
+    pruning: bool = False  # a lone node asks the driver after each epoch whether to go on (a sweep's pruner)
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        model_fn = self.args.model_fn
+        data["args"]["model_fn"] = None if model_fn is None else base64.b64encode(model_fn).decode("ascii")
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Launch":
+        data = json.loads(text)
+        args = data["args"]
+        if args["model_fn"] is not None:
+            args["model_fn"] = base64.b64decode(args["model_fn"])
+        return cls(**{**data, "server": tuple(data["server"]), "args": NodeArgs.from_dict(args)})

@@ -63,6 +63,19 @@ def count_key(kind: str, feature: str) -> str:
     return f"{kind}:{feature}"
 
 
+def count_keys(spec: "FeatureSpec") -> list[str]:
+    """Every counter the prediction function of a model on `spec` can report."""
+    names = [f.name for f in spec.categorical] + [f.name for f in spec.numeric]
+    keys = [COUNT_ROWS, *(count_key(COUNT_NULL, name) for name in names)]
+    keys += [count_key(COUNT_UNSEEN, f.name) for f in spec.categorical]
+    return keys + [count_key(COUNT_TRUNCATED, f.name) for f in spec.categorical if f.max_length is not None]
+
+
+# The prediction function as `tfos predict` calls it: its result and the counters of each Arrow
+# batch (on the batch's first row), which the query observes (`udfs.register.PredictionUdf.counted`).
+COUNTED_VALUE, COUNTED = "value", "counts"
+
+
 # `tfos predict`'s output: the input rows with the UDF's fields as `predicted_<field>` columns, or
 # a regression's value as `prediction`; sensor windows keep their fields' own names.
 PREDICTION = "prediction"
@@ -105,6 +118,13 @@ def udf_return_type(task: str) -> "DataType":
         return StructType([StructField(LATENT, ArrayType(FloatType())), StructField(RECONSTRUCTION_ERROR, DoubleType()),
                            StructField(IS_ANOMALY, BooleanType())])
     return StructType([StructField(PROBABILITY, DoubleType()), StructField(LABEL, StringType())])
+
+
+def counted_return_type(task: str) -> "DataType":
+    from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
+
+    return StructType([StructField(COUNTED_VALUE, udf_return_type(task)),
+                       StructField(COUNTED, MapType(StringType(), LongType()))])
 
 
 def spec_asset(export_dir: str) -> str:

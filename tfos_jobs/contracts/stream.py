@@ -6,6 +6,9 @@ the bench) import the names from here.
     <quarantine>/micro_batch=<id>/part-*.parquet   the events and windows not scored, with why
     <output>/_staging/...                          a micro-batch being written (moved into place
                                                    whole: its directory appears once, or not at all)
+    <output>/_reports/micro_batch=<id>.json        what micro-batch <id> did (`BatchReport`'s fields):
+                                                   where the stream's watcher reads it, in the
+                                                   client's process, wherever the micro-batch ran
 
 A micro-batch's directory is its commit: a micro-batch run again after a restart (Spark replays
 it from the checkpoint) finds its directory and writes nothing twice.
@@ -16,6 +19,7 @@ from tfos_jobs.names import Name
 
 MICRO_BATCH = "micro_batch"  # the partition column of both file sinks
 STAGING = "_staging"  # hidden from Spark's readers by its leading underscore
+REPORTS = "_reports"
 
 # Columns of the scored output, besides the key, the window bounds (or the row's kept columns)
 # and the prediction fields (`contracts.serving.UDF_FIELDS`).
@@ -61,6 +65,10 @@ def batch_dir(root: str, batch: int) -> str:
 
 def staging_dir(root: str, batch: int) -> str:
     return f"{root.rstrip('/')}/{STAGING}/{MICRO_BATCH}={batch}"
+
+
+def report_file(root: str, batch: int) -> str:
+    return f"{root.rstrip('/')}/{REPORTS}/{MICRO_BATCH}={batch}.json"
 
 
 # The Kafka key of a scored row in `stream.output_topic`: its key, and for a window the key, this

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.contracts.model_dir import ERROR_SUFFIX, ModelDir
 from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage, StorageError
@@ -116,6 +116,11 @@ class TrialDir(ModelDir):
 
     def write_error(self, storage: Storage, text: str) -> None:
         storage.write_text(self.error, text)
+
+    def node_errors(self, storage: Storage) -> list[str]:
+        """The tracebacks its nodes reported in its last run (ModelDir.error_file), oldest run first."""
+        return [storage.read_text(f"{self.runs}/{rel}") for rel, _ in storage.tree(self.runs)
+                if rel.endswith(ERROR_SUFFIX)]
 
     def clear_outcome(self, storage: Storage) -> None:
         """Forget how an earlier run of this trial ended (it resumes)."""

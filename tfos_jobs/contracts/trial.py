@@ -1,27 +1,10 @@
-"""A sweep trial's contracts: what the sweep (driver) hands the task of a single-process trial
-(executor), plain values only, inside the task's closure (the control channel's secret travels
-beside it, never in it); what the task returns; the trial's status and its row of the results,
-as `trial-<n>/result.json` and the results table keep it."""
+"""A sweep trial's contracts: its status and its row of the results, as `trial-<n>/result.json`
+and the results table keep it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, TypedDict
+from typing import Any, TypedDict
 
-from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.names import Name
-
-
-@dataclass(frozen=True)
-class TrialPayload:
-    trial: int
-    settings: Mapping[str, Any]  # the trial's parameter values, by key
-    metric: str  # the sweep's metric, as the epoch logs name it
-    pruning: bool  # after each epoch, ask the driver (control_channel.SHOULD_PRUNE) whether to stop
-    args: NodeArgs  # how to train
-    server: tuple[str, int]  # the sweep's control server
-    run_id: str
-    local_dir: str  # train.local_dir: where the trial's workspace goes on the executor
-    inputs: Mapping[str, str]  # the dataset's files: key -> place in the workspace
 
 
 class TrialStatus(Name):
@@ -52,11 +35,3 @@ class TrialResult(TrialSummary):
     seconds: float
     host: str | None
     pid: int | None
-
-
-class TrialOutcome(TypedDict):
-    """What a trial task returns to the driver: how it ended, where it ran."""
-    status: str
-    error: str | None
-    host: str
-    pid: int

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+from tfos_jobs import sessions
 
 CHUNK = 25_000
 WINDOW_DAYS = 90
@@ -214,7 +215,7 @@ def _map_chunks(batches: Iterator[pd.DataFrame], make) -> Iterator[pd.DataFrame]
 def generate(spark, output: str, people: int, events_per_person: float, seed: int, as_of: str) -> dict[str, int]:
     """Write `people`, `regions` and `events` as Parquet under `output`; return their row counts."""
     chunks = (people + CHUNK - 1) // CHUNK
-    parallelism = max(1, min(chunks, spark.sparkContext.defaultParallelism * 2))
+    parallelism = max(1, min(chunks, sessions.default_parallelism(spark) * 2))
     ids = spark.range(0, chunks, numPartitions=parallelism)
     make_people = partial(people_chunk, n_people=people, seed=seed)
     make_events = partial(events_chunk, n_people=people, seed=seed, per_person=events_per_person, as_of=as_of)

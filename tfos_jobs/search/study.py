@@ -69,7 +69,7 @@ class StudyPlace:
             return
         remote = SweepDir(sweep_dir).journal
         self.shown = remote
-        self.journal = Storage.local(remote)
+        self.journal = storage.on_this_host(remote)
         if self.journal is None:  # hdfs://, s3a://, ...: JournalStorage needs a local file
             self._tmp = tempfile.mkdtemp(prefix="tfos-study-")
             self.journal, self.remote = SweepDir(self._tmp).journal, remote

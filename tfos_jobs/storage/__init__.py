@@ -9,6 +9,9 @@ with the session's Hadoop configuration, so the credentials and settings Spark a
 Executors never use this: TF nodes get their inputs through Spark (`cluster.driver.node_inputs`) and
 hand their outputs to the driver over the control channel, which publishes them here.
 
+A Spark Connect client has no JVM and its disk is not the cluster's: every path, `file:` ones
+too, goes through the driver there (`storage.driver_fs`), as Spark itself reads them.
+
 Publishing is whole or absent (`swap_into`, for every directory the package publishes, datasets
 included): a directory is written beside its target and renamed into place (on object stores,
 whose renames copy, "absent" holds until the copy ends).
@@ -20,14 +23,23 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
+from tfos_jobs import sessions
+from tfos_jobs.storage.driver_fs import DriverFS
 from tfos_jobs.storage.errors import StorageError, named, reason, translated
 from tfos_jobs.storage.hadoop import HadoopFS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["HadoopFS", "Storage", "StorageError", "left_staging", "named", "reason", "readable", "restore_aside",
-           "staging_beside", "swap_into", "translated"]
+__all__ = ["DriverFS", "FileSystem", "HadoopFS", "Storage", "StorageError", "filesystem", "left_staging", "named", "reason",
+           "readable", "restore_aside", "staging_beside", "swap_into", "translated"]
+
+FileSystem = HadoopFS | DriverFS  # Hadoop's FileSystem from a classic session's JVM, or through the driver
+
+
+def filesystem(spark: SparkSession) -> FileSystem:
+    """Hadoop's FileSystem for `spark`: through its JVM (classic) or its driver (Spark Connect)."""
+    return DriverFS(spark) if sessions.is_connect(spark) else HadoopFS(spark)
 
 
 class Storage:
@@ -37,14 +49,15 @@ class Storage:
 
     def __init__(self, spark: SparkSession | None) -> None:
         self._spark = spark
-        self._hadoop: HadoopFS | None = None
+        self._remote = spark is not None and sessions.is_connect(spark)  # no path is on this host's disk
+        self._hadoop: FileSystem | None = None
 
     @property
-    def hadoop(self) -> HadoopFS:
+    def hadoop(self) -> FileSystem:
         if self._hadoop is None:
             if self._spark is None:
                 raise StorageError("only local paths can be used without a Spark session")
-            self._hadoop = HadoopFS(self._spark)
+            self._hadoop = filesystem(self._spark)
         return self._hadoop
 
     # -- paths ---------------------------------------------------------------------------------
@@ -66,10 +79,16 @@ class Storage:
             return "/" + rest.lstrip("/") if rest.startswith("//") else rest
         return None
 
+    def on_this_host(self, path: str) -> str | None:
+        """Where this process opens `path` itself: its local path when it is a `file:` path on
+        this host's disk, None when it goes through Hadoop's FileSystem (any other scheme, or
+        any path at all from a Spark Connect client, whose disk is not the cluster's)."""
+        return None if self._remote else self.local(path)
+
     # -- reading -------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
-        local = self.local(path)
+        local = self.on_this_host(path)
         if local is not None:
             return os.path.exists(local)
         with translated(path):
@@ -77,7 +96,7 @@ class Storage:
 
     def tree(self, directory: str) -> list[tuple[str, int]]:
         """(relative path, bytes) of every file below `directory`; none when it does not exist."""
-        local = self.local(directory)
+        local = self.on_this_host(directory)
         if local is not None:
             out = []
             for top, _, files in os.walk(local):  # nothing when it does not exist
@@ -90,7 +109,7 @@ class Storage:
 
     def children(self, directory: str) -> list[str]:
         """Names of the entries directly in `directory`."""
-        local = self.local(directory)
+        local = self.on_this_host(directory)
         if local is not None:
             return sorted(os.listdir(local)) if os.path.isdir(local) else []
         with translated(directory):
@@ -98,7 +117,7 @@ class Storage:
 
     def version(self, path: str) -> str:
         """Changes whenever the file is rewritten: its modification time and size."""
-        local = self.local(path)
+        local = self.on_this_host(path)
         with translated(path):
             if local is not None:
                 st = os.stat(local)
@@ -106,7 +125,7 @@ class Storage:
             return f"{self.hadoop.modified(path)}-{self.hadoop.size(path)}"
 
     def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
-        local = self.local(path)
+        local = self.on_this_host(path)
         if local is not None:
             with translated(path), open(local, "rb") as fh:
                 fh.seek(offset)
@@ -119,7 +138,7 @@ class Storage:
 
     def download(self, remote: str, local_path: str) -> None:
         """A file or directory to a local path (replacing it)."""
-        local = self.local(remote)
+        local = self.on_this_host(remote)
         if os.path.isdir(local_path):
             shutil.rmtree(local_path)
         os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
@@ -136,7 +155,7 @@ class Storage:
     # -- writing -------------------------------------------------------------------------------
 
     def makedirs(self, path: str) -> None:
-        local = self.local(path)
+        local = self.on_this_host(path)
         with translated(path):
             if local is not None:
                 os.makedirs(local, exist_ok=True)
@@ -145,7 +164,7 @@ class Storage:
 
     def delete(self, path: str) -> None:
         """A file or a directory with everything in it; nothing when it does not exist."""
-        local = self.local(path)
+        local = self.on_this_host(path)
         with translated(path):
             if local is None:
                 self.hadoop.delete(path)
@@ -155,7 +174,7 @@ class Storage:
                 os.remove(local)
 
     def rename(self, src: str, dst: str) -> None:
-        local_src, local_dst = self.local(src), self.local(dst)
+        local_src, local_dst = self.on_this_host(src), self.on_this_host(dst)
         with translated(src):
             if local_src is not None and local_dst is not None:
                 os.replace(local_src, local_dst)
@@ -165,7 +184,7 @@ class Storage:
     def write_bytes(self, path: str, data: bytes) -> None:
         """Written whole or not at all: a reader never sees half a file."""
         tmp = _beside(path, "tmp")
-        local, local_tmp = self.local(path), self.local(tmp)
+        local, local_tmp = self.on_this_host(path), self.on_this_host(tmp)
         with translated(path):
             if local is not None and local_tmp is not None:  # tmp is beside path: local when path is
                 os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
@@ -191,7 +210,7 @@ class Storage:
         renamed into place; an earlier `remote` is moved aside and deleted after (and put back
         if the rename fails)."""
         tmp = _beside(remote, "tmp")
-        local_target, local_tmp = self.local(remote), self.local(tmp)
+        local_target, local_tmp = self.on_this_host(remote), self.on_this_host(tmp)
         with translated(remote):
             if local_target is not None and local_tmp is not None:  # tmp is beside remote: local when it is
                 shutil.copytree(local_dir, local_tmp)

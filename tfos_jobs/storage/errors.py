@@ -52,14 +52,22 @@ def reason(error: BaseException) -> str:
 @contextlib.contextmanager
 def translated(path: str) -> Iterator[None]:
     """Python and Java errors of a call on `path` as a StorageError naming the path."""
-    from py4j.protocol import Py4JJavaError
-
+    caught: tuple[type[BaseException], ...] = (*_java_errors(), OSError)
     try:
         yield
-    except (Py4JJavaError, OSError) as e:
+    except caught as e:
         missing = isinstance(e, FileNotFoundError) or "java.io.FileNotFoundException" in str(
             getattr(e, "java_exception", ""))
         raise StorageError(f"{path}: {reason(e)}", missing=missing) from None
+
+
+def _java_errors() -> tuple[type[BaseException], ...]:
+    """A classic session's Java errors (py4j's); a Spark Connect client may have no py4j at all."""
+    try:
+        from py4j.protocol import Py4JJavaError
+    except ImportError:
+        return ()
+    return (Py4JJavaError,)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ def local_copy(storage: Storage, path: str, workdir: str, name: str) -> str | No
     """`path` on this host's disk: itself when local, else downloaded into `workdir`; None if absent."""
     if not storage.exists(path):
         return None
-    local = storage.local(path)
+    local = storage.on_this_host(path)
     if local is not None:
         return local
     target = os.path.join(workdir, name)

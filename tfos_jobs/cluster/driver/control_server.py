@@ -1,4 +1,4 @@
-"""The driver's control server: TF nodes and sweep trials reserve, report and hand over files here.
+"""The driver's control server: TF nodes reserve, report and hand over files here.
 
 It replaces TensorFlowOnSpark's `reservation.Server` (which unpickles whatever reaches it, on
 every interface) with the authenticated JSON channel of `tfos_jobs.control_channel`, bound to
@@ -25,30 +25,109 @@ Handler = Callable[[str, dict[str, Any]], Any]  # (message type, message) -> rep
 IDLE_SECONDS = 120.0  # a connection silent this long is closed
 
 
-class _Connection:
-    def __init__(self, sock: socket.socket, peer: str):
-        self.sock, self.peer = sock, peer
+class Session:
+    """One node's connection as the protocol sees it, whatever carries its bytes (a socket here,
+    the driver's relay in `cluster.driver.relay`): `hello` is the first frame to send; `receive`
+    takes the bytes that arrived and returns the frames to send back. A message that fails
+    authentication or decoding raises `Rejected`, whose frame is the last thing to send."""
+
+    def __init__(self, server: "Endpoint", peer: str):
+        self.server, self.peer = server, peer
         self.nonce = cc.new_nonce()
         self.seq = 0
         self.buffer = bytearray()
         self.last = time.monotonic()
 
+    def hello(self) -> bytes:
+        return cc.frame(cc.HELLO + self.nonce)
 
-class ControlServer:
+    def receive(self, data: bytes) -> list[bytes]:
+        self.buffer += data
+        self.last = time.monotonic()
+        out = []
+        while len(self.buffer) >= 4:
+            try:
+                length = cc.frame_length(bytes(self.buffer[:4]))
+            except cc.ControlError as e:
+                raise self.server.reject(self, str(e)) from None
+            if len(self.buffer) < 4 + length:
+                break
+            body = bytes(self.buffer[4:4 + length])
+            del self.buffer[:4 + length]
+            try:
+                message = cc.open_body(self.server.secret, self.nonce, b"c", self.seq, body)
+                reply = self.server.answer(message)
+            except cc.ControlError as e:
+                raise self.server.reject(self, str(e)) from None
+            try:
+                sealed = cc.seal(self.server.secret, self.nonce, b"s", self.seq, reply)
+            except (TypeError, ValueError) as e:  # a reply JSON cannot carry: the node hears why, the server goes on
+                sealed = cc.seal(self.server.secret, self.nonce, b"s", self.seq,
+                                 {"ok": False, "error": f"the driver's reply could not be encoded: {e}"[:2000]})
+            out.append(sealed)
+            self.seq += 1
+        return out
+
+
+class Rejected(Exception):
+    """A connection's message was refused: send `frame`, then close the connection."""
+
+    def __init__(self, frame: bytes):
+        super().__init__("rejected")
+        self.frame = frame
+
+
+class Endpoint:
+    """What every transport of the control channel shares: the run's secret, the handler that
+    answers, and the count of rejected messages by peer address."""
+
+    def __init__(self, secret: bytes, handler: Handler, log: Callable[[str], None]):
+        self.secret, self.handler, self.log = secret, handler, log
+        self.rejected: Counter[str] = Counter()  # peer host -> messages rejected
+        self.address: tuple[str, int] | None = None
+
+    def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        kind = message.get("type")
+        if not isinstance(kind, str):
+            raise cc.ControlError("a message without a type")
+        try:
+            return {"ok": True, "data": self.handler(kind, message)}
+        except cc.ControlError:
+            raise
+        except Exception as e:  # the handler could not do what was asked: the node hears why
+            return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+
+    def reject(self, session: Session, reason: str) -> Rejected:
+        first = session.peer not in self.rejected
+        self.rejected[session.peer] += 1
+        if first:
+            self.log(f"control channel: rejected a message from {session.peer}: {reason}; the connection was closed "
+                     "(further rejections from this address are counted, not shown)")
+        return Rejected(cc.frame(cc.REJECTED + reason.split(" (")[0].encode()[:200]))
+
+    def summary(self) -> dict[str, Any]:
+        return {"rejected_messages": sum(self.rejected.values()), "rejected_from": sorted(self.rejected)}
+
+    def start(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class ControlServer(Endpoint):
     """`start()` in the driver, hand `address` and the secret to the nodes; `handler` answers
-    each authenticated message (ControlError: a malformed one, rejected and disconnected)."""
+    each authenticated message (ControlError: a malformed one, rejected and disconnected).
+    The nodes connect to it directly: where executors can reach this process."""
 
     def __init__(self, secret: bytes, handler: Handler, *, bind: str, advertise: str,
                  ports: list[int] | None = None, log: Callable[[str], None] = print):
-        self.secret, self.handler = secret, handler
+        super().__init__(secret, handler, log)
         self.bind, self.advertise, self.ports = bind, advertise, ports or [0]
-        self.log = log
-        self.rejected: Counter[str] = Counter()  # peer host -> messages rejected
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self.address: tuple[str, int] | None = None
 
     # -- driver API --------------------------------------------------------------------------
 
@@ -69,9 +148,6 @@ class ControlServer:
             cast(socket.socket, key.fileobj).close()  # only sockets are registered
         self._selector.close()
 
-    def summary(self) -> dict[str, Any]:
-        return {"rejected_messages": sum(self.rejected.values()), "rejected_from": sorted(self.rejected)}
-
     # -- the serving thread ------------------------------------------------------------------
 
     def _serve(self) -> None:
@@ -80,7 +156,7 @@ class ControlServer:
                 if key.fileobj is self._listener:
                     self._accept()
                 else:
-                    self._readable(key.data)
+                    self._readable(cast(socket.socket, key.fileobj), key.data)
             self._close_idle()
 
     def _accept(self) -> None:
@@ -90,95 +166,60 @@ class ControlServer:
             sock, peer = self._listener.accept()
         except OSError:
             return
-        conn = _Connection(sock, peer[0])
+        session = Session(self, peer[0])
         try:
-            sock.sendall(cc.frame(cc.HELLO + conn.nonce))
+            sock.sendall(session.hello())
         except OSError:
             sock.close()
             return
         sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ, conn)
+        self._selector.register(sock, selectors.EVENT_READ, session)
 
-    def _readable(self, conn: _Connection) -> None:
+    def _readable(self, sock: socket.socket, session: Session) -> None:
         try:
-            chunk = conn.sock.recv(65536)
+            chunk = sock.recv(65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             chunk = b""
         if not chunk:
-            self._close(conn)
+            self._close(sock)
             return
-        conn.buffer += chunk
-        conn.last = time.monotonic()
-        while len(conn.buffer) >= 4:
-            try:
-                length = cc.frame_length(bytes(conn.buffer[:4]))
-            except cc.ControlError as e:
-                self._reject(conn, str(e))
-                return
-            if len(conn.buffer) < 4 + length:
-                return
-            body = bytes(conn.buffer[4:4 + length])
-            del conn.buffer[:4 + length]
-            try:
-                message = cc.open_body(self.secret, conn.nonce, b"c", conn.seq, body)
-                reply = self._handle(message)
-            except cc.ControlError as e:
-                self._reject(conn, str(e))
-                return
-            try:
-                sealed = cc.seal(self.secret, conn.nonce, b"s", conn.seq, reply)
-            except (TypeError, ValueError) as e:  # a reply JSON cannot carry: the node hears why, the server goes on
-                sealed = cc.seal(self.secret, conn.nonce, b"s", conn.seq,
-                                 {"ok": False, "error": f"the driver's reply could not be encoded: {e}"[:2000]})
-            try:
-                conn.sock.setblocking(True)
-                conn.sock.sendall(sealed)
-                conn.sock.setblocking(False)
-            except OSError:
-                self._close(conn)
-                return
-            conn.seq += 1
-
-    def _handle(self, message: dict[str, Any]) -> dict[str, Any]:
-        kind = message.get("type")
-        if not isinstance(kind, str):
-            raise cc.ControlError("a message without a type")
         try:
-            return {"ok": True, "data": self.handler(kind, message)}
-        except cc.ControlError:
-            raise
-        except Exception as e:  # the handler could not do what was asked: the node hears why
-            return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+            replies = session.receive(chunk)
+        except Rejected as r:
+            replies = [r.frame]
+            self._send(sock, replies, timeout=1.0)
+            self._close(sock)
+            return
+        if replies and not self._send(sock, replies):
+            self._close(sock)
 
-    def _reject(self, conn: _Connection, reason: str) -> None:
-        first = conn.peer not in self.rejected
-        self.rejected[conn.peer] += 1
-        if first:
-            self.log(f"control channel: rejected a message from {conn.peer}: {reason}; the connection was closed "
-                     "(further rejections from this address are counted, not shown)")
+    @staticmethod
+    def _send(sock: socket.socket, frames: list[bytes], timeout: float | None = None) -> bool:
         try:
-            conn.sock.setblocking(True)
-            conn.sock.settimeout(1.0)
-            conn.sock.sendall(cc.frame(cc.REJECTED + reason.split(" (")[0].encode()[:200]))
+            sock.setblocking(True)
+            if timeout is not None:
+                sock.settimeout(timeout)
+            sock.sendall(b"".join(frames))
+            sock.setblocking(False)
+            return True
         except OSError:
-            pass
-        self._close(conn)
+            return False
 
-    def _close(self, conn: _Connection) -> None:
+    def _close(self, sock: socket.socket) -> None:
         try:
-            self._selector.unregister(conn.sock)
+            self._selector.unregister(sock)
         except (KeyError, ValueError):
             pass
-        conn.sock.close()
+        sock.close()
 
     def _close_idle(self) -> None:
         now = time.monotonic()
         for key in list(self._selector.get_map().values()):
-            conn = key.data
-            if conn is not None and now - conn.last > IDLE_SECONDS:
-                self._close(conn)
+            session = key.data
+            if session is not None and now - session.last > IDLE_SECONDS:
+                self._close(cast(socket.socket, key.fileobj))
 
 
 def _listen(host: str, ports: list[int]) -> socket.socket:

@@ -1,8 +1,8 @@
 """The seam between a job and where its TF nodes run.
 
-A job (training, a sweep's cluster trial) asks for attempts; a `Launcher` runs one attempt to
-its end, in this process (`cluster.driver.local`) or as TF nodes on the executors
-(`cluster.driver.tf_cluster`), and raises `TrainingError` when it fails. `run_attempts` starts a
+A job (training, a sweep's trial of either kind) asks for attempts; a `Launcher` runs one attempt
+to its end, in this process (`cluster.driver.local`) or as TF nodes on the executors
+(`cluster.driver.node_job`), and raises `TrainingError` when it fails. `run_attempts` starts a
 new attempt while a failure is one a relaunch can fix; each resumes from the last finished epoch.
 """
 from __future__ import annotations
@@ -47,6 +47,9 @@ class Watch:
 
 
 class Launcher(Protocol):
+    def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
+        """Before any attempt: refuse settings this launcher cannot run, naming them."""
+
     def run(self, attempt: Attempt, watch: Watch) -> None:
         """Train one attempt; return when the chief has finished. Raises `TrainingError`
         (retriable or not) on failure, after every node of the attempt has stopped."""

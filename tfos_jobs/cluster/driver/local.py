@@ -1,19 +1,21 @@
 """The launcher for one process and no TF cluster: the driver is the node.
 
-It copies the dataset to its own disk and talks to its own control server, as a node on an
-executor would, in a thread, so progress prints as it goes."""
+It copies the dataset to its own disk and talks to its own control server (on the loopback
+interface: the node is this process), as a node on an executor would, in a thread, so progress
+prints as it goes. From a Spark Connect client the dataset comes through the driver."""
 from __future__ import annotations
 
 import os
 import threading
+from typing import Callable
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.cluster.driver import node_inputs
-from tfos_jobs.cluster.driver.control_server import ControlServer, control_address
+from tfos_jobs.cluster.driver.control_server import ControlServer
 from tfos_jobs.cluster.driver.launcher import Attempt, Watch
 from tfos_jobs.cluster.driver.run_state import LAUNCHED
 from tfos_jobs.cluster.driver.supervise import POLL
-from tfos_jobs.config import parse_ports
+from tfos_jobs.config import TrainConfig, parse_ports
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.errors import TrainingError
@@ -22,10 +24,15 @@ from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role
 
 
+LOOPBACK = "127.0.0.1"
+
+
 class LocalLauncher:
-    def __init__(self, storage: Storage, conf: object):
-        """`conf`: the session's SparkConf, for the control server's address."""
-        self.storage, self.conf = storage, conf
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
+        """Any setting runs in this process."""
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
         from tfos_jobs.cluster.node import training
@@ -35,8 +42,7 @@ class LocalLauncher:
         tr, args, state = attempt.tr, attempt.args, attempt.state
         state.mark(LAUNCHED)
         secret = cc.new_secret()
-        bind, advertise = control_address(self.conf, tr.control_bind)
-        server = ControlServer(secret, state.handle, bind=bind, advertise=advertise,
+        server = ControlServer(secret, state.handle, bind=LOOPBACK, advertise=LOOPBACK,
                                ports=parse_ports(tr.control_ports), log=watch.log)
         workspace = Workspace.of(tr.local_dir, state.id, "chief-0")
         failure: list[BaseException] = []
@@ -77,7 +83,7 @@ def copy_dataset(storage: Storage, meta: DatasetMeta, workspace: Workspace) -> N
     for path, rel in zip(node_inputs.qualified(meta, wanted), wanted.values()):
         target = os.path.join(workspace.root, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        local = storage.local(path)
+        local = storage.on_this_host(path)
         if local is not None:
             os.symlink(os.path.abspath(local), target)
         else:

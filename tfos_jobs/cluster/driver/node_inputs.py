@@ -1,9 +1,11 @@
-"""Which dataset files each TF node gets, and the Spark RDD that hands them over.
+"""Which dataset files each TF node gets, and the DataFrame that hands them over.
 
 A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job
-reads its inputs through Spark: partition i of the node job holds node i's files, read by
-its own task with Hadoop's FileSystem (`SparkContext.binaryFiles`), from wherever the dataset
-lives, and written to the node's local disk (`cluster.node.inputs`). Each node gets what it reads:
+reads its inputs through Spark: partition i of the node job holds node i's files, read by its
+own task with Hadoop's FileSystem (the package's `tfos-node-inputs` data source), from wherever
+the dataset lives, a chunk at a time, and written to the node's local disk (`cluster.node.inputs`):
+a file of any size reaches its node, and no process ever holds more than a few chunks of it.
+Each node gets what it reads:
 
   * multi-worker: `_meta/`, the eval split (every worker evaluates all of it) and its shard of
     the train split (`reader.shard_files`, the same rule the input pipeline applies);
@@ -16,14 +18,14 @@ lives, and written to the node's local disk (`cluster.node.inputs`). Each node g
 """
 from __future__ import annotations
 
-import re
-from typing import Iterable
+import json
+from typing import Any, Iterable
 
 from tfos_jobs.contracts.dataset import SPLITS, Split
 from tfos_jobs.contracts.workspace import DATASET
 from tfos_jobs.data import dataset, reader
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.errors import ConfigError, InputError
+from tfos_jobs.errors import InputError
 from tfos_jobs.cluster.node.inputs import key
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Role, Strategy, worker_rank
@@ -86,47 +88,12 @@ def qualified(meta: DatasetMeta, wanted: dict[str, str]) -> list[str]:
     return [f"{root}/{rel[len(DATASET) + 1:]}" for rel in wanted.values()]
 
 
-# Spark hands a node each file whole, as one byte array in its executor's JVM heap: no array
-# exceeds this, and one growing while it is read takes up to twice its size, beside Spark's own.
-LARGEST_ARRAY = 2**31 - 16
-HEAP_SHARE = 4  # a file may take up to a quarter of the heap
-IN_DRIVER = re.compile(r"local(\[[^\]]*\])?")  # masters whose tasks run in the driver's JVM (not local-cluster)
+SOURCE = "tfos-node-inputs"  # the jar's NodeInputsSource
+CHUNK = 4 << 20  # bytes per row: what an executor and a node hold of a file at a time
 
 
-def check_file_sizes(meta: DatasetMeta, heap: str, heap_bytes: int) -> None:
-    """Refuse, before any TF node starts, a dataset whose files cannot reach the nodes whole: an
-    executor would run out of memory half-way through its node's files. `heap` is the setting
-    that sized `heap_bytes`, as the user wrote it."""
-    limit = min(LARGEST_ARRAY, heap_bytes // HEAP_SHARE)
-    for split, files in meta.manifest.splits.items():
-        name, size = max(files.files, key=lambda f: f[1], default=("", 0))
-        if size > limit:
-            raise InputError(
-                f"train.dataset: {meta.root}/{split}/{name} holds {size / 2**20:,.0f} MiB; a TF node gets each file whole "
-                f"through its executor's heap ({heap}: files up to {limit / 2**20:,.0f} MiB): prepare the dataset into "
-                f"more files (prepare.files_per_split; its {split} split has {len(files.files)}) or give executors more "
-                "memory")
-
-
-def heap_of(sc) -> tuple[str, int]:
-    """The heap TF nodes' inputs pass through: the executors', or the driver's on a local master."""
-    key = "spark.driver.memory" if IN_DRIVER.fullmatch(sc.master) else "spark.executor.memory"
-    value = sc.getConf().get(key, "1g")
-    return f"{key} = {value}", int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(value))
-
-
-def rdd(sc, meta: DatasetMeta, plans: list[dict[str, str]]):
-    """Partition i: (path, bytes) of each file of `plans[i]`, read by that partition's task (the
-    files checked first: `check_file_sizes`)."""
-    parts = []
-    for wanted in plans:
-        paths = qualified(meta, wanted)
-        odd = next((p for p in paths if any(ch in p for ch in GLOB_CHARACTERS)), None)
-        if odd is not None:  # Hadoop splits the list on commas and expands glob patterns
-            raise ConfigError(f"train.dataset: {odd!r} holds one of {GLOB_CHARACTERS!r}, which Spark reads as "
-                              "a list or a pattern; move the dataset to a path without them")
-        parts.append(sc.binaryFiles(",".join(paths)).coalesce(1))
-    return sc.union(parts)
-
-
-GLOB_CHARACTERS = ",{}[]*?\\"
+def frame(spark: Any, meta: DatasetMeta, plans: list[dict[str, str]], chunk: int = CHUNK) -> Any:
+    """A DataFrame whose partition i holds the files of `plans[i]` in chunks (the package's
+    `tfos-node-inputs` data source), read by that partition's task on its own executor."""
+    paths = [qualified(meta, wanted) for wanted in plans]
+    return spark.read.format(SOURCE).option("plan", json.dumps(paths)).option("chunk_bytes", str(chunk)).load()

@@ -15,10 +15,20 @@ import uuid
 from typing import Any, Callable
 
 from tfos_jobs import control_channel as cc
+
+# (epoch from 1, the epoch's metrics by name) -> whether a lone node stops there (a sweep's pruner)
+Judge = Callable[[int, dict[str, float]], bool]
 from tfos_jobs.cluster.driver.transfers import FILE_MESSAGES, Transfers
 from tfos_jobs.progress_log import ProgressLog
 
 LAUNCHED, RESERVED = "launched", "reserved"  # start-up steps the driver times itself; cc.FIRST_STEP the chief's
+
+
+class RunStopped(Exception):
+    """A report a node sent after the driver ended its run (the node hears this as an error)."""
+
+
+REFUSED_ONCE_STOPPED = (cc.FIRST_STEP, cc.BEAT, cc.PROGRESS, cc.RESULT, cc.PUT, cc.PUBLISH, cc.SHOULD_PRUNE)
 
 
 def new_run_id() -> str:
@@ -28,10 +38,14 @@ def new_run_id() -> str:
 
 class RunState:
     def __init__(self, run_id: str, required: int, progress: ProgressLog, transfers: Transfers,
-                 keep: Callable[[str, str, str], None] | None = None):
-        """`keep(kind, node, text)`: kind is cc.STARTED (the record, as JSON) or cc.FAILED (the traceback)."""
-        self.id, self.required = run_id, required
-        self.progress, self.transfers, self.keep = progress, transfers, keep
+                 keep: Callable[[str, str, str], None] | None = None, judge: Judge | None = None,
+                 lone: bool = False):
+        """`keep(kind, node, text)`: kind is cc.STARTED (the record, as JSON) or cc.FAILED (the traceback).
+        `judge` answers a lone node's SHOULD_PRUNE (None: the run has no pruner). `lone`: one node
+        that trains alone (no TF cluster, so no reservation): it counts as reserved once it has
+        started, and it waits for a free executor slot as long as Spark makes it."""
+        self.id, self.required, self.lone = run_id, required, lone
+        self.progress, self.transfers, self.keep, self.judge = progress, transfers, keep, judge
         self._lock = threading.Lock()
         self._reservations: list[dict[str, Any]] = []
         self._times: dict[str, float] = {}
@@ -41,10 +55,13 @@ class RunState:
         self._lost: list[str] = []
         self._result: dict[str, Any] | None = None
         self._done: str | None = None
+        self._stopped = False  # the driver ended the run: its nodes' reports are refused
 
     # -- the control server's side ---------------------------------------------------------------
 
     def handle(self, kind: str, message: dict[str, Any]) -> Any:
+        if self._stopped and kind in REFUSED_ONCE_STOPPED:
+            raise RunStopped("the driver ended this run (a failure elsewhere, a hang, or a stop): this node stops too")
         if kind in FILE_MESSAGES:
             return self.transfers.handle(kind, message)
         if kind == cc.REGISTER:
@@ -60,6 +77,8 @@ class RunState:
             return self.reservations()
         if kind == cc.STATUS:
             return self.done()
+        if kind == cc.SHOULD_PRUNE:
+            return self._should_prune(message)
         node = message.get(cc.SENDER_NODE)
         if not isinstance(node, str) or not node:
             raise cc.ControlError(f"a {kind!r} report must name its node")
@@ -95,6 +114,15 @@ class RunState:
             self.progress.add(line)
         return None
 
+    def _should_prune(self, message: dict[str, Any]) -> bool:
+        epoch, metrics = message.get("epoch"), message.get("metrics")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+            raise cc.ControlError(f"should_prune needs an epoch from 1, got {epoch!r}")
+        if not isinstance(metrics, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values()):
+            raise cc.ControlError("should_prune needs the epoch's metrics as numbers by name")
+        return bool(self.judge(epoch, {str(k): float(v) for k, v in metrics.items()})) if self.judge else False
+
     # -- the driver's side -----------------------------------------------------------------------
 
     def reservations(self) -> list[dict[str, Any]]:
@@ -102,12 +130,11 @@ class RunState:
             return [dict(r) for r in self._reservations]
 
     def reserved(self) -> bool:
-        with self._lock:
-            return len(self._reservations) >= self.required
+        return self.remaining() == 0
 
     def remaining(self) -> int:
         with self._lock:
-            return max(0, self.required - len(self._reservations))
+            return max(0, self.required - len(self._records if self.lone else self._reservations))
 
     def mark(self, step: str) -> None:
         with self._lock:
@@ -157,8 +184,12 @@ class RunState:
             return self._result
 
     def mark_done(self, status: str) -> None:
+        """The driver ends the run: serving nodes hear `status`, training nodes are refused their
+        next report (a heartbeat at most a few seconds away) and stop, and nothing they report
+        after this counts."""
         with self._lock:
-            self._done = self._done or status
+            if self._done is None:
+                self._done, self._stopped = status, True
 
     def done(self) -> str | None:
         with self._lock:

@@ -51,7 +51,7 @@ def supervise(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
     """Returns when the nodes ended well; otherwise raises `TrainingError` after cancelling them."""
     tr, state = attempt.tr, attempt.state
     try:
-        _await_reservations(job, attempt)
+        _await_reservations(job, attempt, watch)
         state.mark(RESERVED)
         running_since = time.time()
         lost = LostWorkers(tr, state, watch.log)
@@ -87,14 +87,18 @@ def _failure(job: NodeJob, attempt: Attempt) -> TrainingError:
     return TrainingError(failure_message(errors, job.error()), retriable=retriable([t for _, t in errors.values()]))
 
 
-def _await_reservations(job: NodeJob, attempt: Attempt) -> None:
+def _await_reservations(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
     state, timeout = attempt.state, attempt.tr.reservation_timeout
     deadline = time.monotonic() + timeout
     while not state.reserved():
+        if watch.stop is not None and watch.stop.is_set():
+            raise TrainingError("stopped before the end (the run's backup is kept: running it again resumes)")
         if job.error() is not None or state.errors() or job.failed_tasks():
             time.sleep(2 * POLL)
             raise _failure(job, attempt)
-        if time.monotonic() > deadline:
+        if not job.running():
+            raise _failure(job, attempt)
+        if time.monotonic() > deadline and not state.lone:
             nodes = state.required
             raise TrainingError(
                 f"only {nodes - state.remaining()} of {nodes} TF nodes started within "
@@ -105,7 +109,7 @@ def _await_reservations(job: NodeJob, attempt: Attempt) -> None:
 class LostWorkers:
     """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
     the lost worker's steps to the others. A failed node task is a lost worker once its retry
-    has reported it lost (cluster.node.node.guard); the retry may first wait for a free executor,
+    has reported it lost (cluster.node.task); the retry may first wait for a free executor,
     for up to `train.reservation_timeout` seconds. Any other failure, or the loss of every
     worker, fails the attempt."""
 

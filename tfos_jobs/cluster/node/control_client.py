@@ -24,12 +24,13 @@ POLL_SECONDS = 0.2
 
 class ControlClient:
     """One authenticated connection to the driver's control server, opened again once when
-    the server closed it (it closes connections idle for a while)."""
+    the server closed it (it closes connections idle for a while). `relayed`: the address is
+    the driver's relay to a Spark Connect client's server (`control_channel.RELAY`)."""
 
-    def __init__(self, server_addr: Any, secret: bytes):
+    def __init__(self, server_addr: Any, secret: bytes, *, relayed: bool = False):
         host, port = server_addr
-        self.address, self.secret = (host, int(port)), secret
-        self.server = f"{host}:{port}"
+        self.address, self.secret, self.relayed = (host, int(port)), secret, relayed
+        self.server = f"{host}:{port}" + (" (the driver's relay)" if relayed else "")
         self._lock = threading.Lock()  # callbacks and the node's own thread share the connection
         self.sock: socket.socket | None = None
         self._connect()
@@ -37,6 +38,8 @@ class ControlClient:
     def _connect(self) -> None:
         try:
             self.sock = socket.create_connection(self.address, timeout=CONNECT_SECONDS)
+            if self.relayed:
+                self.sock.sendall(cc.frame(cc.RELAY + cc.relay_token(self.secret)))
         except OSError as e:
             raise cc.ControlError(f"cannot reach the driver's control server at {self.server}: {e}") from None
         hello = self._frame()
@@ -136,9 +139,9 @@ class DriverLink:
     def status(self) -> str | None:
         return self._send(cc.STATUS)
 
-    def should_prune(self, epoch: int, value: float | None) -> bool:
-        """A sweep trial's epoch and metric to the driver, where the study's pruner decides."""
-        return bool(self._send(cc.SHOULD_PRUNE, epoch=epoch, value=value))
+    def should_prune(self, epoch: int, metrics: dict[str, float]) -> bool:
+        """A lone node's epoch and its metrics to the driver, where a sweep's pruner decides."""
+        return bool(self._send(cc.SHOULD_PRUNE, epoch=epoch, metrics=metrics))
 
     def publish(self, target: str, local_dir: str) -> None:
         """Every file under `local_dir` to the run's `target` (control_channel.TARGETS); returns
@@ -178,9 +181,10 @@ class ReservationClient(ControlClient):
     """TensorFlowOnSpark's `reservation.Client` interface over the authenticated channel."""
 
     secret: bytes = b""  # set per node run by `authenticated`
+    relay: bool = False
 
     def __init__(self, server_addr: Any):
-        super().__init__(server_addr, self.secret)
+        super().__init__(server_addr, self.secret, relayed=self.relay)
 
     def register(self, reservation: dict[str, Any]) -> str:
         self.request(cc.REGISTER, {"data": {k: reservation[k] for k in cc.NODE_FIELDS}})
@@ -199,16 +203,15 @@ class ReservationClient(ControlClient):
 
 
 @contextlib.contextmanager
-def authenticated(secret: bytes) -> Iterator[None]:
+def authenticated(secret: bytes, relayed: bool = False) -> Iterator[None]:
     """Within this block, TensorFlowOnSpark's node runtime reserves through the authenticated
     client with `secret`, and does not log the reservation (it holds the node manager's
-    authkey). Each TF run has Python workers of its own, so nothing else in the process is
-    affected."""
+    authkey). Each TF node has a process of its own, so nothing else is affected."""
     import logging
 
     from tensorflowonspark import TFSparkNode, reservation
 
-    client = type("RunClient", (ReservationClient,), {"secret": secret})
+    client = type("RunClient", (ReservationClient,), {"secret": secret, "relay": relayed})
     node_log = logging.getLogger(TFSparkNode.__name__)
     saved, level = reservation.Client, node_log.level
     reservation.Client = client

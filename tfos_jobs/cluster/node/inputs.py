@@ -1,16 +1,21 @@
-"""A node's input files, as Spark hands them to its task: (path, bytes) records, written to
-the node's local disk under the names the driver gave them (`cluster.driver.node_inputs`).
+"""A node's input files, as Spark hands them to its task: chunks of each file (rows of the
+`tfos-node-inputs` data source, `cluster.driver.node_inputs`), written to the node's local disk
+under the names the driver gave them.
 
 Spark reads them from wherever the dataset lives (any filesystem its Hadoop configuration
-reaches) on the node's own executor; TensorFlow then reads local files, held in memory when
-the node's share fits (train.in_memory_mb) and streamed from disk when it does not.
+reaches) on the node's own executor, a few MiB at a time, so neither the executor nor this
+process ever holds a whole file; TensorFlow then reads local files, held in memory when the
+node's share fits (train.in_memory_mb) and streamed from disk when it does not.
 """
 from __future__ import annotations
 
 import os
 import uuid
-from typing import Iterable
+from typing import IO, Any, Iterable
 from urllib.parse import urlparse
+
+# The columns of a chunk row (the jar's `NodeInputs.Schema`).
+NODE, FILE, OFFSET, SIZE, DATA = "node", "file", "offset", "size", "data"
 
 
 def key(path: str) -> str:
@@ -19,26 +24,75 @@ def key(path: str) -> str:
     return urlparse(path).path or path
 
 
-def receive(records: Iterable[tuple[str, bytes]], wanted: dict[str, str], root: str) -> int:
-    """Write each record whose path is in `wanted` (key -> path under `root`); returns the
-    number of files written. A file already there with the same size (another node of this
-    host wrote it) is kept; each file appears whole (written beside it, then renamed)."""
-    written = set()
-    for path, data in records:
-        rel = wanted.get(key(path))
-        if rel is None:
-            raise ValueError(f"Spark handed this node a file it was not sent: {path}")
-        target = os.path.join(root, rel)
-        written.add(rel)
-        if os.path.isfile(target) and os.path.getsize(target) == len(data):
-            continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
+class _File:
+    """One file being written beside its target, chunk after chunk, then renamed into place."""
+
+    def __init__(self, target: str, size: int):
+        self.target, self.size, self.next = target, size, 0
+        self.keep = os.path.isfile(target) and os.path.getsize(target) == size  # another node of this host wrote it
+        self.tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        self.fh: IO[bytes] | None = None
+        if not self.keep:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            self.fh = open(self.tmp, "wb")
+
+    def write(self, offset: int, data: Any) -> None:
+        if offset != self.next:
+            raise ValueError(f"{self.target}: a chunk at offset {offset:,} arrived where {self.next:,} was due")
+        if self.fh is not None:
+            self.fh.write(data)
+        self.next += len(data)
+
+    def done(self) -> bool:
+        return self.next >= self.size
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            os.replace(self.tmp, self.target)
+
+    def abandon(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            os.remove(self.tmp)
+
+
+def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[int, int]:
+    """Write the files of the chunk rows in `batches` (Arrow record batches) whose paths are in
+    `wanted` (key -> path under `root`); returns (files, bytes) received. A file already there
+    with the same size (another node of this host wrote it) is kept; each file appears whole."""
+    written: set[str] = set()
+    current: _File | None = None
+    received = 0
+    try:
+        for batch in batches:
+            files, offsets, sizes, data = (batch.column(c) for c in (FILE, OFFSET, SIZE, DATA))
+            for i in range(batch.num_rows):
+                path, offset = files[i].as_py(), offsets[i].as_py()
+                if offset == 0:
+                    if current is not None:
+                        raise ValueError(f"{current.target}: ended at {current.next:,} of {current.size:,} bytes")
+                    rel = wanted.get(key(path))
+                    if rel is None:
+                        raise ValueError(f"Spark handed this node a file it was not sent: {path}")
+                    current = _File(os.path.join(root, rel), sizes[i].as_py())
+                    written.add(rel)
+                if current is None:
+                    raise ValueError(f"{path}: a chunk at offset {offset:,} arrived before the file's start")
+                chunk = data[i].as_buffer()
+                current.write(offset, memoryview(chunk) if chunk is not None else b"")
+                received += len(chunk) if chunk is not None else 0
+                if current.done():
+                    current.close()
+                    current = None
+        if current is not None:
+            raise ValueError(f"{current.target}: ended at {current.next:,} of {current.size:,} bytes")
+    except BaseException:
+        if current is not None:
+            current.abandon()
+        raise
     missing = sorted(set(wanted.values()) - written)
     if missing:
         raise FileNotFoundError(f"{len(missing)} input file(s) did not arrive, e.g. {missing[0]}: Spark's stream of "
-                                "them ended early (the executor lost, or out of memory: see its log)")
-    return len(written)
+                                "them ended early (the executor lost: see its log)")
+    return len(written), received

@@ -1,12 +1,11 @@
-"""The function TensorFlowOnSpark runs on every TF node (executor side).
+"""A TF node, in its own process on an executor (`cluster.node.process`).
 
-TFoS starts one node per executor, labels them `chief` and `worker`, sets TF_CONFIG and
-CUDA_VISIBLE_DEVICES (from the GPU addresses Spark assigned the task), and calls
-`main_fun(args, ctx)`, which takes the node's role from `topology.assign_role`.
-
-Before TFoS starts the node, `guard` writes the node's input files (handed over by Spark) to
-the node's local workspace and fetches the run's resume state from the driver; the node then
-reports to the driver over the control channel only (`cluster.node.control_client.DriverLink`).
+Under a TF strategy, TensorFlowOnSpark's node runtime (`TFSparkNode.run`) reserves the node's
+place through the control channel, sets TF_CONFIG from the cluster it learns, and calls
+`main_fun(args, ctx)`, which takes the node's role from `topology.assign_role`; under `local`
+the node trains alone (`train_alone`: a sweep's single-process trial). Either way it reports to
+the driver over the control channel only (`cluster.node.control_client.DriverLink`), and
+trains from the files its task wrote to the workspace.
 """
 from __future__ import annotations
 
@@ -14,26 +13,35 @@ import contextlib
 import contextvars
 import json
 import os
+import secrets
+import socket
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.cluster.node import lifecycle, local_disk
+from tfos_jobs.cluster.node import lifecycle
 from tfos_jobs.tf_import import tensorflow
-from tfos_jobs.topology import Role, Strategy, assign_role, node_name, roles, training_workers, worker_rank
+from tfos_jobs.topology import Role, Strategy, assign_role, training_workers, worker_rank
 
 
 @dataclass(frozen=True)
 class Node:
-    """What `guard` gives the node function it starts: its line to the driver and its workspace."""
+    """What the node's process knows of itself beside its launch: its line to the driver, its
+    workspace and its partition of the node job."""
 
     link: Any  # cluster.node.control_client.DriverLink
     workspace: Workspace
+    partition: int
+
+    def record(self, **fields: Any) -> dict[str, Any]:
+        """What the node tells the driver of itself when it starts (kept in the model directory)."""
+        return {"partition": self.partition, "host": socket.gethostname(), "pid": os.getpid(),
+                "python": sys.executable, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "started": time.time(), **fields}
 
 
 _current: contextvars.ContextVar[Node] = contextvars.ContextVar("tfos_node")
@@ -49,11 +57,30 @@ def running(node: Node) -> Iterator[None]:
         _current.reset(token)
 
 
+def run_in_cluster(launch: Launch, node: Node, secret: bytes) -> None:
+    """TensorFlowOnSpark's node runtime, reserving through the authenticated channel."""
+    tensorflow(devices=False)  # TensorFlowOnSpark imports it: quietly, before it does
+    from tensorflowonspark import TFSparkNode
+
+    from tfos_jobs.cluster.node.control_client import authenticated
+
+    nodes = launch.nodes
+    template = {Role.CHIEF.value: [0]} | ({Role.WORKER.value: list(range(1, nodes))} if nodes > 1 else {})
+    cluster_meta = {
+        "id": secrets.randbits(64), "cluster_template": template, "num_executors": nodes,
+        "default_fs": "file://", "working_dir": ".", "server_addr": launch.server, "release_port": True,
+    }
+    node_fn = TFSparkNode.run(main_fun, launch.args.to_dict(), cluster_meta, False, None, ["error"], False)
+    with running(node), authenticated(secret, launch.relayed):
+        node_fn(iter([node.partition]))
+
+
 def main_fun(node_args: dict[str, Any], ctx) -> None:
     """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
     tensorflow(devices=False)  # quiet; its devices once CUDA_VISIBLE_DEVICES is settled below
     from tfos_jobs.cluster.node.training import configure_threads
 
+    node = _current.get()
     args = NodeArgs.from_dict(node_args)
     threads = configure_threads(args.threads)  # before TensorFlow starts its pools
     strategy = args.strategy
@@ -62,15 +89,11 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
     tensorflow()  # the devices, now that CUDA_VISIBLE_DEVICES is settled
-    node = _current.get()
     manager_pid = _manager_pid()
     if manager_pid:
         lifecycle.start_reaper(os.getpid(), [manager_pid], node.workspace)
-    node.link.started({
-        "role": role, "index": index, "executor_id": ctx.executor_id, "partition": _partition(), "pid": os.getpid(),
-        "python": sys.executable, "manager_pid": manager_pid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-        "cluster": cluster, "started": time.time(), "threads": threads,
-    })
+    node.link.started(node.record(role=role, index=index, executor_id=ctx.executor_id, manager_pid=manager_pid,
+                                  cluster=cluster, threads=threads))
     status = cc.RUN_FAILED
     try:
         if strategy == Strategy.PARAMETER_SERVER and role in (Role.PS, Role.WORKER):
@@ -89,74 +112,30 @@ def main_fun(node_args: dict[str, Any], ctx) -> None:
         _stop_manager()
 
 
-def guard(node_fn, launch: Launch, secret: bytes):
-    """Wraps TFoS's node function for `mapPartitionsWithIndex` over the node job's inputs
-    (`cluster.driver.node_inputs`); it yields nothing.
+def train_alone(launch: Launch, node: Node) -> None:
+    """The `local` strategy on an executor: one process, no TF cluster. With `launch.pruning`
+    it asks the driver after each epoch whether to go on, and ends without an export when told
+    to stop (its run's end status says so: RUN_PRUNED)."""
+    tensorflow(devices=False)
+    from tfos_jobs.cluster.node import training
 
-    The node connects to the driver's control server with this run's `secret` (it reaches the
-    node only in this closure), writes its input files to its local workspace, fetches the
-    resume state, and reserves its place; its TF server listens on a free port of its share of
-    the TF ports ([0]: any; `port_share`). Whatever fails is reported to the driver with its
-    traceback; the task then ends without an error (it is not Spark's to retry or to log again),
-    unless the driver could not be told. A TF node's task runs again only when its executor was lost, and a TF cluster
-    cannot take a node at a new address: the retry of a parameter-server worker reports the
-    worker lost and returns (the chief goes on with the other workers); any other retry fails
-    the attempt."""
-
-    def run_node(partition: int, records: Iterator[tuple[str, bytes]]):
-        from pyspark import TaskContext
-
-        from tfos_jobs.cluster.node import inputs
-        from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, authenticated
-
-        role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
-        name = node_name(role, index)
-        task = TaskContext.get()
-        client = ControlClient(launch.server, secret)
-        link = DriverLink(client, {cc.SENDER_NODE: name})
-        if task is not None and task.attemptNumber() > 0:
-            try:
-                if launch.strategy == Strategy.PARAMETER_SERVER and role == Role.WORKER:
-                    link.lost()
-                    return iter(())
-                raise RuntimeError(f"TF node {name} was lost with its executor; a TF cluster cannot take a "
-                                   "replacement node")
-            finally:
-                client.close()
-        try:
-            workspace = Workspace.of(launch.local_dir, launch.run_id, name)
-            workspace.enter()
-            lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
-            try:
-                inputs.receive(records, launch.inputs[partition], workspace.root)
-                if role == Role.CHIEF or launch.strategy == Strategy.MULTI_WORKER_MIRRORED:  # BackupAndRestore reads it
-                    link.fetch(cc.BACKUP, workspace.backup)
-                if launch.tf_ports != [0]:  # TFoS's TF server port
-                    share = port_share(launch.tf_ports, partition, launch.nodes)
-                    os.environ["TENSORFLOW_PORT"] = str(free_port(share))
-                with running(Node(link, workspace)), authenticated(secret):
-                    node_fn(iter([partition]))
-            finally:
-                workspace.leave()
-            return iter(())
-        except Exception as e:
-            told = False
-            with contextlib.suppress(Exception):
-                link.failed(local_disk.explained(e, traceback.format_exc(), launch.local_dir))
-                told = True
-            if not told:  # the driver learns it from Spark's record of the failed task
-                raise
-            # The driver has the traceback (the node's error file and the summary): failing the
-            # task too would print it again, in Spark's log of the lost task.
-            return iter(())
-        except BaseException:
-            with contextlib.suppress(Exception):
-                link.failed(traceback.format_exc())
-            raise
-        finally:
-            client.close()
-
-    return run_node
+    args = launch.args
+    threads = training.configure_threads(args.threads)
+    gpus = _task_gpus()
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    tensorflow()
+    node.link.started(node.record(role=Role.CHIEF.value, index=0, executor_id=node.partition, manager_pid=None,
+                                  cluster={}, threads=threads))
+    pruner = training.pruning(node.link) if launch.pruning else None
+    status = cc.RUN_FAILED
+    try:
+        with training.temp_files_in(node.workspace.scratch):
+            training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=node.link,
+                                    workspace=node.workspace, extra_callbacks=(pruner,) if pruner else ())
+        status = cc.RUN_PRUNED if pruner is not None and pruner.skip_export else cc.RUN_OK
+    finally:
+        node.link.done(status)
 
 
 def port_share(ports: list[int], node: int, nodes: int) -> list[int]:
@@ -185,13 +164,6 @@ def free_port(ports: list[int]) -> int:
     raise RuntimeError(f"no free port for the TF server among this node's share of train.tf_ports ({shown})")
 
 
-def _partition() -> int | None:
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
-    return task.partitionId() if task is not None else None
-
-
 def serve(cluster: dict[str, list[str]], role: str, index: int, link, max_seconds: float) -> None:
     """A parameter server or PS-mode worker: serve the chief until the run is done."""
     import tensorflow as tf
@@ -200,6 +172,15 @@ def serve(cluster: dict[str, list[str]], role: str, index: int, link, max_second
     status = lifecycle.wait_until_done(link, max_seconds)
     if status == lifecycle.TIMEOUT:
         raise TimeoutError(f"{role} {index}: the chief did not finish within {max_seconds:.0f} s")
+
+
+def _task_gpus() -> list[str] | None:
+    """The GPUs Spark assigned the node's task (None: it was assigned none)."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    resources = task.resources() if task is not None else {}
+    return list(resources["gpu"].addresses) if "gpu" in resources else None
 
 
 def _manager_pid() -> int | None:

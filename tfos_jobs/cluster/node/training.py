@@ -13,6 +13,8 @@ import os
 import tempfile
 from typing import Any, Iterator
 
+import numpy as np
+
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.metrics import Anomaly, ChiefResult
@@ -111,6 +113,24 @@ def model_fn_of(args: NodeArgs):
     from tfos_jobs.model.builder import resolve_model_fn
 
     return resolve_model_fn(args.model.kind)
+
+
+def pruning(link):
+    """A Keras callback that, after each epoch, sends the epoch and its metrics to the driver,
+    where a sweep's study and pruner live, and stops a lone node, without exporting, when the
+    driver says so (`skip_export`)."""
+    import tensorflow as tf
+
+    class Pruning(tf.keras.callbacks.Callback):
+        skip_export = False
+
+        def on_epoch_end(self, epoch, logs=None):
+            metrics = {k: float(v) for k, v in (logs or {}).items() if np.ndim(v) == 0}  # numpy scalars too
+            if link.should_prune(epoch + 1, metrics):
+                self.skip_export = True
+                self.model.stop_training = True
+
+    return Pruning()
 
 
 def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,

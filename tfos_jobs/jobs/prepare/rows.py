@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import re
 import uuid
-from typing import Any, Callable, Iterator, Mapping, cast
+from typing import Any, Callable, Iterator, Mapping
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -30,11 +30,12 @@ from tfos_jobs.errors import InputError
 from tfos_jobs.features import stats as stats_mod
 from tfos_jobs.features import vocab as vocab_mod
 from tfos_jobs.features.spec import FeatureSpec, NumericEncoding, NumericFeature
-from tfos_jobs.storage import HadoopFS, staging_beside
+from tfos_jobs.storage import FileSystem, filesystem, staging_beside
 from tfos_jobs.tasks import Task
+from tfos_jobs import sessions
 
 
-def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: float,
+def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: float,
         log: Callable[[str], None]) -> Manifest:
     """Called by `jobs.prepare.run` once the output is known to be free (or to be replaced)."""
     prep, spec = config.prepare, config.features
@@ -75,8 +76,7 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
         staging = staging_beside(out)
         try:
             split_files = _write_records(fs, staging, table, imputed, resolved, classes, profile, prep, key)
-            # a running SparkContext has a master: it refuses to start without spark.master
-            spark_info = {"master": cast(str, spark.sparkContext.master), "version": spark.version}
+            spark_info = {"master": sessions.master(spark), "version": spark.version}
             manifest = _manifest(config, resolved, out, profile, source_rows, split_files, vocab, spark_info, started,
                                  split_entry)
             dataset.write_meta(fs, staging, resolved, profile["stats"], vocab, manifest)
@@ -108,7 +108,7 @@ def dataframe_sources(spark: SparkSession, config: Config, tables: Mapping[str, 
             spark.catalog.dropTempView(view)
 
 
-def _write_records(fs: HadoopFS, staging: str, table: DataFrame, imputed: DataFrame, spec: FeatureSpec,
+def _write_records(fs: FileSystem, staging: str, table: DataFrame, imputed: DataFrame, spec: FeatureSpec,
                    classes: tuple[str, ...], profile: dict[str, Any], prep, key: str | None
                    ) -> dict[str, list[tuple[str, int]]]:
     """Rejects and records into the staging directory; returns the files of each split."""
@@ -168,7 +168,7 @@ def _first_malformed(spark: SparkSession, table: DataFrame) -> str:
     assert row is not None  # called when the profile counted malformed rows
     record, path = row[columns.CORRUPT], row[columns.SOURCE_FILE]
     where = path
-    fs = HadoopFS(spark)
+    fs = filesystem(spark)
     for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
         if line == record.rstrip("\r\n"):
             where = f"{path}, line {number}"

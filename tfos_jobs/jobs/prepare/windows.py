@@ -14,7 +14,7 @@ Nothing is collected to the driver but counts.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -27,10 +27,11 @@ from tfos_jobs.data import split as split_mod
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.features.stats import stable
-from tfos_jobs.storage import HadoopFS, staging_beside
+from tfos_jobs.storage import FileSystem, filesystem, staging_beside
+from tfos_jobs import sessions
 
 
-def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: float,
+def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: float,
         log: Callable[[str], None]) -> Manifest:
     """Called by `jobs.prepare.run` once the output is known to be free (or to be replaced)."""
     prep, spec = config.prepare, config.features
@@ -72,8 +73,7 @@ def run(spark: SparkSession, config: Config, fs: HadoopFS, out: str, started: fl
                                            key=spec.key.name, then=(WINDOW_START,), fmt=prep.tfrecord_format,
                                            compression=prep.compression, record_type=SEQUENCE_EXAMPLE)
                 split_files = dataset.settle(fs, staging)
-                # a running SparkContext has a master: it refuses to start without spark.master
-                spark_info = {"master": cast(str, spark.sparkContext.master), "version": spark.version}
+                spark_info = {"master": sessions.master(spark), "version": spark.version}
                 manifest = _manifest(config, spec, out, profile, source_info, split_files, spark_info, started,
                                      split_mod.describe(prep.split, eval_below, moved))
                 dataset.write_meta(fs, staging, spec, profile["stats"], {}, manifest)

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any, Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
@@ -43,10 +43,15 @@ def input_table(spark: SparkSession, config: Config, spec) -> DataFrame:
     return table
 
 
-def with_predictions(table: DataFrame, udf: PredictionUdf) -> DataFrame:
-    """The table with `predicted_probability` and `predicted_label` (or `prediction`) appended."""
+def with_predictions(table: DataFrame, udf: PredictionUdf, counted: list[Observation] | None = None) -> DataFrame:
+    """The table with `predicted_probability` and `predicted_label` (or `prediction`) appended.
+    With `counted`, the scoring's counters are observed too (the observation is appended to it)."""
     task = contract.task_of(udf.spec)
-    scored = table.withColumn("__prediction", udf())
+    if counted is None:
+        scored = table.withColumn("__prediction", udf())
+    else:
+        scored, seen = udf.counted(table, "__prediction")
+        counted.append(seen)
     if not contract.udf_returns_struct(task):
         return scored.withColumnRenamed("__prediction", contract.PREDICTION)
     if task == contract.AUTOENCODER:  # one row per window: its bounds and scores, not its values again
@@ -69,8 +74,10 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     if missing:
         raise ConfigError(f"predict.partition_by: {', '.join(map(repr, missing))} not among the input's columns "
                           f"({', '.join(table.columns)})")
+    counted: list[Observation] = []  # the counters of this query, as it scores (any session: observed metrics)
     with query_errors():  # a query error, or one in its tasks, as one line
-        written = output.selected(with_predictions(table, udf), table.columns, udf.spec, pr.keep, pr.partition_by)
+        written = output.selected(with_predictions(table, udf, counted), table.columns, udf.spec, pr.keep,
+                                  pr.partition_by)
     scored = output.Tally(written, pr.partition_by)
     out: output.Database | output.CatalogTable | output.Files
     if pr.output_source:
@@ -82,7 +89,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     with query_errors():
         rows_out = out.write(scored, mode)
     summary: dict[str, Any] = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir,
-                               "counts": udf.counts(), "seconds": round(time.time() - started, 1)}
+                               "counts": udf.counts_of(counted[0]), "seconds": round(time.time() - started, 1)}
     log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")
     served = {k: v for k, v in summary["counts"].items() if k != contract.COUNT_ROWS}
     if served:

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import columns, jdbc, sources
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
-from tfos_jobs.storage import HadoopFS, left_staging, restore_aside, staging_beside, swap_into
+from tfos_jobs.storage import FileSystem, filesystem, left_staging, restore_aside, staging_beside, swap_into
 from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
 
 WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
@@ -85,7 +85,7 @@ class Files:
 
     def __init__(self, spark: SparkSession, path: str, partition_by: tuple[str, ...]):
         self.spark, self.partition_by = spark, partition_by
-        self.fs = HadoopFS(spark)
+        self.fs = filesystem(spark)
         self.target = self.fs.qualify(path)
 
     def _count(self, path: str, written: DataFrame | None = None) -> int:
@@ -105,7 +105,7 @@ class Files:
         if mode in ("create", "overwrite"):
             staging = staging_beside(self.target)
             try:
-                writer.mode("errorifexists").parquet(staging)
+                writer.mode("error").parquet(staging)
                 rows = _checked(self.target, self._count(staging), out.rows)
             except BaseException:
                 self.fs.delete(staging)
@@ -138,7 +138,7 @@ class CatalogTable:
                     df.select(*table_columns).write.insertInto(self.target, overwrite=mode != "append")
             else:
                 writer = df.write.partitionBy(*self.partition_by) if self.partition_by else df.write
-                writer.mode("overwrite" if exists else "errorifexists").saveAsTable(self.target)
+                writer.mode("overwrite" if exists else "error").saveAsTable(self.target)
         except WRITE_ERRORS as e:
             raise TfosError(f"cannot write table {self.target!r}: {jdbc.driver_error(e)}") from None
         table = self.spark.table(self.target)
@@ -169,7 +169,7 @@ class Database:
         opts = jdbc.options(self.name, self.src)
         before = self._count() if mode == "append" else 0
         df = out.count_first()
-        spark_mode = {"create": "errorifexists", "overwrite": "overwrite", "append": "append"}[mode]
+        spark_mode = {"create": "error", "overwrite": "overwrite", "append": "append"}[mode]
         try:
             # truncate: an overwrite keeps the table's definition, grants and indexes
             df.write.format("jdbc").options(**opts).option("truncate", "true").mode(spark_mode).save()

@@ -10,16 +10,23 @@ between sending and moving is sent again, with the same keys (`contracts.stream.
 The model is looked up before each micro-batch that has rows to score (`ModelSlot`): a new
 export in its directory, or an alias moved to another version, is registered and used from that
 micro-batch on, and every row records the version that scored it.
+
+What a micro-batch did (`BatchReport`, its alerts and model swaps among its messages) is written
+beside its rows (`contracts.stream.report_file`), where the stream's watcher reads it: from a
+Spark Connect client, `foreachBatch` runs in a Python process of the server's, so this object
+travels there pickled, and nothing it holds may be tied to the client's process.
 """
 from __future__ import annotations
 
-import threading
+import dataclasses
+import json
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from tfos_jobs import sessions
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
@@ -29,7 +36,7 @@ from tfos_jobs.errors import TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.jobs.serve import prediction_output
 from tfos_jobs.jobs.serve.predict import with_predictions
-from tfos_jobs.storage import HadoopFS
+from tfos_jobs.storage import FileSystem, filesystem
 from tfos_jobs.tracking.registry import resolver
 from udfs import PredictionUdf, register
 from udfs.register import register_in, served_spec, served_version
@@ -47,37 +54,37 @@ class ModelSlot:
     in the session afterwards is not seen by the micro-batches' queries. So the function is
     registered in the session each micro-batch runs in (`current`)."""
 
-    def __init__(self, spark: SparkSession, config: Config, log: Callable[[str], None]):
-        self.log = log
+    def __init__(self, spark: SparkSession, config: Config):
         self.model = config.stream.model or config.predict.model
         self.name, self.batch_size = config.predict.name, config.predict.batch_size
         self.resolve = resolver(config.tracking.uri or None)
-        self.session = spark
         self.udf = self._register(spark)
+        self.session = sessions.session_id(spark)  # the session `udf` is registered in
         self._refused: str | None = None
 
     def _register(self, spark: SparkSession) -> PredictionUdf:
         return register(spark, self.name, self.model, batch_size=self.batch_size, setting=SETTING,
                         resolve=self.resolve)
 
-    def current(self, batch: int, spark: SparkSession) -> PredictionUdf:
-        """The function to score micro-batch `batch` with, registered in its session `spark`."""
+    def current(self, batch: int, spark: SparkSession, note: Callable[[str], None]) -> PredictionUdf:
+        """The function to score micro-batch `batch` with, registered in its session `spark`;
+        `note` takes what the micro-batch's report says of the model."""
         try:
             version = served_version(spark, self.model, SETTING, self.resolve)
             if version not in (self.udf.version, self._refused):
                 problem = incompatible(self.udf.spec, served_spec(spark, self.model, SETTING, self.resolve))
                 if not problem:
                     candidate = self._register(spark)
-                    self.log(f"model: {self.udf.version} -> {candidate.version} ({candidate.export_dir}) "
-                             f"from micro-batch {batch}")
-                    self.udf, self.session = candidate, spark
+                    note(f"model: {self.udf.version} -> {candidate.version} ({candidate.export_dir}) "
+                         f"from micro-batch {batch}")
+                    self.udf, self.session = candidate, sessions.session_id(spark)
                     return candidate
                 self._refused = version
-                self.log(f"model: not swapping to {version}: {problem}; keeping {self.udf.version}")
+                note(f"model: not swapping to {version}: {problem}; keeping {self.udf.version}")
         except TfosError as e:
-            self.log(f"model: keeping {self.udf.version}: {self.model!r} cannot be read now ({e})")
-        if not spark._jsparkSession.equals(self.session._jsparkSession):
-            self.udf, self.session = register_in(spark, self.udf), spark
+            note(f"model: keeping {self.udf.version}: {self.model!r} cannot be read now ({e})")
+        if sessions.session_id(spark) != self.session:
+            self.udf, self.session = register_in(spark, self.udf), sessions.session_id(spark)
         return self.udf
 
 
@@ -92,12 +99,22 @@ def incompatible(current: FeatureSpec, candidate: FeatureSpec) -> str:
 
 @dataclass
 class BatchReport:
+    """What one micro-batch did; `messages`: its lines for the console (alerts, model swaps)."""
+
     batch: int
     scored: int = 0
     quarantined: dict[str, int] = field(default_factory=dict)
     alerts: int = 0
     model_version: str = ""
     skipped: bool = False
+    messages: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "BatchReport":
+        return cls(**json.loads(text))
 
 
 def why_not_scored(df: DataFrame) -> Column:
@@ -110,7 +127,7 @@ def why_not_scored(df: DataFrame) -> Column:
 class FileSink:
     """Parquet files, one directory per micro-batch, moved into place whole."""
 
-    def __init__(self, fs: HadoopFS, root: str):
+    def __init__(self, fs: FileSystem, root: str):
         self.fs, self.root = fs, fs.qualify(root)
 
     def committed(self, batch: int) -> bool:
@@ -127,16 +144,18 @@ class FileSink:
 
 
 class Batches:
-    """The `foreachBatch` function; `reports` holds what each micro-batch did, by its id."""
+    """The `foreachBatch` function; `report(batch)` reads what a micro-batch did."""
 
-    def __init__(self, spark: SparkSession, config: Config, slot: ModelSlot, fs: HadoopFS,
-                 log: Callable[[str], None]):
-        self.spark, self.config, self.slot, self.log = spark, config, slot, log
+    def __init__(self, config: Config, slot: ModelSlot, fs: FileSystem):
+        self.config, self.slot = config, slot
         self.spec = slot.udf.spec
         self.scores = FileSink(fs, config.stream.output)
         self.quarantine = FileSink(fs, config.stream.quarantine)
-        self.reports: dict[int, BatchReport] = {}
-        self._lock = threading.Lock()
+
+    def report(self, batch: int) -> BatchReport | None:
+        """What micro-batch `batch` did, once it has ended (None before)."""
+        path = contract.report_file(self.scores.root, batch)
+        return BatchReport.from_json(self.scores.fs.read_text(path)) if self.scores.fs.exists(path) else None
 
     def __call__(self, df: DataFrame, batch: int) -> None:
         report = BatchReport(batch, model_version=self.slot.udf.version)
@@ -153,8 +172,7 @@ class Batches:
                 df.unpersist()
         else:
             self._write(df, batch, report, scores_done, quarantine_done, None)
-        with self._lock:
-            self.reports[batch] = report
+        self.scores.fs.write_text(contract.report_file(self.scores.root, batch), report.to_json())
 
     def _write(self, df: DataFrame, batch: int, report: BatchReport, scores_done: bool, quarantine_done: bool,
                counts: dict[str, int] | None) -> None:
@@ -165,17 +183,17 @@ class Batches:
         counted = Observation()
         source, df = df, df if counts is not None else df.observe(counted, *self._count_columns(df))
         if not scores_done and (counts is None or counts[SCORABLE]):
-            udf = self.slot.current(batch, df.sparkSession)
+            udf = self.slot.current(batch, df.sparkSession, report.messages.append)
             scored = prediction_output.Tally(self._scored(df.where(reason.isNull()), udf))
             staging = self.scores.stage(scored.df, batch)
             report.scored = scored.rows
             if report.scored:
                 report.model_version = udf.version
                 if self.config.stream.output_topic or self.spec.is_sequence:  # sent on, or alerted on
-                    written = self.spark.read.parquet(staging)
+                    written = df.sparkSession.read.parquet(staging)
                     if self.config.stream.output_topic:
                         self._send(written)
-                    report.alerts = self._alert(written)
+                    report.alerts = self._alert(written, report.messages.append)
                 self.scores.commit(staging, batch)
             else:
                 self.scores.fs.delete(staging)
@@ -239,8 +257,9 @@ class Batches:
             writer = writer.option(f"kafka.{k.removeprefix('kafka.')}", v)
         writer.save()
 
-    def _alert(self, written: DataFrame) -> int:
-        """Print the micro-batch's anomalies, worst first (up to `stream.alerts`); how many there were."""
+    def _alert(self, written: DataFrame, note: Callable[[str], None]) -> int:
+        """The micro-batch's anomalies, worst first (up to `stream.alerts`), as lines of its report;
+        how many there were."""
         if not self.spec.is_sequence:
             return 0
         anomalies = written.where(F.col(serving.IS_ANOMALY))
@@ -248,10 +267,10 @@ class Batches:
             if self.config.stream.alerts else []
         key = self.spec.key.name if self.spec.key is not None else WINDOW_START
         for row in shown:
-            self.log(f"ALERT {row[key]} {row[WINDOW_START]:%Y-%m-%d %H:%M}-{row[WINDOW_END]:%H:%M} "
+            note(f"ALERT {row[key]} {row[WINDOW_START]:%Y-%m-%d %H:%M}-{row[WINDOW_END]:%H:%M} "
                      f"{serving.RECONSTRUCTION_ERROR} {row[serving.RECONSTRUCTION_ERROR]:.4g} "
                      f"(model {row[contract.MODEL_VERSION]})")
         total = anomalies.count() if len(shown) == self.config.stream.alerts else len(shown)
         if total > len(shown):
-            self.log(f"  ... and {total - len(shown):,} more anomalous windows in this micro-batch")
+            note(f"  ... and {total - len(shown):,} more anomalous windows in this micro-batch")
         return total

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import stream as contract
@@ -29,7 +30,7 @@ from tfos_jobs.jobs.serve.sql import PYTHON_ERROR_LINE, error_line
 from tfos_jobs.jobs.stream.driver import query
 from tfos_jobs.jobs.stream.driver.batches import BatchReport, Batches, ModelSlot
 from tfos_jobs.session import KAFKA_CONNECTOR
-from tfos_jobs.storage import HadoopFS
+from tfos_jobs.storage import FileSystem, filesystem
 
 POLL_SECONDS = 1
 QUERY_NAME = "tfos_stream"
@@ -52,7 +53,7 @@ class StreamSummary:
 def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = print) -> StreamSummary:
     st = config.stream
     started = time.time()
-    slot = ModelSlot(spark, config, log)
+    slot = ModelSlot(spark, config)
     try:
         table = query.table(spark, config, slot.udf.spec)
     except AnalysisException as e:
@@ -62,8 +63,8 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
                 f"org.apache.spark:{KAFKA_CONNECTOR}_2.13:<Spark version> (or its jars in spark.jars; "
                 "`make setup` puts them in tfos_jobs/jars/kafka/ of a source checkout)") from None
         raise TfosError(f"stream: {error_line(e)}") from None
-    batches = Batches(spark, config, slot, HadoopFS(spark), log)
-    checkpoint = HadoopFS(spark).qualify(st.checkpoint)
+    batches = Batches(config, slot, filesystem(spark))
+    checkpoint = filesystem(spark).qualify(st.checkpoint)
     running = table.writeStream.queryName(QUERY_NAME).foreachBatch(batches) \
         .option("checkpointLocation", checkpoint).trigger(processingTime=f"{st.trigger_seconds} seconds").start()
     log(f"streaming {st.topic} ({st.bootstrap_servers}) -> {batches.scores.root}, quarantine {batches.quarantine.root}; "
@@ -102,20 +103,23 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
                 break  # reported below, from running.exception()
             for progress in running.recentProgress:
                 batch = int(progress["batchId"])
-                if batch in seen or batch not in batches.reports:
+                report = None if batch in seen else batches.report(batch)
+                if report is None:
                     continue
                 seen.add(batch)
-                line = progress_line(progress, batches.reports[batch])
-                _count(summary, line, batches.reports[batch])
+                line = progress_line(progress, report)
+                _count(summary, line, report)
                 if len(seen) == 1 or line[contract.INPUT_ROWS]:
                     last_event = time.monotonic()
+                for message in report.messages:
+                    log(message)
                 if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
                     log(describe(line))
                     if st.progress_log:
                         with open(st.progress_log, "a", encoding="utf-8") as fh:
                             fh.write(json.dumps(line) + "\n")
-                if batches.slot.udf.version not in summary.model_versions:
-                    summary.model_versions.append(batches.slot.udf.version)
+                if report.model_version and report.model_version not in summary.model_versions:
+                    summary.model_versions.append(report.model_version)
             # idle: no event since the last micro-batch that had some, or since the first one ended
             if st.stop_when_idle_seconds and seen and time.monotonic() - last_event > st.stop_when_idle_seconds:
                 reason.append(f"no event for {st.stop_when_idle_seconds:g} s")
@@ -146,15 +150,17 @@ def failure_line(e: BaseException) -> str:
     return raised[-1] if raised else error_line(e)
 
 
-def progress_line(progress: dict[str, Any], report: BatchReport) -> dict[str, Any]:
-    """One micro-batch: Spark's progress (rates, duration, state, watermark) and what it wrote."""
+def progress_line(progress: StreamingQueryProgress, report: BatchReport) -> dict[str, Any]:
+    """One micro-batch: Spark's progress (rates, duration, state, watermark) and what it wrote.
+    The aggregate rates are read as properties: a Connect client's progress leaves them out of
+    its fields and sums its sources' instead."""
     state = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
     return {
         contract.BATCH: report.batch,
         contract.STARTED: progress.get("timestamp"),
-        contract.INPUT_ROWS: int(progress.get("numInputRows", 0)),
-        contract.INPUT_ROWS_PER_SECOND: round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
-        contract.PROCESSED_ROWS_PER_SECOND: round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
+        contract.INPUT_ROWS: int(progress.numInputRows or 0),
+        contract.INPUT_ROWS_PER_SECOND: round(float(progress.inputRowsPerSecond or 0.0), 1),
+        contract.PROCESSED_ROWS_PER_SECOND: round(float(progress.processedRowsPerSecond or 0.0), 1),
         contract.BATCH_MS: int(progress.get("batchDuration", 0)),
         contract.STATE_ROWS: state,
         contract.WATERMARK: progress.get("eventTime", {}).get("watermark"),

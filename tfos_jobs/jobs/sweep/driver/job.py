@@ -7,10 +7,12 @@ the session reaches (the driver writes it all):
   study.journal               the Optuna study, unless sweep.storage names a database (search.study)
   trial-<n>/                  one trial (contracts.sweep_dir.TrialDir)
   results.parquet/.csv, sweep.png, best/saved_model
-Each single-process trial is one Spark job of one task, in its own job group, started from
-a driver thread: Spark places it on a free executor slot, hands it the dataset's files, and
-the time budget cancels it. Trials report to the sweep's control server (`channel.Trials`),
-which keeps each one's progress, publishes what it hands over and answers whether to prune.
+Every trial is a training run (`jobs.train`) into its directory, on a driver thread of its own,
+its nodes started through the launcher seam (`cluster.driver.launcher`) as any run's are: a
+single-process trial is one node that trains alone, in one Spark task that Spark places on a
+free executor slot; a cluster trial (`workers_per_trial` > 1) is a TF cluster. The time budget
+and the pruner stop a run through its `stop` event; a single-process trial asks the pruner itself
+after each epoch (`RunState.judge`) and ends without an export when told to.
 """
 from __future__ import annotations
 
@@ -21,25 +23,19 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
-from tfos_jobs import control_channel as cc
 from tfos_jobs import user_code
 from tfos_jobs.cluster.driver import node_inputs
-from tfos_jobs.cluster.driver.control_server import ControlServer, control_address
-from tfos_jobs.cluster.driver.run_state import new_run_id
-from tfos_jobs.config import parse_ports
-from tfos_jobs.contracts.dataset import SPLITS
-from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
+from tfos_jobs.cluster.driver.launcher import Launcher
+from tfos_jobs.cluster.driver.node_job import ClusterLauncher
+from tfos_jobs.contracts.node_args import STOPPING_METRIC
 from tfos_jobs.contracts.sweep_dir import SweepDir, TrialDir
-from tfos_jobs.contracts.trial import TrialPayload
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.errors import ConfigError, OutputExistsError
+from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
 from tfos_jobs.jobs.sweep.driver import report as sweep_report
-from tfos_jobs.jobs.sweep.driver.channel import Trials
 from tfos_jobs.jobs.sweep.driver.observer import Guarded, SweepObserver
 from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
 from tfos_jobs.search import samplers
@@ -55,6 +51,9 @@ from tfos_jobs.topology import Strategy
 
 POLL = 0.5
 
+# (lone node: whether the trial is one node that trains alone) -> where the trial's nodes run
+LauncherFor = Callable[[bool], Launcher]
+
 
 @dataclass(frozen=True)
 class Known:
@@ -69,7 +68,6 @@ class Known:
 class Running:
     number: int
     settings: dict[str, ParamValue]
-    group: str
     thread: threading.Thread
     started: float
     directory: TrialDir
@@ -77,8 +75,8 @@ class Running:
     outcome: dict[str, Any] = field(default_factory=dict)
     epochs_shown: int = 0
     cancelled: bool = False  # by the time budget or an interrupt: runs again when the sweep is resumed
-    pruned: bool = False  # a TFoS-cluster trial the pruner stopped (a single-process trial stops itself)
-    stop: threading.Event = field(default_factory=threading.Event)  # ends a TFoS-cluster trial
+    pruned: bool = False  # a cluster trial the pruner stopped (a single-process trial stops itself)
+    stop: threading.Event = field(default_factory=threading.Event)  # ends the trial's run
     restores_best: bool = False  # early stopping keeps the epoch of the lowest val_loss: its metric is the value
 
 
@@ -86,7 +84,7 @@ class Running:
 class Context:
     """What launching and finishing trials needs, in one place."""
 
-    spark: SparkSession
+    spark: SparkSession | None
     storage: Storage
     meta: DatasetMeta
     base_config: BaseConfig
@@ -94,23 +92,23 @@ class Context:
     sweep: SweepConfig
     dir: str
     study: SweepStudy
-    trials: Trials
-    server: tuple[str, int]
-    secret: bytes
-    run_id: str
+    launcher: LauncherFor
     log: Callable[[str], None]
     notify: Guarded
 
 
-def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig, *,
-        log: Callable[[str], None] = print, observer: SweepObserver | None = None) -> dict[str, Any]:
+def run(spark: SparkSession | None, base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig, *,
+        log: Callable[[str], None] = print, observer: SweepObserver | None = None,
+        launcher: LauncherFor | None = None) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"best": the best trial's result (None when none
-    completed), "results": every trial's}. `observer` hears of the sweep's progress."""
+    completed), "results": every trial's}. `observer` hears of the sweep's progress. `launcher`:
+    where each trial's nodes run (default: the session's executors)."""
     base = space_base(base_config, base_overrides)
     storage = Storage(spark)
     meta = node_inputs.read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
-    node_inputs.check_file_sizes(meta, *node_inputs.heap_of(spark.sparkContext))  # trials get their files through Spark
-    user_code.ship(spark.sparkContext, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors
+    if spark is not None:
+        user_code.ship(spark, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors
+    launcher = launcher or default_launcher(spark, pruning=sweep.early_stopping != Pruner.NONE)
     if sweep.workers_per_trial > 1 and base.train.strategy == Strategy.LOCAL:
         raise ConfigError("sweep.workers_per_trial > 1 makes every trial a TF cluster: set train.strategy to "
                           "multi_worker_mirrored or parameter_server")
@@ -139,22 +137,18 @@ def run(spark: SparkSession, base_config: BaseConfig, base_overrides: Sequence[s
         _notes(sweep, total, log)
         notify("sweep_started", dataclasses.replace(sweep, storage=mask(sweep.storage)), sweep_dir, total)
         started = time.time()
-        sc = spark.sparkContext
-        trials = Trials(storage, study.should_prune)
-        stack.callback(trials.close)
-        secret = cc.new_secret()  # the sweep's; reaches the trials only inside their task closures
-        bind, advertise = control_address(sc.getConf(), base.train.control_bind)
-        server = ControlServer(secret, trials.handle, bind=bind, advertise=advertise,
-                               ports=parse_ports(base.train.control_ports), log=log)
-        address = server.start()
-        stack.callback(server.stop)
-        ctx = Context(spark, storage, meta, base_config, base_overrides, sweep, sweep_dir, study, trials, address,
-                      secret, new_run_id(), log, notify)
+        ctx = Context(spark, storage, meta, base_config, base_overrides, sweep, sweep_dir, study, launcher, log, notify)
         _run_trials(ctx, place, known, results, todo, total)
     best = sweep_report.finish(storage, sweep_dir, sweep, results, total, time.time() - started, log)
     rows = [results[n] for n in sorted(results)]
     notify("sweep_finished", best, rows, SweepDir(sweep_dir).best_model if best else None)
     return {"best": best, "results": rows}
+
+
+def default_launcher(spark: SparkSession | None, *, pruning: bool) -> LauncherFor:
+    """Trials on the session's executors; a lone node (a single-process trial) asks the pruner
+    after each epoch when the sweep has one."""
+    return lambda lone: ClusterLauncher(spark, pruning=lone and pruning)
 
 
 def _notes(sweep: SweepConfig, total: int, log: Callable[[str], None]) -> None:
@@ -170,7 +164,7 @@ def _notes(sweep: SweepConfig, total: int, log: Callable[[str], None]) -> None:
 def _run_trials(ctx: Context, place: StudyPlace, known: dict[int, Known], results: dict[int, TrialResult],
                 todo: list[int], total: int) -> None:
     """Launch trials while there are free slots and time, watch them, record each as it ends."""
-    sweep, log, sc = ctx.sweep, ctx.log, ctx.spark.sparkContext
+    sweep, log = ctx.sweep, ctx.log
     deadline = time.time() + sweep.time_budget_seconds if sweep.time_budget_seconds else None
     running: dict[int, Running] = {}
     budget_hit = False
@@ -197,20 +191,20 @@ def _run_trials(ctx: Context, place: StudyPlace, known: dict[int, Known], result
                 log(f"time budget of {sweep.time_budget_seconds} s used up: no new trials; "
                     f"stopping {len(running)} running trial(s) (re-run the sweep to continue)")
                 todo.clear()
-            if budget_hit:  # every poll: a trial thread may submit its job after an earlier cancel
-                _cancel(sc, running.values())
+            if budget_hit:
+                _cancel(running.values())
     except BaseException:
-        _cancel(sc, running.values())
+        _cancel(running.values())
         for trial in running.values():
-            trial.thread.join(30)
+            trial.thread.join(90)
         raise
 
 
-def _cancel(sc, trials) -> None:
+def _cancel(trials: Iterable[Running]) -> None:
+    """Stop each trial's run (its nodes are cancelled by its supervisor)."""
     for trial in trials:
         trial.cancelled = True
         trial.stop.set()
-        sc.cancelJobGroup(trial.group)
 
 
 def _open_dir(storage: Storage, sweep_dir: str, sweep: SweepConfig, base_train: dict[str, Any]) -> tuple[str, str]:
@@ -244,18 +238,14 @@ def definition(sweep: SweepConfig, fingerprint: str, study_name: str, base_train
 
 
 def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) -> Running:
-    from tfos_jobs.jobs.sweep.executor.trial import task
-
     storage, sweep = ctx.storage, ctx.sweep
     settings = ctx.study.start(n, known_settings)
     directory = TrialDir.of(ctx.dir, n)
     resumed = _reset_trial_dir(storage, directory)
     directory.write_params(storage, settings)
     progress = ProgressLog(storage, directory.progress, resume=resumed)
-    group = f"tfos-sweep-{ctx.run_id}-trial-{n:03d}"
-    trial = Running(n, settings, group, threading.Thread(), time.time(), directory, progress)
+    trial = Running(n, settings, threading.Thread(), time.time(), directory, progress)
     trial.epochs_shown = len(progress.lines())  # a resumed trial's earlier epochs (the study has them)
-    ctx.trials.add(n, directory, progress)
     ctx.log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
     ctx.notify("trial_started", n, dict(settings))
     try:
@@ -263,58 +253,41 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
     except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
         trial.outcome["result"] = _record(ctx, trial, TrialStatus.FAILED, str(e))
         return trial
-    # A held-out test split is for the model the sweep ends with, not for choosing it.
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, score_test=False))
     trial.restores_best = cfg.train.early_stopping_patience > 0
+    lone = sweep.workers_per_trial == 1
+    # A held-out test split is for the model the sweep ends with, not for choosing it.
+    tr = dataclasses.replace(cfg.train, model_dir=directory.path, tensorboard=False, score_test=False,
+                             **({"strategy": Strategy.LOCAL} if lone else {"workers": sweep.workers_per_trial}))
+    cfg = dataclasses.replace(cfg, train=tr)
+    launcher = ctx.launcher(lone)
 
-    if sweep.workers_per_trial > 1:
-        target = _cluster_trial(ctx, cfg, trial)
-    else:
-        tr = dataclasses.replace(cfg.train, strategy=Strategy.LOCAL, tensorboard=False)
-        wanted = node_inputs.everything(ctx.meta, node_inputs.files_of(ctx.meta, SPLITS))
-        payload = TrialPayload(trial=n, settings=settings, metric=sweep.metric, pruning=sweep.early_stopping != Pruner.NONE,
-                               args=NodeArgs.from_train_config(tr, dataset=ctx.meta.root), server=ctx.server,
-                               run_id=ctx.run_id, local_dir=tr.local_dir, inputs=wanted)
-        sc = ctx.spark.sparkContext
+    def judge(epoch: int, metrics: dict[str, float]) -> bool:
+        return ctx.study.should_prune(n, epoch, metrics.get(sweep.metric))
 
-        def target():
-            sc.setJobGroup(group, f"tfos sweep trial {n}", interruptOnCancel=True)
-            try:
-                trial.outcome["task"] = node_inputs.rdd(sc, ctx.meta, [wanted]) \
-                    .mapPartitions(task(payload, ctx.secret)).collect()[0]
-            except Exception as e:  # cancelled (time budget) or the task failed for good
-                trial.outcome["error"] = e
+    def target() -> None:
+        from tfos_jobs.jobs import train
 
-    trial.thread = InheritableThread(target=target, name=f"tfos-trial-{n}")
-    trial.thread.daemon = True
+        try:
+            metrics = train.run(ctx.spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop,
+                                progress=trial.progress, launcher=launcher, judge=judge if lone else None)
+            node = (metrics["nodes"] or [{}])[0]
+            trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None, "host": node.get("host"),
+                                     "pid": node.get("pid")}
+        except Pruned:
+            trial.outcome["task"] = {"status": TrialStatus.PRUNED.value, "error": None}
+        except Exception as e:
+            pruned = trial.pruned and isinstance(e, TrainingError)
+            status = TrialStatus.PRUNED if pruned else TrialStatus.FAILED
+            trial.outcome["task"] = {"status": status.value, "error": None if pruned else f"{type(e).__name__}: {e}"}
+
+    trial.thread = threading.Thread(target=target, name=f"tfos-trial-{n}", daemon=True)
     trial.thread.start()
     return trial
 
 
-def _cluster_trial(ctx: Context, cfg, trial: Running) -> Callable[[], None]:
-    """A trial that is a TFoS cluster of `workers_per_trial` workers, trained as `tfos train` does;
-    the pruner stops it through `trial.stop` (see `_watch_epochs`)."""
-    from tfos_jobs.jobs import train
-
-    tr = dataclasses.replace(cfg.train, workers=ctx.sweep.workers_per_trial, model_dir=trial.directory.path,
-                             tensorboard=False)
-    cfg = dataclasses.replace(cfg, train=tr)
-
-    def target():
-        spark = SparkSession.builder.getOrCreate()
-        try:
-            train.run(spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop, progress=trial.progress)
-            trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None}
-        except Exception as e:
-            status = TrialStatus.PRUNED if trial.pruned else TrialStatus.FAILED
-            trial.outcome["task"] = {"status": status.value, "error": None if trial.pruned else f"{type(e).__name__}: {e}"}
-
-    return target
-
-
 def _watch_epochs(ctx: Context, trial: Running) -> None:
     """Each new epoch of a trial, once: shown, told to the observer and reported to the study;
-    a TFoS-cluster trial the pruner stops is stopped here (a single-process trial asks itself)."""
+    a cluster trial the pruner stops is stopped here (a single-process trial asks itself)."""
     lines = trial.progress.lines()
     for line in lines[trial.epochs_shown:]:
         ctx.log(sweep_report.epoch_line(ctx.sweep, trial.number, line))
@@ -349,9 +322,9 @@ def _record(ctx: Context, trial: Running, status: TrialStatus, error: str | None
     if status != TrialStatus.CANCELLED:
         trial.directory.write_result(ctx.storage, result)
         ctx.storage.delete(trial.directory.backup)  # a finished trial is never resumed
-    traceback_text = ctx.trials.error(trial.number)
-    if traceback_text:
-        trial.directory.write_error(ctx.storage, traceback_text)
+    tracebacks = trial.directory.node_errors(ctx.storage)
+    if status == TrialStatus.FAILED and tracebacks:
+        trial.directory.write_error(ctx.storage, tracebacks[-1])
     return result
 
 
@@ -360,14 +333,8 @@ def _result_of(ctx: Context, trial: Running) -> TrialResult:
         return trial.outcome["result"]
     if trial.cancelled and not trial.pruned:  # no result file: the next run of the sweep runs it again
         return _record(ctx, trial, TrialStatus.CANCELLED, "stopped by the sweep's time budget")
-    if "task" in trial.outcome:
-        done = trial.outcome["task"]
-        return _record(ctx, trial, TrialStatus(done["status"]), done["error"], done.get("host"), done.get("pid"))
-    # The task never returned: it failed on every attempt.
-    text = str(trial.outcome.get("error", "")).strip().splitlines()
-    message = next((ln.strip() for ln in reversed(text) if "Error" in ln or "Exception" in ln),
-                   text[0] if text else "the trial's Spark task failed on every attempt (see the executor logs)")
-    return _record(ctx, trial, TrialStatus.FAILED, message)
+    done = trial.outcome.get("task") or {"status": TrialStatus.FAILED.value, "error": "the trial's run ended unreported"}
+    return _record(ctx, trial, TrialStatus(done["status"]), done["error"], done.get("host"), done.get("pid"))
 
 
 def _settings_text(sweep: SweepConfig, settings: dict[str, ParamValue]) -> str:

@@ -1,7 +1,8 @@
 """The train job (driver side): the model directory, the attempts, the report.
 
-Each attempt trains either in this process (`local`) or on a TF cluster started on the
-executors, through the launcher seam of `tfos_jobs.cluster.driver.launcher`. A cluster failure that a relaunch can fix (a lost executor,
+Each attempt trains either in this process (`local`) or on TF nodes started on the executors
+(a TF cluster, or a sweep trial's lone node), through the launcher seam of
+`tfos_jobs.cluster.driver.launcher`. A cluster failure that a relaunch can fix (a lost executor,
 a hang) starts a new attempt, which resumes from the last finished epoch; anything else
 fails the job with the failing node's own message.
 
@@ -23,17 +24,17 @@ from pyspark.sql import SparkSession
 from tfos_jobs import control_channel as cc
 from tfos_jobs import user_code
 from tfos_jobs.cluster.driver import node_inputs
-from tfos_jobs.cluster.driver.launcher import Attempt, Watch, run_attempts
+from tfos_jobs.cluster.driver.launcher import Attempt, Launcher, Watch, run_attempts
 from tfos_jobs.cluster.driver.local import LocalLauncher
-from tfos_jobs.cluster.driver.run_state import RunState, new_run_id
-from tfos_jobs.cluster.driver.tf_cluster import TFoSLauncher
+from tfos_jobs.cluster.driver.node_job import ClusterLauncher
+from tfos_jobs.cluster.driver.run_state import Judge, RunState, new_run_id
 from tfos_jobs.cluster.driver.transfers import Transfers, model_dir_targets
 from tfos_jobs.config import Config, TrainConfig
 from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.metrics import ChiefResult, Metrics, MetricsExtras
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
-from tfos_jobs.errors import ConfigError, OutputExistsError, TrainingError
+from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
 from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
 from tfos_jobs.model.builder import resolve_model_fn
 from tfos_jobs.progress_log import EPOCH, ProgressLog
@@ -43,37 +44,36 @@ from tfos_jobs.topology import Strategy
 __all__ = ["run", "TrainingError"]
 
 
-def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = False,
+def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: bool = False,
         log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
-        on_epoch: Callable[[dict[str, Any]], None] | None = None, model_fn: Callable | None = None) -> Metrics:
+        on_epoch: Callable[[dict[str, Any]], None] | None = None, model_fn: Callable | None = None,
+        launcher: Launcher | None = None, judge: Judge | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
-    Setting `stop` ends a TF cluster run early (a sweep's time budget): it fails with
+    Setting `stop` ends a run early (a sweep's time budget or pruner): it fails with
     `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
     log to keep (a sweep watches its trials' as they train); by default the model directory's.
     `on_epoch` gets each epoch's line once, on this thread, as it is printed. Only the `[train]`
     section is used: a `TrainConfig` will do. `model_fn`: the model function as a callable, which
-    the nodes get pickled by value, in place of `train.model.kind`."""
+    the nodes get pickled by value, in place of `train.model.kind`. `launcher`: where the nodes
+    run (default: this process for `local`, else the executors); `judge` answers a lone node
+    that asks whether to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
     tr = config if isinstance(config, TrainConfig) else config.train
-    if tr.strategy != Strategy.LOCAL:
-        check_fixed_executors(spark.sparkContext.getConf())
-        advice = container_memory_advice(spark.sparkContext.getConf())
-        if advice:
-            log(f"warning: {advice}")
     storage = Storage(spark)
     meta = node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
-    if tr.strategy != Strategy.LOCAL:  # the nodes get their files through Spark; the local strategy copies them
-        node_inputs.check_file_sizes(meta, *node_inputs.heap_of(spark.sparkContext))
     try:
         if model_fn is None:
             resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if model_fn is None:  # a callable travels pickled in the node args
-        user_code.ship(spark.sparkContext, [tr.model.kind], log)  # a module the executors cannot import themselves
+    if model_fn is None and spark is not None:  # a callable travels pickled in the node args
+        user_code.ship(spark, [tr.model.kind], log)  # a module the executors cannot import themselves
     with named("train.model_dir", tr.model_dir):
         model_dir = ModelDir(storage.qualify(tr.model_dir))
     storage.check_writable("train.model_dir", model_dir.path)
+    if launcher is None:
+        launcher = LocalLauncher(storage) if tr.strategy == Strategy.LOCAL else ClusterLauncher(spark)
+    launcher.check(tr, log)
     resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite)
     progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
     if resuming:
@@ -86,13 +86,12 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
     printer = ProgressPrinter(progress, log, on_epoch)
     transfers = Transfers(storage, model_dir_targets(model_dir))
     args = NodeArgs.from_train_config(tr, dataset=meta.root, model_fn=model_fn)
-    launcher = (LocalLauncher(storage, spark.sparkContext.getConf()) if tr.strategy == Strategy.LOCAL
-                else TFoSLauncher(spark.sparkContext))
     watch = Watch(log=printer.log, poll=printer.poll, stop=stop)
 
     def attempt(number: int) -> Attempt:
         run_id = new_run_id()
-        state = RunState(run_id, tr.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id))
+        state = RunState(run_id, tr.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id), judge=judge,
+                         lone=tr.strategy == Strategy.LOCAL)
         return Attempt(number, tr, args, meta, state, model_dir.error_file)
 
     try:
@@ -101,49 +100,6 @@ def run(spark: SparkSession, config: Config | TrainConfig, *, overwrite: bool = 
         transfers.close()
     printer.poll()
     return _finish(storage, model_dir, finished, progress, time.time() - started, log, watch.rejected)
-
-
-def check_fixed_executors(conf) -> None:
-    """A TF cluster holds one executor per node for the whole run; dynamic allocation would
-    take idle executors away before the nodes start, or leave too few to start them."""
-    if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
-        raise ConfigError(
-            "spark.dynamicAllocation.enabled = true: a TF cluster needs a fixed set of executors, one per node "
-            "for the whole run; submit training with --conf spark.dynamicAllocation.enabled=false and "
-            "--num-executors (or spark.executor.instances) of at least the number of TF nodes")
-
-
-# What a TF node's Python process takes beside the executor's JVM (TensorFlow, the model, a
-# worker's in-memory shard): roughly, for the models the package builds on the demo's scale.
-TF_NODE_MB = 1536
-
-
-def container_memory_advice(conf) -> str | None:
-    """On YARN a container is killed when its processes outgrow executor memory + overhead; the
-    TF node runs in a Python worker, outside the JVM heap, so only the overhead (default: 10% of
-    the executor memory, at least 384 MB) and spark.executor.pyspark.memory cover it."""
-    if not conf.get("spark.master", "").startswith("yarn"):
-        return None
-    heap = _mb(conf.get("spark.executor.memory", "1g"))
-    overhead = _mb(conf.get("spark.executor.memoryOverhead", "")) or max(384, heap // 10)
-    python = _mb(conf.get("spark.executor.pyspark.memory", ""))
-    if overhead + python >= TF_NODE_MB:
-        return None
-    return (f"each YARN container holds the executor's {heap} MB heap and {overhead + python} MB beside it "
-            f"(spark.executor.memoryOverhead{' + spark.executor.pyspark.memory' if python else ''}), where the "
-            f"TF node's Python process must fit; where YARN enforces memory limits, submit with --conf "
-            f"spark.executor.memoryOverhead=2g or more (the node's peak memory is in the executor logs)")
-
-
-def _mb(size: str) -> int:
-    """A Spark memory setting in MiB ("2g", "1536m", "512"; a bare number is MiB)."""
-    size = size.strip().lower()
-    if not size:
-        return 0
-    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-    number, unit = (size[:-2], size[-2]) if size.endswith("b") and size[-2:-1] in units else (
-        (size[:-1], size[-1]) if size[-1] in units else (size, "m"))
-    return int(float(number) * units[unit])
 
 
 def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:
@@ -179,10 +135,13 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
             log: Callable[[str], None], rejected: Counter[str]) -> Metrics:
     tr, state, attempts = finished.tr, finished.state, finished.number
     epochs = progress.lines()
+    if state.done() == cc.RUN_PRUNED:
+        raise Pruned(f"stopped by the sweep's pruner after epoch {len(epochs)}")
     result = cast("ChiefResult | None", state.result())  # what the chief sent (cluster.node.training)
     if result is None:
         raise TrainingError("the chief ended without reporting its result (see the executor logs)")
-    nodes = [{k: node[k] for k in ("role", "index", "executor_id", "cuda_visible_devices", "pid", "python", "manager_pid")}
+    nodes = [{k: node.get(k) for k in ("role", "index", "host", "executor_id", "cuda_visible_devices", "pid", "python",
+                                       "manager_pid")}
              for node in state.records().values()]
     evaluation = {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")}
     test, anomaly = result["test"], result["anomaly"]  # a held-out split, scored once; an autoencoder's threshold

@@ -4,6 +4,7 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.sql.AnalysisException
+import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.execution.python.UserDefinedPythonFunction
@@ -29,6 +30,20 @@ object PredictionFunction {
       udf.builder(args)
     }
     session.sessionState.functionRegistry.createOrReplaceTempFunction(name, builder, "python_udf")
+  }
+
+  /** Wrap the function `name` already in the session's registry (a Python UDF registered by
+    * `spark.udf.register`, from a classic or a Connect client) so that its arguments are checked. */
+  def wrap(session: SparkSession, name: String, inputsJson: String): Unit = {
+    val registry = session.sessionState.functionRegistry
+    val builder = registry.lookupFunctionBuilder(FunctionIdentifier(name, Some("session"), Some("system"))).getOrElse(
+      throw new IllegalArgumentException(s"no function '$name' is registered in this session"))
+    val inputs = parse(inputsJson)
+    val checked = (args: Seq[Expression]) => {
+      problem(name, inputs, args.map(_.dataType)).foreach(message => throw error(name, message))
+      builder(args)
+    }
+    registry.createOrReplaceTempFunction(name, checked, "python_udf")
   }
 
   /** What is wrong with a call of `name` on arguments of these types, if anything. */

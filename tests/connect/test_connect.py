@@ -1,0 +1,71 @@
+"""The Python API from a Spark Connect client, and the same calls from a classic session.
+
+A real Connect server (`tfos connect-server`, on a local-cluster of three executors) serves a
+client process that has no JVM (checked): it prepares from DataFrames it holds, trains with two
+multi_worker_mirrored workers and with a parameter server, registers the model and queries it in
+SQL over rows it uploaded, runs `tfos predict`, a two-trial sweep, and a stream over a real
+Kafka broker (tests/connect/client.py). The nodes reach the client's control server through the
+driver's relay. The same program runs again in a classic session on a local-cluster."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.connect.client import PEOPLE
+from tests.connect.conftest import MASTER
+
+pytestmark = pytest.mark.kafka
+
+
+def run_client(tmp_path: Path, *args: str) -> dict[str, dict]:
+    proc = subprocess.run([sys.executable, "-m", "tests.connect.client", "--work", str(tmp_path / "work"), *args],
+                          capture_output=True, text=True, timeout=1500, cwd=ROOT,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
+    steps = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith('{"step"'):
+            record = json.loads(line)
+            record.pop("seconds")
+            steps[record.pop("step")] = record
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return steps
+
+
+@pytest.mark.parametrize("mode", ["connect", "classic"])
+def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_session(mode, request, kafka, tmp_path):
+    where = ["--url", request.getfixturevalue("connect_server")] if mode == "connect" else ["--master", MASTER]
+    steps = run_client(tmp_path, *where, "--kafka", kafka.bootstrap)
+
+    assert steps["data"]["counts"]["people"] == PEOPLE
+    assert sum(steps["prepare"]["splits"].values()) == PEOPLE
+    train = steps["train"]
+    assert train["strategy"] == "multi_worker_mirrored" and sorted(train["nodes"]) == ["chief", "worker"]
+    assert train["auc"] > 0.7 and {"saved_model", "metrics.json", "progress.jsonl"} <= set(train["files"])
+
+    sql = steps["sql"]
+    assert sql["rows"] == sql["people"] == 200
+    assert all(0.0 <= p <= 1.0 for p in sql["probabilities"]) and len(set(sql["probabilities"])) > 10
+    assert set(sql["labels"]) <= {"<=50K", ">50K"}
+    assert "predict_income" in sql["refused"] and "the struct lacks" not in sql["refused"], sql["refused"]
+    assert "21 arguments" in sql["refused"] or "argument" in sql["refused"]
+
+    predict = steps["predict"]
+    assert predict["exit"] == 0, predict["stderr"]
+    assert predict["summary"]["rows"] == PEOPLE
+
+    assert sorted(steps["ps"]["nodes"]) == ["chief", "ps", "worker"] and steps["ps"]["auc"] > 0.6
+    sweep = steps["sweep"]
+    assert sweep["statuses"] == ["completed", "completed"] and sweep["best"] in (1, 2) and sweep["best_model"]
+
+    stream = steps["stream"]
+    assert stream["sent"] == stream["scored"] == stream["distinct"] == 400
+    assert stream["batches"] >= 2 and stream["stopped_by"].startswith("no event"), stream  # 200 events a batch at most
+
+    if mode == "connect":
+        assert steps["jvm"] == {"gateway": False, "java_children": []}

@@ -1,0 +1,76 @@
+"""A TF node's own process, started by its Spark task (`cluster.node.task`) on the executor:
+`python -m tfos_jobs.cluster.node.process`, with what it needs as JSON on its standard input
+(the launch, its partition, the run's secret, and its task's context: `TaskContext.get()` answers
+in this process as in the task).
+
+It connects to the control server (directly, or through the driver's relay), fetches the resume
+state, and runs the node: under a TF strategy, TensorFlowOnSpark's node runtime reserves its place
+and starts `cluster.node.node.main_fun`; under `local` the node trains alone. Whatever fails is
+reported to the driver with its traceback; the exit code says whether it was told (1) or not.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.cluster.node import local_disk
+from tfos_jobs.contracts.node_args import Launch
+from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.topology import Role, Strategy, node_name, roles
+
+EXIT_OK, EXIT_REPORTED, EXIT_UNREPORTED = 0, 1, 2
+
+
+def main() -> int:
+    from pyspark import TaskContext
+
+    spec = json.loads(sys.stdin.read())
+    TaskContext._setTaskContext(TaskContext.from_json(spec["task"]))  # the task this process runs for
+    launch, partition = Launch.from_json(spec["launch"]), int(spec["partition"])
+    secret = bytes.fromhex(spec["secret"])
+    role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
+    name = node_name(role, index)
+    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
+
+    try:
+        client = ControlClient(launch.server, secret, relayed=launch.relayed)
+    except cc.ControlError:
+        traceback.print_exc()
+        return EXIT_UNREPORTED
+    link = DriverLink(client, {cc.SENDER_NODE: name})
+    workspace = Workspace.of(launch.local_dir, launch.run_id, name)
+    try:
+        run(launch, partition, link, workspace, spec)
+        return EXIT_OK
+    except Exception as e:
+        try:
+            link.failed(local_disk.explained(e, traceback.format_exc(), launch.local_dir))
+            return EXIT_REPORTED
+        except Exception:
+            traceback.print_exc()
+            return EXIT_UNREPORTED
+    finally:
+        client.close()
+
+
+def run(launch: Launch, partition: int, link: Any, workspace: Workspace, spec: dict[str, Any]) -> None:
+    from tfos_jobs.cluster.node import node
+
+    role, _ = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
+    context = node.Node(link=link, workspace=workspace, partition=partition)
+    if role == Role.CHIEF or launch.strategy in (Strategy.MULTI_WORKER_MIRRORED, Strategy.LOCAL):
+        link.fetch(cc.BACKUP, workspace.backup)  # BackupAndRestore reads it
+    if launch.strategy == Strategy.LOCAL:
+        node.train_alone(launch, context)
+        return
+    if launch.tf_ports != [0]:  # TFoS's TF server port
+        os.environ["TENSORFLOW_PORT"] = str(node.free_port(node.port_share(launch.tf_ports, partition, launch.nodes)))
+    node.run_in_cluster(launch, context, bytes.fromhex(spec["secret"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""A TF node's Spark task (executor side): the function `mapInArrow` runs over the node's
+input chunks (`cluster.driver.node_inputs`), one task per node.
+
+The task writes the node's files to its local workspace as they stream in, then starts the
+node itself as a child process (`cluster.node.process`) and waits for it. The node runs in a
+process of its own because one that hosted a TF node cannot host another (its collective ops
+and TF server are configured once per process), while Spark keeps and reuses its Python workers
+in classic sessions and Connect sessions alike; its memory goes back to the executor when it
+ends. The child dies with the task (the kernel kills it when the task's process dies), and the
+workspace is removed when the task ends or is killed (`lifecycle.start_reaper`).
+
+A TF node's task runs again only when its executor was lost. A TF cluster cannot take a node at
+a new address: the retry of a parameter-server worker reports the worker lost and returns (the
+chief goes on with the other workers); any other retry fails the attempt. A lone node (the
+`local` strategy) is simply run again: it resumes from its last published backup.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+from typing import IO, Any, Iterator
+
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from tfos_jobs import control_channel as cc
+from tfos_jobs.cluster.node import lifecycle, local_disk
+from tfos_jobs.contracts.node_args import Launch
+from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.topology import Role, Strategy, node_name, roles
+
+# One row per node: its partition, name, exit code (0, or EXIT_REPORTED), host and bytes received.
+RESULT_SCHEMA = StructType([StructField("node", IntegerType()), StructField("name", StringType()),
+                            StructField("exit", IntegerType()), StructField("host", StringType()),
+                            StructField("received", LongType())])
+PROCESS_MODULE = "tfos_jobs.cluster.node.process"
+EXIT_REPORTED = 1  # the node failed and told the driver why
+PR_SET_PDEATHSIG = 1
+STDERR_LINES = 200  # of the node's stderr, kept for a failure it could not report
+
+
+def run_node(launch: Launch, secret: bytes, batches: Iterator[Any]) -> Iterator[Any]:
+    """The task of one node (`functools.partial(run_node, launch, secret)` is the job's function;
+    `secret` reaches the executor only inside it)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    task = TaskContext.get()
+    partition = task.partitionId() if task is not None else 0
+    name = node_name(*roles(launch.strategy, launch.nodes, launch.num_ps)[partition])
+    code, received = _node(launch, secret, partition, name, task, batches)
+    row = {"node": [partition], "name": [name], "exit": [code], "host": [socket.gethostname()], "received": [received]}
+    yield pa.RecordBatch.from_pydict(row, schema=to_arrow_schema(RESULT_SCHEMA))
+
+
+def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, batches: Iterator[Any]
+          ) -> tuple[int, int]:
+    """The node's exit code (EXIT_REPORTED: it told the driver why it failed) and bytes received."""
+    from tfos_jobs.cluster.node import inputs
+
+    if task is not None and task.attemptNumber() > 0 and launch.strategy != Strategy.LOCAL:
+        return _retried(launch, secret, name), 0
+    workspace = Workspace.of(launch.local_dir, launch.run_id, name)
+    workspace.enter()
+    lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
+    try:
+        try:
+            _, received = inputs.receive(batches, launch.inputs[partition], workspace.root)
+        except Exception as e:
+            _report(launch, secret, name, local_disk.explained(e, traceback.format_exc(), launch.local_dir))
+            return EXIT_REPORTED, 0
+        code, said = _run_process(launch, secret, partition, workspace, task)
+        if code not in (0, EXIT_REPORTED):
+            _report(launch, secret, name, last_traceback(said) or _crashed(code))
+        return code, received
+    finally:
+        workspace.leave()
+
+
+def _retried(launch: Launch, secret: bytes, name: str) -> int:
+    """A node's task run again (its executor was lost): a parameter-server worker reports itself
+    lost, and the chief goes on without it; any other node fails the attempt."""
+    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
+
+    with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
+        link = DriverLink(client, {cc.SENDER_NODE: name})
+        if launch.strategy == Strategy.PARAMETER_SERVER and name.startswith(Role.WORKER.value):
+            link.lost()
+            return 0
+        link.failed(f"RuntimeError: TF node {name} was lost with its executor; a TF cluster cannot take a "
+                    "replacement node")
+        return EXIT_REPORTED
+
+
+def _run_process(launch: Launch, secret: bytes, partition: int, workspace: Workspace, task: Any
+                 ) -> tuple[int, list[str]]:
+    """Run the node in a child process; its exit code, and the last lines it wrote to stderr
+    (which go on to the task's own stderr, the executor's log)."""
+    spec = {"launch": launch.to_json(), "partition": partition, "secret": secret.hex(), "task": _context(task, partition)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # addPyFile and artifacts too
+    os.makedirs(workspace.own, exist_ok=True)
+    child = subprocess.Popen([sys.executable, "-m", PROCESS_MODULE], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd=workspace.own, env=env, preexec_fn=_die_with_parent, close_fds=True)
+    assert child.stdin is not None and child.stderr is not None  # both PIPE
+    said: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+    relay = threading.Thread(target=_tee, args=(child.stderr, said), daemon=True)
+    relay.start()
+    with child.stdin:
+        child.stdin.write(json.dumps(spec).encode())
+    try:
+        code = child.wait()
+        relay.join(10)
+        return code, list(said)
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def _tee(stream: IO[bytes], kept: collections.deque[str]) -> None:
+    for raw in stream:
+        line = raw.decode(errors="replace")
+        sys.stderr.write(line)
+        kept.append(line.rstrip("\n"))
+    sys.stderr.flush()
+
+
+def last_traceback(lines: list[str]) -> str:
+    """The last Python traceback among a process's stderr lines ("" when there is none)."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    return "\n".join(lines[starts[-1]:]).strip() if starts else ""
+
+
+def _context(task: Any, partition: int) -> dict[str, Any]:
+    """The task's context as `TaskContext.from_json` reads it: the node's process runs inside the
+    task as far as its code can tell (its partition, attempt, CPUs, the GPUs Spark assigned)."""
+    if task is None:
+        return {"stageId": 0, "partitionId": partition, "attemptNumber": 0, "taskAttemptId": 0, "cpus": 1,
+                "resources": {}, "localProperties": {}}
+    return {"stageId": task.stageId(), "partitionId": task.partitionId(), "attemptNumber": task.attemptNumber(),
+            "taskAttemptId": task.taskAttemptId(), "cpus": task.cpus(),
+            "resources": {k: {"name": r.name, "addresses": list(r.addresses)} for k, r in task.resources().items()},
+            "localProperties": dict(task._localProperties or {})}
+
+
+def _die_with_parent() -> None:
+    """In the child, before it runs: the kernel kills it when the task's process dies (Spark kills
+    a cancelled task's Python worker)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _crashed(code: int) -> str:
+    how = (f"was killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}")
+    hint = " (out of memory?)" if code == -signal.SIGKILL else ""
+    return f"RuntimeError: the TF node's process {how}{hint} before it could report: see the executor's log"
+
+
+class NodeFailed(Exception):
+    """A node that could not tell the driver why it failed: its task fails with the node's own
+    traceback as its message, which the driver reads from Spark's record of the task."""
+
+
+def _report(launch: Launch, secret: bytes, name: str, text: str) -> None:
+    """Tell the driver this node failed; if it cannot be told, the task fails (Spark records why)."""
+    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
+
+    try:
+        with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
+            DriverLink(client, {cc.SENDER_NODE: name}).failed(text)
+    except Exception:
+        raise NodeFailed(f"\n{text}") from None

@@ -1,1 +1,0 @@
-"""The sweep job's executor side."""
