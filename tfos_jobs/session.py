@@ -172,6 +172,8 @@ def connect(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None)
     url = remote_url(spark_cfg)
     if not url.startswith("sc://"):
         raise ConfigError(f"spark.remote (or {REMOTE_VARIABLE}): {url!r} is not a Spark Connect URL (sc://host:port)")
+    # This process may still run TensorFlow (the local strategy, the model's check): as a driver's would.
+    os.environ.update({k: v for k, v in runtime_env().items() if k != "PYSPARK_PYTHON"})
     spark = SparkSession.builder.remote(url).getOrCreate()
     kept = []
     for key, value in {**CONNECT_SETTINGS, **dict(spark_cfg.conf), **dict(extra_conf or {})}.items():

@@ -111,6 +111,13 @@ def _added(spark: Any, path: str) -> None:
         _artifacts.setdefault(identity(spark), set()).add(os.path.basename(path))
 
 
+def physical_plan(df: Any) -> str:
+    """The text of a DataFrame's physical plan (its scans' pushed filters and pruned partitions)."""
+    if is_connect(df.sparkSession):
+        return str(df._explain_string(mode="simple"))
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
 @contextlib.contextmanager
 def tagged(spark: Any, tag: str) -> Iterator[None]:
     """The jobs this thread starts within the block carry `tag`: `interrupt` cancels them, and

@@ -70,6 +70,7 @@ def test_the_pipeline_runs_on_hdfs_on_executors_that_share_no_disk(spark, pipeli
     assert all(0 < float(r[3]) < 1 for r in rows)
 
 
+@pytest.mark.slow  # a second training, half a minute: `make test-all` (tfos bench's P11 trains both ways too)
 def test_training_on_hdfs_learns_what_training_on_local_paths_learns(spark, pipeline, tmp_path):
     """The dataset copied from HDFS to a local directory and trained the same way on a
     local-cluster: the eval AUC must agree within 0.01."""

@@ -18,9 +18,12 @@ Session = Callable[[], SparkSession]  # the job's session, started when first ne
 
 def generate_fleet(cfg: Config, session: Session) -> None:
     """The fleet's files are written on this machine; an output on another filesystem (HDFS,
-    S3, ...) receives them whole afterwards."""
+    S3, ...), or any output of a Spark Connect client (its disk is not the cluster's), receives
+    them whole afterwards."""
+    from tfos_jobs.session import remote_url
+
     fl = cfg.fleet
-    remote = "://" in fl.output and not fl.output.startswith("file:")
+    remote = ("://" in fl.output and not fl.output.startswith("file:")) or bool(remote_url(cfg.spark))
     with tempfile.TemporaryDirectory(prefix="tfos-fleet-") as tmp:
         local = tmp if remote else fl.output
         counts = fleet.generate(local, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,

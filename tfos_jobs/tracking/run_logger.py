@@ -124,7 +124,9 @@ class _Flushed(threading.Event):
 
 
 class TrackedRun:
-    """One MLflow run; every method queues its call (the run's id is known once it is created)."""
+    """One MLflow run; every method queues its call (the run's id is known once it is created).
+    MLflow is imported by the tracking thread only: two threads importing it at once can
+    deadlock on its modules' import locks."""
 
     def __init__(self, tracking: Tracking):
         self.tracking = tracking
@@ -132,23 +134,23 @@ class TrackedRun:
         self.artifact_uri: str | None = None
 
     def params(self, values: Mapping[str, str]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, v) for k, v in values.items()]
+        items = list(values.items())
         for i in range(0, len(items), PARAM_BATCH):
-            def send(chunk: list[Param] = items[i:i + PARAM_BATCH]) -> None:
-                self.tracking.client.log_batch(self.id, params=chunk)
+            def send(chunk: list[tuple[str, str]] = items[i:i + PARAM_BATCH]) -> None:
+                from mlflow.entities import Param
+
+                self.tracking.client.log_batch(self.id, params=[Param(k, v) for k, v in chunk])
 
             self.tracking.submit(send)
 
     def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in values.items() if isinstance(v, (int, float))]
+        items = [(k, float(v)) for k, v in values.items() if isinstance(v, (int, float))]
         for i in range(0, len(items), METRIC_BATCH):
-            def send(chunk: list[Metric] = items[i:i + METRIC_BATCH]) -> None:
-                self.tracking.client.log_batch(self.id, metrics=chunk)
+            def send(chunk: list[tuple[str, float]] = items[i:i + METRIC_BATCH]) -> None:
+                from mlflow.entities import Metric
+
+                self.tracking.client.log_batch(self.id, metrics=[Metric(k, v, now, step) for k, v in chunk])
 
             self.tracking.submit(send)
 

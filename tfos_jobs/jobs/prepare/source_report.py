@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
+from tfos_jobs import driver_calls, sessions
 from tfos_jobs.config import Config
 from tfos_jobs.data import sources
 from tfos_jobs.errors import TfosError
@@ -45,7 +46,7 @@ def describe(spark: SparkSession, name: str, src, count: bool = True) -> SourceR
         report.error = str(e)
         return report
     report.columns = sources.column_types(df)
-    plan = df._jdf.queryExecution().executedPlan().toString()
+    plan = sessions.physical_plan(df)
     for attr, label in _PLAN_FILTERS.items():
         setattr(report, attr, _plan_list(plan, label))
     if src.format != "jdbc":
@@ -119,20 +120,7 @@ def _plan_list(plan: str, label: str) -> list[str]:
 
 def _count_with_tasks(spark: SparkSession, df: DataFrame) -> tuple[int, int]:
     """Rows, and the tasks of the stage that read them (the count job's first stage)."""
-    sc = spark.sparkContext
-    group = f"tfos-sources-{uuid.uuid4().hex[:8]}"
-    sc.setJobGroup(group, "tfos sources: count rows")
-    try:
+    tag = f"tfos-sources-{uuid.uuid4().hex[:8]}"
+    with sessions.tagged(spark, tag):
         rows = df.count()
-    finally:
-        # None removes the property (the JVM's setLocalProperty takes null); pyspark types the value as str
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    tracker = sc.statusTracker()
-    stages: list[int] = []
-    for j in tracker.getJobIdsForGroup(group):
-        job = tracker.getJobInfo(j)
-        assert job is not None  # a job that just ended is still tracked
-        stages += job.stageIds
-    stages.sort()
-    info = tracker.getStageInfo(stages[0]) if stages else None
-    return rows, info.numTasks if info else 0
+    return rows, int(driver_calls.call(spark, driver_calls.JOB_TASKS, tag=tag))

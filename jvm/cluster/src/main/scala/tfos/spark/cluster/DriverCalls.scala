@@ -250,8 +250,10 @@ object Jobs {
     Map("failed_tasks" -> failed, "errors" -> errors.toMap)
   }
 
-  /** The tasks of the first stage of those jobs (0 when there is none). */
+  /** The tasks of the first stage of those jobs (0 when there is none), once the jobs that
+    * ended before the call are in the status store. */
   def firstStageTasks(sc: SparkContext, tag: String): Int = {
+    StatusAccess.settle(sc)
     val stages = tagged(sc, tag).flatMap(_.stageIds).sorted
     stages.headOption.flatMap(id => StatusAccess.store(sc).stageList(null).find(_.stageId == id)).map(_.numTasks).getOrElse(0)
   }
