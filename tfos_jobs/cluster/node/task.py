@@ -29,6 +29,7 @@ import threading
 import traceback
 from typing import IO, Any, Iterator
 
+from pyarrow import ArrowException
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from tfos_jobs import control_channel as cc
@@ -75,6 +76,8 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
     try:
         try:
             _, received = inputs.receive(batches, launch.inputs[partition], workspace.root)
+        except ArrowException:  # the stream broke: the JVM failed to read a file (Spark records why), not this node
+            raise
         except Exception as e:
             _report(launch, secret, name, local_disk.explained(e, traceback.format_exc(), launch.local_dir))
             return EXIT_REPORTED, 0
