@@ -5,7 +5,8 @@ client process that has no JVM (checked): it prepares from DataFrames it holds, 
 multi_worker_mirrored workers and with a parameter server, registers the model and queries it in
 SQL over rows it uploaded, runs `tfos predict`, a two-trial sweep, and a stream over a real
 Kafka broker (tests/connect/client.py). The nodes reach the client's control server through the
-driver's relay. The same program runs again in a classic session on a local-cluster."""
+driver's relay. The same program runs again in a classic session on a local-cluster (`make test-all`: each of
+its steps has its own classic test too)."""
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def run_client(tmp_path: Path, *args: str) -> dict[str, dict]:
     return steps
 
 
-@pytest.mark.parametrize("mode", ["connect", "classic"])
+@pytest.mark.parametrize("mode", ["connect", pytest.param("classic", marks=pytest.mark.slow)])
 def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_session(mode, request, kafka, tmp_path):
     where = ["--url", request.getfixturevalue("connect_server")] if mode == "connect" else ["--master", MASTER]
     steps = run_client(tmp_path, *where, "--kafka", kafka.bootstrap)
