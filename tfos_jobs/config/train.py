@@ -76,7 +76,10 @@ class ModelConfig:
     the first of `first_layer_size` units, each next one `scale_factor` times the previous.
     The autoencoder: a `cell` ("gru" or "lstm") encoder of `units` to a `latent_dim` vector, a
     decoder of the same size; windows whose reconstruction error is above the
-    `anomaly_quantile` of the train windows' errors are flagged as anomalies."""
+    `anomaly_quantile` of the train windows' errors are flagged as anomalies. `error_scale`:
+    "per_sensor" weighs each sensor's squared error in the served score by the inverse of its
+    mean over the train windows (a sensor noisy in normal times no longer drowns the others);
+    "none" scores the plain mean squared error."""
 
     kind: str = ModelKind.WIDE_DEEP.value
     first_layer_size: int = 100
@@ -87,6 +90,7 @@ class ModelConfig:
     units: int = 32
     latent_dim: int = 16
     anomaly_quantile: float = 0.99
+    error_scale: Literal["per_sensor", "none"] = "per_sensor"
     params: Mapping[str, Any] = ModelParams()
 
     def __post_init__(self) -> None:
@@ -120,6 +124,8 @@ class ModelConfig:
                            else "without sequence features"))
         if not 0 < self.anomaly_quantile < 1:
             errs.append(f"train.model.anomaly_quantile: must be between 0 and 1 (exclusive), got {self.anomaly_quantile}")
+        if self.error_scale not in ("per_sensor", "none"):
+            errs.append(f"train.model.error_scale: must be \"per_sensor\" or \"none\", got {self.error_scale!r}")
         errs += param_errors(self.params)
         if self.params and not self.is_user_function:
             errs.append(f"{PARAMS_KEY}: {', '.join(sorted(self.params))}: the built-in model {self.kind!r} takes no "

@@ -12,10 +12,13 @@ from typing import Any, TypedDict
 
 
 class Anomaly(TypedDict):
-    """A sensor autoencoder's threshold: the `quantile` of the train windows' reconstruction errors."""
+    """A sensor autoencoder's score and threshold: each sensor's weight in the served
+    reconstruction error (`sensor_scale`, none when `error_scale = "none"`), and the `quantile`
+    of the train windows' served errors that flags a window."""
 
     quantile: float
     threshold: float
+    sensor_scale: dict[str, float] | None
 
 
 class ChiefResult(TypedDict):

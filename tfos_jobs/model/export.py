@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts.dataset import MANIFEST, META, SPEC, STATS, VOCAB
+from tfos_jobs.contracts.metrics import Anomaly
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import Task
@@ -27,14 +28,14 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 
-def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float | None = None) -> dict[str, Any]:
+def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly | None = None) -> dict[str, Any]:
     """`serving_default` (one 1-D input per raw column) and `predict_examples` (serialized
     tf.Example, parsed in-graph with the spec's defaults for absent features); outputs as
     `contracts.serving.SIGNATURE_OUTPUTS`. A wide & deep model adds `serving_codes`."""
     import tensorflow as tf
 
     if spec.is_sequence:
-        return _window_signatures(model, spec, threshold)
+        return _window_signatures(model, spec, anomaly)
 
     names = spec.model_inputs
     head = _head(spec)
@@ -66,17 +67,19 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float
     return signatures
 
 
-def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, threshold: float | None) -> dict[str, Any]:
+def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly | None) -> dict[str, Any]:
     """An autoencoder's signatures: `serving_default` takes one raw [windows, steps] tensor per
     sensor, `predict_examples` serialized tf.SequenceExamples; both return the latent vector,
-    the reconstruction error and whether it is above `threshold`."""
+    the reconstruction error (weighed per sensor as `anomaly` says) and whether it is above
+    its threshold."""
     import tensorflow as tf
 
     from tfos_jobs.model.sequence import scoring_model
 
-    if threshold is None:
+    if anomaly is None:
         raise ValueError("an autoencoder is exported with its anomaly threshold")
-    scorer = scoring_model(model)
+    threshold, weights = anomaly["threshold"], anomaly.get("sensor_scale")
+    scorer = scoring_model(model, None if weights is None else [weights[f.name] for f in spec.sequences])
     names, steps = spec.model_inputs, spec.time.window
     _, lists = spec.sequence_parse_spec()
     lists = {n: lists[n] for n in names}
@@ -133,17 +136,19 @@ def _head(spec: FeatureSpec) -> Callable[[Any], dict[str, Any]]:
 
 
 def export_saved_model(model: "tf.keras.Model", meta: DatasetMeta, export_dir: str, *,
-                       is_chief: bool = True, threshold: float | None = None,
+                       is_chief: bool = True, anomaly: Anomaly | None = None,
                        io_device: str | None = None) -> str | None:
     """Save the model with its signatures and the dataset's spec, stats and vocabularies.
 
     Every worker of a multi-worker strategy must call this (saving runs collectives); only the
     chief's copy is kept. `io_device`: the device that writes the variables (the chief's, when
-    they live on parameter servers that share no disk with it). Returns the export directory
+    they live on parameter servers that share no disk with it). `anomaly`: an autoencoder's
+    score weights and threshold (the chief's count; the others' only give the graph its shape).
+    Returns the export directory
     on the chief, None elsewhere.
     """
     export_dir = export_dir.rstrip("/")
-    signatures = make_signatures(model, meta.spec, threshold)
+    signatures = make_signatures(model, meta.spec, anomaly)
     if not is_chief:
         scratch = tempfile.mkdtemp(prefix="tfos-export-")
         try:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -152,8 +152,19 @@ class PiecewiseLinearEmbeddings(tf.keras.layers.Layer):
 @tf.keras.utils.register_keras_serializable(package="tfos")
 class ReconstructionError(tf.keras.layers.Layer):
     """Mean squared difference per window between a reconstruction and its target, both
-    [batch, steps, sensors]: the autoencoder's training loss and its anomaly score."""
+    [batch, steps, sensors]: the autoencoder's training loss and (with `scale`) its anomaly
+    score. `scale`: one weight per sensor for its squared differences (`sequence.sensor_scale`)."""
+
+    def __init__(self, scale: Sequence[float] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.scale = None if scale is None else [float(s) for s in scale]
 
     def call(self, inputs: Sequence[tf.Tensor]) -> tf.Tensor:
         reconstruction, target = inputs
-        return tf.reduce_mean(tf.math.squared_difference(reconstruction, target), axis=[1, 2])
+        squared = tf.math.squared_difference(reconstruction, target)
+        if self.scale is not None:
+            squared = squared * tf.constant(self.scale, squared.dtype)
+        return tf.reduce_mean(squared, axis=[1, 2])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "scale": self.scale}

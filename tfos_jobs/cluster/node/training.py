@@ -241,14 +241,9 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
             steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers,
             gradient_exchange=gradient_exchange)
     anomaly: Anomaly | None = None
-    if spec.is_sequence:  # the threshold is a constant of the exported graph; only the chief's export is kept
-        from tfos_jobs.model.sequence import error_quantile
-
-        quantile = model_cfg.anomaly_quantile
-        threshold = error_quantile(model, train_files, spec, meta.compression, quantile) if is_chief else 0.0
-        anomaly = Anomaly(quantile=quantile, threshold=threshold)
-    export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief,
-                       threshold=anomaly["threshold"] if anomaly else None,
+    if spec.is_sequence:  # weights and threshold are constants of the exported graph; only the chief's export is kept
+        anomaly = _anomaly(model, train_files, spec, meta.compression, model_cfg, is_chief)
+    export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief, anomaly=anomaly,
                        io_device=CHIEF_DEVICE if args.strategy == Strategy.PARAMETER_SERVER else None)
     if is_chief:
         link.publish(cc.SAVED_MODEL, workspace.saved_model)
@@ -262,6 +257,22 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                                 gradient_exchange=gradient_exchange, step_profile=profile, anomaly=anomaly,
                                 sample=_sample_predictions(model, eval_files, spec, meta.compression)))
     return final
+
+
+def _anomaly(model, train_files: list[str], spec, compression: str, model_cfg, is_chief: bool) -> Anomaly:
+    """An autoencoder's sensor weights and threshold, from the train windows (on the chief; the
+    other nodes' exports only need the graph's shape)."""
+    from tfos_jobs.model.sequence import error_quantile, scoring_model, sensor_scale
+
+    sensors = [f.name for f in spec.sequences]
+    quantile, per_sensor = model_cfg.anomaly_quantile, model_cfg.error_scale == "per_sensor"
+    if not is_chief:
+        return Anomaly(quantile=quantile, threshold=0.0, sensor_scale=dict.fromkeys(sensors, 1.0) if per_sensor else None)
+    scale = sensor_scale(model, train_files, spec, compression) if per_sensor else None
+    scorer = scoring_model(model, scale)
+    threshold = error_quantile(scorer, train_files, spec, compression, quantile)
+    return Anomaly(quantile=quantile, threshold=threshold,
+                   sensor_scale=dict(zip(sensors, scale)) if scale is not None else None)
 
 
 def _kept_epoch(history, stopper) -> int:

@@ -1,0 +1,137 @@
+"""The sensor autoencoder's served score: each sensor's squared error weighed by the inverse of
+its mean over the train windows. TensorFlow only, no Spark.
+
+One small autoencoder is trained on windows of two sensors: `quiet` (a sine the model learns)
+and `noisy` (noise it cannot learn). The same fault added to either sensor moves the unweighted
+error alike; weighed, the quiet sensor's fault scores far above the noisy one's, which is what
+a reader of real server metrics needs (a sensor noisy in normal times no longer drowns a fault
+on a quiet one)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfos_jobs.config import from_dict
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.contracts.metrics import Anomaly
+from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.model.builder import compile_model
+from tfos_jobs.model.export import export_saved_model, load_signature
+from tfos_jobs.model.sequence import build_autoencoder, error_quantile, scoring_model, sensor_scale
+
+STEPS, WINDOWS = 16, 256
+SENSORS = ("quiet", "noisy")
+CONFIG = from_dict({
+    "features": {"asset_id": {"kind": "key", "dtype": "string"},
+                 "ts": {"kind": "time", "window": STEPS, "stride": STEPS},
+                 **{s: {"kind": "sequence"} for s in SENSORS}},
+    "sources": {"s": {"format": "parquet", "path": "/data"}},
+    "prepare": {"main": "s", "output": "/out"},
+    "train": {"model": {"kind": "sequence_autoencoder", "units": 16, "latent_dim": 8, "anomaly_quantile": 0.9}}})
+SPEC = CONFIG.features
+
+
+def normal_windows(seed: int, n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    phase = rng.uniform(0, 2 * np.pi, size=(n, 1))
+    quiet = np.sin(phase + np.linspace(0, np.pi, STEPS)) + rng.normal(0, 0.02, (n, STEPS))
+    return {"quiet": quiet.astype(np.float32), "noisy": rng.normal(0, 1, (n, STEPS)).astype(np.float32)}
+
+
+def write_windows(path: Path, windows: dict[str, np.ndarray]) -> str:
+    with tf.io.TFRecordWriter(str(path)) as out:
+        for i in range(len(windows["quiet"])):
+            example = tf.train.SequenceExample()
+            example.context.feature["asset_id"].bytes_list.value.append(b"a")
+            example.context.feature["window_start"].int64_list.value.append(i * STEPS)
+            example.context.feature["window_end"].int64_list.value.append(i * STEPS + STEPS - 1)
+            for sensor in SENSORS:
+                steps = example.feature_lists.feature_list[sensor]
+                for v in windows[sensor][i]:
+                    steps.feature.add().float_list.value.append(float(v))
+            out.write(example.SerializeToString())
+    return str(path)
+
+
+def stats(windows: dict[str, np.ndarray]) -> dict:
+    return {s: {"count": int(v.size), "mean": float(v.mean()), "std": float(v.std()), "min": float(v.min()),
+                "max": float(v.max())} for s, v in windows.items()}
+
+
+SPEC_STD = {s: v["std"] for s, v in stats(normal_windows(1, WINDOWS)).items()}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sequence")
+    tf.keras.utils.set_random_seed(7)
+    train = normal_windows(1, WINDOWS)
+    files = [write_windows(root / "train.tfrecord", train)]
+    manifest = {"splits": {"train": {"records": WINDOWS}}}
+    (root / "_meta" / "vocab").mkdir(parents=True)
+    (root / "_meta" / "feature_spec.json").write_text(SPEC.to_json())
+    (root / "_meta" / "stats.json").write_text(json.dumps(stats(train)))
+    (root / "_meta" / "manifest.json").write_text(json.dumps(manifest))
+    meta = DatasetMeta(str(root), SPEC, stats(train), manifest, {})
+    model = compile_model(build_autoencoder(SPEC, {}, meta.stats, CONFIG.train.model), SPEC, "adam", 0.01)
+    model.fit({s: train[s] for s in SENSORS}, np.zeros(WINDOWS), batch_size=32, epochs=25, verbose=0)
+    return model, files, meta, root
+
+
+def test_each_sensor_is_weighed_by_the_inverse_of_its_mean_train_error(trained):
+    model, files, _, _ = trained
+    scale = dict(zip(SENSORS, sensor_scale(model, files, SPEC, "none")))
+    # the sine is learnt, the noise is not: its normal error is far larger, its weight far smaller
+    assert scale["quiet"] > 5 * scale["noisy"], scale
+    # and the weights are exactly the inverse mean squared errors of the train windows
+    parts = tf.keras.Model(model.inputs, model.get_layer(contract.RECONSTRUCTION_ERROR).input)
+    train = normal_windows(1, WINDOWS)
+    reconstruction, target = (t.numpy() for t in parts({s: train[s] for s in SENSORS}))
+    expected = 1.0 / ((reconstruction - target) ** 2).mean(axis=(0, 1))
+    np.testing.assert_allclose([scale[s] for s in SENSORS], expected, rtol=1e-3)
+
+
+def test_a_fault_on_a_quiet_sensor_outscores_the_same_fault_on_a_noisy_one_once_weighed(trained):
+    model, files, _, _ = trained
+    scale = sensor_scale(model, files, SPEC, "none")
+    windows = normal_windows(2, 64)
+    faults = {}
+    for sensor in SENSORS:
+        hit = {s: v.copy() for s, v in windows.items()}
+        hit[sensor][:, STEPS // 2:] += 1.5 * SPEC_STD[sensor]  # the same shift in each sensor's own std
+        faults[sensor] = hit
+    plain, weighed = scoring_model(model), scoring_model(model, scale)
+    score = {(name, sensor): float(np.median(m(faults[sensor])[contract.RECONSTRUCTION_ERROR].numpy()))
+             for name, m in (("plain", plain), ("weighed", weighed)) for sensor in SENSORS}
+    assert score["weighed", "quiet"] > 3 * score["weighed", "noisy"], score
+    assert score["plain", "quiet"] < 2 * score["plain", "noisy"], score  # unweighed, the noise hides it
+
+
+def test_the_export_serves_the_weighed_error_and_flags_it_above_the_train_quantile(trained):
+    model, files, meta, root = trained
+    scale = sensor_scale(model, files, SPEC, "none")
+    scorer = scoring_model(model, scale)
+    threshold = error_quantile(scorer, files, SPEC, "none", 0.9)
+    anomaly = Anomaly(quantile=0.9, threshold=threshold, sensor_scale=dict(zip(SENSORS, scale)))
+    export = export_saved_model(model, meta, str(root / "export"), anomaly=anomaly)
+    windows = normal_windows(3, 40)
+    windows["quiet"][:5] += 3.0
+    served = load_signature(export)(**{s: tf.constant(windows[s]) for s in SENSORS})
+    error = served[contract.RECONSTRUCTION_ERROR].numpy()
+    np.testing.assert_allclose(error, scorer(windows)[contract.RECONSTRUCTION_ERROR].numpy(), rtol=1e-4)
+    assert served[contract.IS_ANOMALY].numpy().tolist() == (error > threshold).tolist()
+    assert served[contract.IS_ANOMALY].numpy()[:5].all() and served[contract.IS_ANOMALY].numpy()[5:].mean() < 0.5
+    # the train windows' own served errors: about 10 % above the threshold
+    train = normal_windows(1, WINDOWS)
+    flagged = float((scorer(train)[contract.RECONSTRUCTION_ERROR].numpy() > threshold).mean())
+    assert 0.05 <= flagged <= 0.15, flagged
+    assert json.loads(json.dumps(anomaly))["sensor_scale"]["quiet"] == pytest.approx(scale[0])
+
