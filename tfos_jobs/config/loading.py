@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import datetime as dt
 import tomllib
 import types
 import typing
@@ -192,6 +193,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(value, (dt.date, dt.time)):  # a TOML date or time (`as_of = 2026-01-01`): its ISO text
+            return value.isoformat()
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value

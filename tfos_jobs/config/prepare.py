@@ -33,21 +33,38 @@ class ActivityConfig:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """Train/eval split: by a hash of the key column, or by a column holding "train", "eval" or
-    "test" (a held-out split). `eval_from_train`: the eval split is drawn by the key's hash, at
-    `eval_fraction`, from the rows the column calls "train", so a column that separates train
-    from test still leaves the test rows out of every choice made on eval."""
+    """Train/eval split: by a hash of the key column, by a column holding "train", "eval" or
+    "test" (a held-out split), or by time (sensor windows). `eval_from_train`: the eval split is
+    drawn by the key's hash, at `eval_fraction`, from the rows the column calls "train", so a
+    column that separates train from test still leaves the test rows out of every choice made
+    on eval.
 
-    mode: Literal["hash", "column"] = "hash"
+    By time (`data.split`): each asset's series is cut at two instants, train before, eval
+    between, test (optional) after; a window that spans an instant is in no split (counted as
+    dropped). The instants are `eval_from` and `test_from` (ISO date-times, the same for every
+    asset, read in the session's time zone as the sensor times are), or else, per asset, the last `test_fraction` of its time span is test and the
+    `eval_fraction` before it eval."""
+
+    mode: Literal["hash", "column", "time"] = "hash"
     eval_fraction: float = 0.2
     column: Union[str, None] = None
     salt: str = ""
     eval_from_train: bool = False
+    test_fraction: float = 0.0
+    eval_from: Union[str, None] = None
+    test_from: Union[str, None] = None
 
     def errors(self, spec: FeatureSpec) -> list[str]:
         errs = []
         if not 0.0 < self.eval_fraction < 1.0:
             errs.append(f"prepare.split.eval_fraction: must be between 0 and 1 (exclusive), got {self.eval_fraction}")
+        if not 0.0 <= self.test_fraction < 1.0 or self.eval_fraction + self.test_fraction >= 1.0:
+            errs.append(f"prepare.split.test_fraction: must be in [0, 1) and leave train a part (eval_fraction + "
+                        f"test_fraction < 1), got {self.test_fraction}")
+        if self.mode != "time" and (self.test_fraction or self.eval_from or self.test_from):
+            errs.append("prepare.split: test_fraction, eval_from and test_from apply to mode = \"time\" only")
+        if self.mode == "time":
+            errs += self._time_errors(spec)
         if self.mode == "column" and not self.column:
             errs.append("prepare.split.column: required when prepare.split.mode = 'column'")
         if self.mode == "hash" and spec.key is None:
@@ -57,6 +74,26 @@ class SplitConfig:
                         "from every row already)")
         elif self.eval_from_train and spec.key is None:
             errs.append("prepare.split.eval_from_train: needs a feature with kind = \"key\" to hash")
+        return errs
+
+    def _time_errors(self, spec: FeatureSpec) -> list[str]:
+        if not spec.is_sequence:
+            return ["prepare.split.mode: 'time' splits sensor windows (a spec with a time feature); rows split by "
+                    "'hash' or 'column'"]
+        errs, instants = [], {}
+        for name in ("eval_from", "test_from"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    instants[name] = dt.datetime.fromisoformat(value)
+                except ValueError:
+                    errs.append(f"prepare.split.{name}: {value!r} is not an ISO date-time (YYYY-MM-DD[THH:MM:SS])")
+        if "test_from" in instants and self.eval_from is None:
+            errs.append("prepare.split.test_from: needs eval_from (the instants are given together, or neither)")
+        if len(instants) == 2 and instants["eval_from"] >= instants["test_from"]:
+            errs.append(f"prepare.split.eval_from: {self.eval_from!r} must come before test_from {self.test_from!r}")
+        if self.eval_from is not None and self.test_fraction:
+            errs.append("prepare.split.test_fraction: with eval_from, the test period starts at test_from")
         return errs
 
 

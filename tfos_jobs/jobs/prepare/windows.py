@@ -3,8 +3,9 @@
   1. check every file and read the sources (sensor_sources); rows that did not parse are
      set aside;
   2. cut every asset's series into windows on the executors (data.windows); persist; mark
-     each window's split by a hash of its asset, so no asset is in both splits and neither
-     split is empty (data.split);
+     each window's split by a hash of its asset (no asset in both splits) or by time (no
+     window spans two splits; those that would are dropped), so that neither split is empty
+     (data.split);
   3. one aggregation: windows per split, dropped windows by reason, input problems, and the
      train split's per-sensor statistics;
   4. write rejects and records (one feature list per sensor, context: asset and window
@@ -20,7 +21,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tfos_jobs.config import Config
+from tfos_jobs.config import Config, SplitConfig
 from tfos_jobs.contracts.dataset import ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, Manifest, Split, SplitFiles
 from tfos_jobs.data import columns, dataset, sensor_sources, tfrecord, windows
 from tfos_jobs.data import split as split_mod
@@ -29,6 +30,8 @@ from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.features.stats import stable
 from tfos_jobs.storage import FileSystem, filesystem, staging_beside
 from tfos_jobs import sessions
+
+DROPPED = (*windows.DROP_REASONS, split_mod.BOUNDARY)  # why a cut window is not written
 
 
 def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: float,
@@ -44,7 +47,7 @@ def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: 
         key = spec.key.name
         all_cut = windows.all_windows(good, spec).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key))
+            cut = _with_split(all_cut, prep.split, key)
             profile = _profile(rows, cut, spec)
             if profile["problem"]:
                 raise InputError(profile["problem"])
@@ -58,7 +61,7 @@ def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: 
             eval_below, moved = split_mod.settle(windows.usable(all_cut), prep.split, key, profile["assets"])
             if moved:
                 log(f"split: {moved}")
-                cut = all_cut.withColumn(columns.SPLIT, split_mod.assign(prep.split, key, eval_below))
+                cut = _with_split(all_cut, prep.split, key, eval_below)
                 profile = _profile(rows, cut, spec)
             staging = staging_beside(out)
             try:
@@ -89,6 +92,15 @@ def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: 
     return manifest
 
 
+def _with_split(windows: DataFrame, split: SplitConfig, key: str, eval_below: int | None = None) -> DataFrame:
+    """Each window's split; a usable window in none (it spans a time split's instant) is
+    dropped, with its reason."""
+    chosen = windows.withColumn(columns.SPLIT, split_mod.assign(split, key, eval_below))
+    spans = F.col(columns.SPLIT).isNull() & F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
+    return chosen.withColumn(columns.DROP_REASON, F.when(spans, F.lit(split_mod.BOUNDARY))
+                             .otherwise(F.col(columns.DROP_REASON)))
+
+
 def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     """Rows read and rejected; windows per split and dropped by reason; the first input
     problem; per sensor count, sum, sum of squares, min, max over the train windows."""
@@ -102,7 +114,7 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
         aggs.append(F.sum(F.when(kept & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(f"windows_{split}"))
         aggs.append(F.countDistinct(F.when(kept & (F.col(columns.SPLIT) == split), F.col(spec.key.name)))
                     .alias(f"assets_{split}"))
-    for reason in windows.DROP_REASONS:
+    for reason in DROPPED:
         aggs.append(F.sum(F.when(F.col(columns.DROP_REASON) == reason, 1).otherwise(0)).alias(f"dropped_{reason}"))
     for f in spec.sequences:
         v = F.when(train, F.col(f.name))
@@ -122,7 +134,7 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
         var = max(row[f"{f.name}__sumsq"] / n - mean * mean, 0.0) if mean is not None else None  # None iff n == 0
         stats[f.name] = {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
                          "min": stable(row[f"{f.name}__min"]), "max": stable(row[f"{f.name}__max"])}
-    dropped = {r: int(row[f"dropped_{r}"] or 0) for r in windows.DROP_REASONS}
+    dropped = {r: int(row[f"dropped_{r}"] or 0) for r in DROPPED}
     return {
         "rows": counts["rows"], "rejected": counts["rejected"], "problem": row["problem"],
         "windows": {s: int(row[f"windows_{s}"] or 0) for s in ALL_SPLITS},
