@@ -230,42 +230,48 @@ def test_train_refuses_an_empty_split_before_any_node_starts(spark, pipeline, tm
     assert not (tmp_path / "model").exists()
 
 
-def test_evaluate_compares_the_model_with_two_baselines(spark, pipeline, data):
+def test_evaluate_judges_the_windows_outside_the_train_split_beside_every_baseline(spark, pipeline, data):
     cfg, root = pipeline["cfg"], pipeline["root"]
     lines: list[str] = []
     path = truth([*data["in_train"], data["eval_machine"]], root / "truth-all.parquet")
     report = anomaly_report.evaluate(spark, cfg, cfg.features, str(root / "scores"), path, log=lines.append)
-    windows = report["windows"]
-    # windows overlapping [300, 339] s: those starting at 275, 300 and 325 s, per anomalous machine
-    assert windows == {"eval": 23, "all": 23 * MACHINES, "anomalous_eval": 3, "anomalous_all": 9}
-    for auc in (report["anomaly_auc"], report["anomaly_auc_all"], *[v for b in report["baselines"].values()
-                                                                     for v in b.values()]):
-        assert 0.0 <= auc <= 1.0
+    # the eval machine's windows; those overlapping [300, 339] s start at 275, 300 and 325 s
+    assert report["windows"] == {"judged": 23, "anomalous": 3, "assets": 1, "baselines_fitted_per_asset": 0,
+                                 "baselines_fitted_on_the_fleet": 23}  # the eval machine has no train window
+    assert set(report["scores"]) == {contract.RECONSTRUCTION_ERROR, *baselines.NAMES}
+    for figures in report["scores"].values():
+        assert 0.0 <= figures["roc_auc"] <= 1.0 and 0.0 < figures["auprc"] <= 1.0
     # a triple amplitude is what the window's standard deviation sees: it ranks those windows first
-    assert report["baselines"][baselines.WINDOW_STD] == {"eval": 1.0, "all": 1.0}
-    nothing_flagged = report["is_anomaly_eval"]["flagged"] == 0
-    assert set(report["not_computed"]) == ({"is_anomaly precision (eval)"} if nothing_flagged else set())
-    assert lines[1].split() == ["ROC", "AUC", "of", "eval", "all"]
-    assert any(line.startswith("  window standard deviation") for line in lines)
+    assert report["scores"][baselines.WINDOW_STD] == {"roc_auc": 1.0, "auprc": 1.0}
+    assert report["per_asset"][data["eval_machine"]][baselines.WINDOW_STD] == {"roc_auc": 1.0, "auprc": 1.0}
+    alerts = report["alerts"]
+    assert alerts["incidents"] == 1 and alerts["incidents_detected"] in (0, 1)
+    assert alerts["threshold"] == json.loads((root / "model" / "metrics.json").read_text())["anomaly"]["threshold"]
+    nothing_flagged = alerts["flagged"] == 0
+    assert set(report["not_computed"]) == ({"is_anomaly precision"} if nothing_flagged else set())
+    assert lines[0].startswith("windows judged: 23 of 1 assets, 3 overlap a true anomaly")
+    assert lines[1].split() == ["score", "ROC", "AUC", "AUPRC"]
+    assert any(line.startswith("  window standard deviation") and line.split()[-2:] == ["1.0000", "1.0000"]
+               for line in lines)
+    assert any(line.startswith("point-adjusted F1") for line in lines)
     metrics = json.loads((root / "model" / "metrics.json").read_text())
-    assert metrics["baselines"] == report["baselines"] and metrics["anomaly_auc"] == report["anomaly_auc"]
+    assert metrics["evaluation"] == report
     assert (root / "model" / "anomalies.png").stat().st_size > 0
 
 
-def test_evaluate_without_an_anomaly_among_the_eval_machines_says_what_it_cannot_compute(spark, pipeline, data):
+def test_evaluate_without_an_anomaly_among_the_judged_windows_says_what_it_cannot_compute(spark, pipeline, data):
     cfg, root = pipeline["cfg"], pipeline["root"]
     lines: list[str] = []
     path = truth(data["in_train"], root / "truth-train.parquet")
     report = anomaly_report.evaluate(spark, cfg, cfg.features, str(root / "scores"), path, log=lines.append)
-    assert report["anomaly_auc"] is None and report["is_anomaly_eval"]["recall"] is None
-    assert 0.0 <= report["anomaly_auc_all"] <= 1.0 and report["windows"]["anomalous_eval"] == 0
-    reason = "none of the eval assets' windows (23) overlaps a true anomaly"
-    assert report["not_computed"][f"{contract.RECONSTRUCTION_ERROR} ROC AUC (eval)"] == reason
-    assert report["not_computed"][f"{baselines.WINDOW_STD} ROC AUC (eval)"] == reason
-    assert f"not computed: {contract.RECONSTRUCTION_ERROR} ROC AUC (eval): {reason}" in lines
-    assert report["baselines"][baselines.WINDOW_STD]["eval"] is None
-    # the eval machine's own stretch is missing from this table: its windows count as normal here
-    assert report["baselines"][baselines.WINDOW_STD]["all"] > 0.95
+    assert report["windows"]["judged"] == 23 and report["windows"]["anomalous"] == 0
+    assert report["scores"][contract.RECONSTRUCTION_ERROR] == {"roc_auc": None, "auprc": None}
+    reason = "none of the 23 judged windows overlaps a true anomaly"
+    assert report["not_computed"][f"{contract.RECONSTRUCTION_ERROR} ROC AUC and AUPRC"] == reason
+    assert report["not_computed"][f"{baselines.PCA_MAX} ROC AUC and AUPRC"] == reason
+    assert report["alerts"]["event_recall"] is None and report["alerts"]["recall"] is None
+    assert report["not_computed"]["event recall"] == "no incident of the truth table overlaps a judged window"
+    assert f"not computed: {contract.RECONSTRUCTION_ERROR} ROC AUC and AUPRC: {reason}" in lines
 
 
 def test_tfos_prepare_and_train_print_no_cuda_noise(pipeline):

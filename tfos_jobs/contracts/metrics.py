@@ -34,14 +34,14 @@ class ChiefResult(TypedDict):
 
 
 class Evaluation(TypedDict):
-    """`tfos evaluate`: a sensor model's scores against known anomalies (jobs.serve.evaluate)."""
+    """`tfos evaluate`: a sensor model's scores against known anomalies, on the scored windows
+    outside its train split (jobs.serve.evaluate); metrics.json's `evaluation`."""
 
-    anomaly_auc: float | None  # the eval assets' windows
-    anomaly_auc_all: float | None  # every scored window
-    windows: dict[str, int]
-    is_anomaly_eval: dict[str, float | int | None]  # flagged, precision, recall
-    recall_by_kind_eval: dict[str, float]
-    baselines: dict[str, dict[str, float | None]]  # each baseline's ROC AUC, eval and all
+    windows: dict[str, int]  # judged, anomalous, assets, baselines fitted per asset / on the fleet
+    scores: dict[str, dict[str, float | None]]  # reconstruction_error and each baseline -> roc_auc, auprc
+    per_asset: dict[str, dict[str, dict[str, float | None]]]  # asset -> score -> roc_auc, auprc
+    alerts: dict[str, Any]  # is_anomaly: threshold, window and event precision and recall, point-adjusted F1s
+    recall_by_kind: dict[str, float]
     not_computed: dict[str, str]  # figure -> why it could not be computed
 
 
@@ -50,6 +50,7 @@ class MetricsExtras(TypedDict, total=False):
 
     test: dict[str, float]  # a dataset with a held-out split
     anomaly: Anomaly  # a sensor model
+    evaluation: "Evaluation"  # a sensor model, once `tfos evaluate` ran
 
 
 class Metrics(MetricsExtras):

@@ -23,7 +23,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tfos_jobs.config import Config, SourceConfig
+from tfos_jobs.config import Config, SourceConfig, SplitConfig
 from tfos_jobs.data import sources
 from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
 from tfos_jobs.storage import FileSystem, filesystem
@@ -76,6 +76,23 @@ def window_table(spark: SparkSession, config: Config, spec: FeatureSpec, source:
     rows, _ = read_rows(spark, config, spec)
     good = rows.where(F.col(CORRUPT).isNull())
     return windows.as_timestamps(windows.usable(windows.all_windows(good, spec)))
+
+
+def split_windows(spark: SparkSession, config: Config, spec: FeatureSpec, split: SplitConfig,
+                  eval_below: int | None) -> DataFrame:
+    """The usable windows of the prepare sources with the split prepare gave each (`split` and
+    `eval_below` as its manifest says), bounds as timestamps; a window that spans a time split's
+    instant has the split `split.BOUNDARY`. What `tfos evaluate` takes the train windows from."""
+    from tfos_jobs.data import split as split_mod
+    from tfos_jobs.data import windows
+    from tfos_jobs.data.columns import SPLIT
+
+    rows, _ = read_rows(spark, config, spec)
+    assert spec.key is not None  # a sequence spec has one (FeatureSpec.errors)
+    cut = windows.all_windows(rows.where(F.col(CORRUPT).isNull()), spec)
+    chosen = cut.withColumn(SPLIT, F.coalesce(split_mod.assign(split, spec.key.name, eval_below),
+                                              F.lit(split_mod.BOUNDARY)))
+    return windows.as_timestamps(windows.usable(chosen))
 
 
 @dataclass(frozen=True)

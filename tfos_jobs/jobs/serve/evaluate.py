@@ -1,17 +1,23 @@
-"""`tfos evaluate`: an autoencoder's window scores against known anomaly intervals.
+"""`tfos evaluate`: an autoencoder's window scores against known anomaly intervals, beside the
+plain scores a data scientist would try first, on exactly the same windows.
 
-A window is anomalous when it overlaps an interval of the truth table (asset, start, end,
-inclusive). The report: ROC AUC of the reconstruction error on the eval split's assets (which
-training never saw) and on all windows, precision and recall of `is_anomaly`, recall per
-anomaly kind, and the same AUCs for two plain scores (`data.baselines`) on the same windows, so
-a user sees whether the model adds anything on their data. A figure that is not defined on the
-data (an AUC without anomalous windows, a precision with nothing flagged) is reported as such,
-with the reason, and the rest still are. It goes into the model's `metrics.json`
-(`anomaly_auc` is the eval one) and a PNG shows, for a few eval assets, a sensor and the error
-over time with the intervals shaded.
+The windows judged are the scored ones the model did not train on: every window of the scores
+(`tfos predict`'s output) except those of the train split its dataset was prepared with (the
+split is drawn again from the manifest the model carries; a window spanning a time split's
+instant is left out too). Scoring the dataset's own source, that is the eval (and test)
+windows; scoring a later period (the field's protocol: fit on one period, score the next), it is
+all of them. A window is anomalous when it overlaps an interval of the truth table (asset,
+start, end inclusive).
 
-The eval assets are those the model's dataset put in eval: the split is drawn again from the
-manifest the model carries, its boundary included.
+The figures the field reports, for the fleet and per asset: ROC AUC and AUPRC of the
+reconstruction error and of each baseline (`data.baselines`, fitted on the train windows and
+computed from the same raw rows, cut by the same code); at the model's threshold (`is_anomaly`)
+window precision and recall, event recall (incidents with a flagged window) and event precision
+(runs of flagged windows that meet an incident), and the point-adjusted F1 beside a random
+score's at the same number flagged (it flatters any score; Kim et al., AAAI 2022). A figure the
+windows do not define is reported as such with the reason. All of it goes into the model's
+`metrics.json` (`evaluation`), and a PNG shows, for a few assets with incidents, a sensor and
+the error over the judged period on one time axis, the incidents shaded.
 """
 from __future__ import annotations
 
@@ -29,10 +35,11 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config, SplitConfig
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts.dataset import Manifest, Split
+from tfos_jobs.contracts.metrics import Evaluation
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data import baselines, columns, sources
 from tfos_jobs.data import split as split_mod
-from tfos_jobs.data.sensor_sources import read_rows, window_table
+from tfos_jobs.data.sensor_sources import read_rows, split_windows, window_table
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.storage import Storage
@@ -40,17 +47,14 @@ from tfos_jobs.storage import Storage
 TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIND)  # and the key; sensor optional
 KIND, SENSOR = columns.ANOMALY_KIND, columns.ANOMALY_SENSOR
 ANOMALOUS = "anomalous"
-EVAL, ALL = Split.EVAL.value, "all"  # the windows a figure is over: the eval assets', or every scored one
 PLOTTED_ASSETS = 3
-# The scores compared, in report order: the model's, then the baselines'.
-SCORES = (contract.RECONSTRUCTION_ERROR, *baselines.NAMES)
-SCORE_TITLES = {contract.RECONSTRUCTION_ERROR: "autoencoder (reconstruction_error)",
-                baselines.PROFILE_DISTANCE: "distance from the train mean profile",
-                baselines.WINDOW_STD: "window standard deviation"}
+MODEL = contract.RECONSTRUCTION_ERROR
+SCORES = (MODEL, *baselines.NAMES)  # report order: the model's, then the baselines'
+TITLES = {MODEL: "autoencoder (reconstruction_error)", **baselines.TITLES}
 
 
 def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path: str, truth_path: str,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
+             log: Callable[[str], None] = print) -> Evaluation:
     assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     key = spec.key.name
     storage = Storage(spark)
@@ -61,27 +65,36 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     if missing:
         raise InputError(f"anomaly table {truth_path!r} lacks column(s) {missing}; it needs {key}, {', '.join(TRUTH_COLUMNS)}")
     split, eval_below = _split(storage, export_dir, config)
-    labelled = label(scores, truth, key).withColumn(columns.SPLIT, split_mod.assign(split, key, eval_below))
-    windows = window_table(spark, config, spec, config.predict.input).cache()  # read twice: profile, scores
+    dataset = split_windows(spark, config, spec, split, eval_below).cache()  # train windows, and what to leave out
+    scored = window_table(spark, config, spec, config.predict.input).cache()  # the scored windows' raw values
     try:
-        plain, not_plain = _baseline_scores(windows, spec, storage, export_dir, split, eval_below)
+        seen = dataset.where(F.col(columns.SPLIT).isin(Split.TRAIN.value, split_mod.BOUNDARY)).select(key, WINDOW_START)
+        judged = label(scores, truth, key).join(seen, [key, WINDOW_START], "left_anti")
+        train = dataset.where(F.col(columns.SPLIT) == Split.TRAIN.value)
+        plain, not_plain = _baseline_scores(train, scored.join(judged.select(key, WINDOW_START), [key, WINDOW_START]),
+                                            spec, storage, export_dir)
         if plain is not None:
-            labelled = labelled.join(plain, [key, WINDOW_START], "left")
+            judged = judged.join(plain, [key, WINDOW_START], "left")
         else:
-            labelled = labelled.withColumns({name: F.lit(None).cast("double") for name in baselines.NAMES})
-        rows: pd.DataFrame = labelled.select(key, WINDOW_START, *SCORES, contract.IS_ANOMALY, ANOMALOUS, KIND,
-                                             columns.SPLIT).toPandas()
+            judged = judged.withColumns({name: F.lit(None).cast("double") for name in baselines.NAMES}) \
+                .withColumn(baselines.FIT, F.lit(None).cast("string"))
+        rows: pd.DataFrame = judged.select(key, WINDOW_START, WINDOW_END, *SCORES, contract.IS_ANOMALY, ANOMALOUS, KIND,
+                                           baselines.FIT).toPandas()
     finally:
-        windows.unpersist()
+        dataset.unpersist()
+        scored.unpersist()
     if rows.empty:
-        raise InputError(f"no scored windows in {scores_path!r}")
-    report = _report(rows, not_plain)
+        raise InputError(f"no window of {scores_path!r} is outside the model's train split: score windows the model "
+                         "did not train on (predict.input = a later period, or the dataset's own source for its eval "
+                         "windows)")
+    intervals: pd.DataFrame = truth.select(key, *TRUTH_COLUMNS).toPandas()
     model_dir = ModelDir(storage.qualify(config.train.model_dir))
     metrics = json.loads(storage.read_text(model_dir.metrics)) if storage.exists(model_dir.metrics) else {}
-    metrics.update(report)
+    report = report_of(rows, intervals, key, not_plain, (metrics.get("anomaly") or {}).get("threshold"))
+    metrics["evaluation"] = report
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
-        _plot(spark, config, spec, rows, truth, f"{tmp}/anomalies.png", metrics.get("anomaly", {}).get("threshold"))
+        _plot(spark, config, spec, rows, intervals, f"{tmp}/anomalies.png", report["alerts"]["threshold"])
         if os.path.exists(f"{tmp}/anomalies.png"):
             storage.upload_file(f"{tmp}/anomalies.png", model_dir.anomaly_plot)
     for line in describe(report):
@@ -112,98 +125,124 @@ def _split(storage: Storage, export_dir: str, config: Config) -> tuple[SplitConf
     return config.prepare.split, None
 
 
-def _baseline_scores(windows: DataFrame, spec: FeatureSpec, storage: Storage, export_dir: str,
-                     split: SplitConfig, eval_below: int | None) -> tuple[DataFrame | None, dict[str, str]]:
-    """The baselines of `windows` (key, window_start, one column each), the profile from their
-    train windows; and, for each baseline that cannot be had, why."""
+def _baseline_scores(train: DataFrame, judged: DataFrame, spec: FeatureSpec, storage: Storage,
+                     export_dir: str) -> tuple[DataFrame | None, dict[str, str]]:
+    """The baselines of the `judged` windows (key, window_start, one column each), fitted on the
+    `train` windows; and, for each baseline that cannot be had, why."""
     try:
         standardizer = baselines.Standardizer.of(spec, json.loads(storage.read_text(contract.stats_asset(export_dir))))
     except ValueError as e:
         return None, dict.fromkeys(baselines.NAMES, f"the model's statistics: {e}")
     assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
-    train = windows.where(split_mod.assign(split, spec.key.name, eval_below) == Split.TRAIN)
     profile = baselines.mean_profile(train, standardizer)
+    fleet = baselines.fleet_fit(train, standardizer)
     why = {} if profile is not None else {
-        baselines.PROFILE_DISTANCE: "no window of a train asset among the scored source's windows"}
-    return baselines.scores(windows, [spec.key.name, WINDOW_START], standardizer, profile), why
+        name: "no train window in the prepare sources" for name in (baselines.PROFILE_DISTANCE,)}
+    return baselines.scores(train, judged, spec.key.name, WINDOW_START, standardizer, profile, fleet), why
 
 
-def _report(rows: pd.DataFrame, not_computed: dict[str, str]) -> dict[str, Any]:
-    """Every figure the windows define; `not_computed` says, for each one they do not, why."""
-    ev = rows[rows[columns.SPLIT] == Split.EVAL]
+# -- the figures ---------------------------------------------------------------------------------
+
+def report_of(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, not_computed: dict[str, str],
+              threshold: float | None) -> Evaluation:
+    """Every figure the judged windows define; `not_computed` says, for each one they do not, why.
+    `threshold`: the model's, where `is_anomaly` flags a window (metrics.json)."""
     why = dict(not_computed)
-    aucs: dict[str, dict[str, float | None]] = {}
+    fleet: dict[str, dict[str, float | None]] = {}
     for name in SCORES:
-        aucs[name] = {}
-        for part, subset, what in ((EVAL, ev, "the eval assets' windows"), (ALL, rows, "the scored windows")):
-            known = subset[subset[name].notna()]
-            auc = roc_auc(known[ANOMALOUS].to_numpy(), known[name].to_numpy(dtype=np.float64))
-            aucs[name][part] = auc
-            if auc is None and name not in not_computed:
-                why.setdefault(f"{name} ROC AUC ({part})", _no_auc(known, what))
-    flagged, actual = ev[contract.IS_ANOMALY].astype(bool), ev[ANOMALOUS].astype(bool)
+        known = rows[rows[name].notna()]
+        fleet[name] = _ranking(known[ANOMALOUS].to_numpy(), known[name].to_numpy(dtype=np.float64))
+        if fleet[name]["roc_auc"] is None and name not in not_computed:
+            why.setdefault(f"{name} ROC AUC and AUPRC", _undefined(known))
+    per_asset: dict[str, dict[str, dict[str, float | None]]] = {}
+    for asset, mine in rows.groupby(key, sort=True):
+        per_asset[str(asset)] = {name: _ranking(mine[ANOMALOUS].to_numpy(), mine[name].to_numpy(dtype=np.float64))
+                                 for name in SCORES if mine[name].notna().all()}
+    alerts = _alerts(rows, intervals, key, threshold)
+    if alerts["precision"] is None:
+        why["is_anomaly precision"] = f"is_anomaly flagged none of the {len(rows):,} judged windows"
+    if alerts["event_recall"] is None:
+        why["event recall"] = "no incident of the truth table overlaps a judged window"
+    fits = rows[baselines.FIT].value_counts(dropna=True) if baselines.FIT in rows else pd.Series(dtype=int)
+    anomalous = rows[ANOMALOUS].astype(bool)
+    return Evaluation(
+        windows={"judged": len(rows), "anomalous": int(anomalous.sum()), "assets": int(rows[key].nunique()),
+                 "baselines_fitted_per_asset": int(fits.get("asset", 0)),
+                 "baselines_fitted_on_the_fleet": int(fits.get("fleet", 0))},
+        scores=fleet, per_asset=per_asset, alerts=alerts,
+        recall_by_kind={str(kind): round(float(g[contract.IS_ANOMALY].mean()), 4)
+                        for kind, g in rows[anomalous].groupby(KIND)},
+        not_computed=why)
+
+
+def _ranking(labels: np.ndarray, scores: np.ndarray) -> dict[str, float | None]:
+    return {"roc_auc": roc_auc(labels, scores), "auprc": auprc(labels, scores)}
+
+
+def _undefined(windows: pd.DataFrame) -> str:
+    if windows.empty:
+        return "no judged window has this score"
+    anomalous = int(windows[ANOMALOUS].sum())
+    if anomalous == 0:
+        return f"none of the {len(windows):,} judged windows overlaps a true anomaly"
+    return f"every one of the {len(windows):,} judged windows overlaps a true anomaly"
+
+
+def _alerts(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, threshold: float | None) -> dict[str, Any]:
+    """The model's `is_anomaly` as alerts: by window, by incident, by run of flagged windows,
+    and point-adjusted (beside a random score flagging as many windows)."""
+    flagged, actual = rows[contract.IS_ANOMALY].astype(bool).to_numpy(), rows[ANOMALOUS].astype(bool).to_numpy()
     hits = int((flagged & actual).sum())
-    precision = round(hits / int(flagged.sum()), 4) if flagged.any() else None
-    recall = round(hits / int(actual.sum()), 4) if actual.any() else None
-    if precision is None:
-        why["is_anomaly precision (eval)"] = f"is_anomaly flagged none of the eval assets' {len(ev):,} windows"
-    if recall is None:
-        why["is_anomaly recall (eval)"] = _no_auc(ev, "the eval assets' windows")
-    model = aucs[contract.RECONSTRUCTION_ERROR]
+    detected, incidents, true_runs, runs = 0, 0, 0, 0
+    adjusted_model, adjusted_random = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
+    random_flags = np.zeros(len(rows), bool)
+    if flagged.any():
+        top = np.argsort(-rows[baselines.RANDOM].fillna(0).to_numpy(), kind="mergesort")[:int(flagged.sum())]
+        random_flags[top] = True
+    for asset, mine in rows.groupby(key, sort=False):
+        order = mine.sort_values(WINDOW_START).index.to_numpy()
+        index = rows.index.get_indexer(order)
+        starts, ends = mine.loc[order, WINDOW_START].to_numpy(), mine.loc[order, WINDOW_END].to_numpy()
+        f, a = flagged[index], actual[index]
+        for _, incident in intervals[intervals[key] == asset].iterrows():
+            meets = (starts <= np.datetime64(incident[columns.ANOMALY_END])) \
+                & (ends >= np.datetime64(incident[columns.ANOMALY_START]))
+            if meets.any():
+                incidents += 1
+                detected += int(f[meets].any())
+        for run in _runs(f):
+            runs += 1
+            true_runs += int(a[run].any())
+        for segment in _runs(a):
+            adjusted_model[index[segment]] = f[segment].any()
+            adjusted_random[index[segment]] = random_flags[index][segment].any()
+    adjusted_model |= flagged
+    adjusted_random |= random_flags
     return {
-        "anomaly_auc": model[EVAL],
-        "anomaly_auc_all": model[ALL],
-        "windows": {EVAL: len(ev), ALL: len(rows), "anomalous_eval": int(actual.sum()),
-                    "anomalous_all": int(rows[ANOMALOUS].sum())},
-        "is_anomaly_eval": {"flagged": int(flagged.sum()), "precision": precision, "recall": recall},
-        "recall_by_kind_eval": {str(kind): round(float(g[contract.IS_ANOMALY].mean()), 4)
-                                for kind, g in ev[ev[ANOMALOUS]].groupby(KIND)},
-        "baselines": {name: aucs[name] for name in baselines.NAMES},
-        "not_computed": why,
+        "threshold": threshold,
+        "flagged": int(flagged.sum()),
+        "precision": round(hits / int(flagged.sum()), 4) if flagged.any() else None,
+        "recall": round(hits / int(actual.sum()), 4) if actual.any() else None,
+        "incidents": incidents, "incidents_detected": detected,
+        "event_recall": round(detected / incidents, 4) if incidents else None,
+        "alerts": runs, "event_precision": round(true_runs / runs, 4) if runs else None,
+        "point_adjusted_f1": _f1(adjusted_model, actual),
+        "point_adjusted_f1_random": _f1(adjusted_random, actual) if flagged.any() else None,
     }
 
 
-def _no_auc(windows: pd.DataFrame, what: str) -> str:
-    if windows.empty:
-        return f"no scored window among {what}"
-    anomalous = int(windows[ANOMALOUS].sum())
-    if anomalous == 0:
-        return f"none of {what} ({len(windows):,}) overlaps a true anomaly"
-    return f"every one of {what} ({len(windows):,}) overlaps a true anomaly"
+def _runs(mask: np.ndarray) -> list[slice]:
+    """The maximal runs of True in `mask`, as slices."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
-def describe(report: dict[str, Any]) -> list[str]:
-    """The report as console lines: the scores side by side, then what could not be computed."""
-    w = report["windows"]
-    lines = [f"windows: {w[EVAL]:,} of eval assets ({w['anomalous_eval']:,} overlap a true anomaly), "
-             f"{w[ALL]:,} in all ({w['anomalous_all']:,})",
-             f"  {'ROC AUC of':<40} {EVAL:>7} {ALL:>7}"]
-    aucs = {contract.RECONSTRUCTION_ERROR: {EVAL: report["anomaly_auc"], ALL: report["anomaly_auc_all"]},
-            **report["baselines"]}
-    for name in SCORES:
-        lines.append(f"  {SCORE_TITLES[name]:<40} {_figure(aucs[name][EVAL]):>7} {_figure(aucs[name][ALL]):>7}")
-    pr = report["is_anomaly_eval"]
-    lines.append(f"is_anomaly on the eval assets: {pr['flagged']:,} flagged, precision {_figure(pr['precision'])}, "
-                 f"recall {_figure(pr['recall'])}")
-    lines += [f"not computed: {figure}: {reason}" for figure, reason in report["not_computed"].items()]
-    return lines
-
-
-def _figure(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
-
-
-def label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
-    """Each window with `anomalous` (overlaps an interval) and the first overlapping interval's kind."""
-    t = truth.select(F.col(key).alias("_t_key"), F.col(columns.ANOMALY_START).cast("timestamp").alias("_t_start"),
-                     F.col(columns.ANOMALY_END).cast("timestamp").alias("_t_end"),
-                     F.col(columns.ANOMALY_KIND).alias("_t_kind"))
-    overlap = (F.col(key) == F.col("_t_key")) & (F.col("_t_start") <= F.col(WINDOW_END)) \
-        & (F.col("_t_end") >= F.col(WINDOW_START))
-    joined = scores.join(F.broadcast(t), overlap, "left")
-    return joined.groupBy(*[c for c in scores.columns if c != contract.LATENT]).agg(
-        F.count("_t_key").alias("_hits"), F.min("_t_kind").alias(KIND)) \
-        .withColumn(ANOMALOUS, F.col("_hits") > 0).drop("_hits")
+def _f1(predicted: np.ndarray, actual: np.ndarray) -> float | None:
+    tp = int((predicted & actual).sum())
+    if not predicted.any() or not actual.any():
+        return None
+    precision, recall = tp / int(predicted.sum()), tp / int(actual.sum())
+    return round(2 * precision * recall / (precision + recall), 4) if tp else 0.0
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
@@ -225,43 +264,124 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     return round(float(auc), 6)
 
 
-def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows, truth: DataFrame, path: str,
-          threshold: float | None) -> None:
-    """For a few eval assets with anomalies: the anomalous sensor's trace and the window error."""
+def auprc(labels: np.ndarray, scores: np.ndarray) -> float | None:
+    """Area under the precision-recall curve as average precision: the precision at each
+    distinct score, weighted by the recall it adds (tied windows enter together)."""
+    labels = labels.astype(bool)
+    positives = int(labels.sum())
+    if positives == 0 or positives == len(labels):
+        return None
+    order = np.argsort(-scores, kind="mergesort")
+    hits, ranked = np.cumsum(labels[order]), scores[order]
+    last_of_tie = np.concatenate([ranked[1:] != ranked[:-1], [True]])
+    precision = hits[last_of_tie] / (np.flatnonzero(last_of_tie) + 1)
+    recall_added = np.diff(np.concatenate([[0], hits[last_of_tie]])) / positives
+    return round(float((precision * recall_added).sum()), 6)
+
+
+def describe(report: Evaluation) -> list[str]:
+    """The report as console lines: the scores side by side, the alerts, what was not computed."""
+    w = report["windows"]
+    lines = [f"windows judged: {w['judged']:,} of {w['assets']:,} assets, {w['anomalous']:,} overlap a true anomaly "
+             "(the scored windows outside the model's train split)",
+             f"  {'score':<52} {'ROC AUC':>8} {'AUPRC':>8}"]
+    for name in SCORES:
+        figures = report["scores"][name]
+        lines.append(f"  {TITLES[name]:<52} {_figure(figures['roc_auc']):>8} {_figure(figures['auprc']):>8}")
+    best = _best_baseline(report)
+    if best is not None:
+        lines.append(f"per asset, ROC AUC / AUPRC: the model and the best baseline on the fleet ({TITLES[best]})")
+        for asset, figures in report["per_asset"].items():
+            own, theirs = figures.get(MODEL, {}), figures.get(best, {})
+            lines.append(f"  {asset:<24} {_figure(own.get('roc_auc'))} / {_figure(own.get('auprc'))}   "
+                         f"{_figure(theirs.get('roc_auc'))} / {_figure(theirs.get('auprc'))}")
+    a = report["alerts"]
+    lines.append(f"is_anomaly: {a['flagged']:,} windows flagged, precision {_figure(a['precision'])}, recall "
+                 f"{_figure(a['recall'])}; incidents detected {a['incidents_detected']:,} of {a['incidents']:,} "
+                 f"(event recall {_figure(a['event_recall'])}), {a['alerts']:,} alerts (runs of flagged windows), "
+                 f"event precision {_figure(a['event_precision'])}")
+    lines.append(f"point-adjusted F1 {_figure(a['point_adjusted_f1'])}, a random score flagging as many windows "
+                 f"{_figure(a['point_adjusted_f1_random'])} (point adjustment flatters any score)")
+    if w["baselines_fitted_on_the_fleet"]:
+        lines.append(f"baselines: fitted on each asset's own train windows for {w['baselines_fitted_per_asset']:,} "
+                     f"windows, on the fleet's for {w['baselines_fitted_on_the_fleet']:,} (assets without train windows)")
+    lines += [f"not computed: {figure}: {reason}" for figure, reason in report["not_computed"].items()]
+    return lines
+
+
+def _best_baseline(report: Evaluation) -> str | None:
+    known = [(figures["auprc"], name) for name, figures in report["scores"].items()
+             if name != MODEL and figures["auprc"] is not None]
+    return max(known)[1] if known else None
+
+
+def _figure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
+    """Each window with `anomalous` (overlaps an interval) and the first overlapping interval's kind."""
+    t = truth.select(F.col(key).alias("_t_key"), F.col(columns.ANOMALY_START).cast("timestamp").alias("_t_start"),
+                     F.col(columns.ANOMALY_END).cast("timestamp").alias("_t_end"),
+                     F.col(columns.ANOMALY_KIND).alias("_t_kind"))
+    overlap = (F.col(key) == F.col("_t_key")) & (F.col("_t_start") <= F.col(WINDOW_END)) \
+        & (F.col("_t_end") >= F.col(WINDOW_START))
+    joined = scores.join(F.broadcast(t), overlap, "left")
+    return joined.groupBy(*[c for c in scores.columns if c != contract.LATENT]).agg(
+        F.count("_t_key").alias("_hits"), F.min("_t_kind").alias(KIND)) \
+        .withColumn(ANOMALOUS, F.col("_hits") > 0).drop("_hits")
+
+
+def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataFrame, intervals: pd.DataFrame,
+          path: str, threshold: float | None) -> None:
+    """For a few assets with incidents: a sensor's trace and the windows' error over the judged
+    period, on one time axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
-    key = spec.key.name
-    ev = rows[rows[columns.SPLIT] == Split.EVAL]
-    assets = sorted(ev.loc[ev[ANOMALOUS], key].unique())[:PLOTTED_ASSETS] or sorted(ev[key].unique())[:1]
+    key, time = spec.key.name, spec.time.name
+    assets = sorted(rows.loc[rows[ANOMALOUS].astype(bool), key].unique())[:PLOTTED_ASSETS] \
+        or sorted(rows[key].unique())[:1]
     if not assets:
         return
-    intervals: pd.DataFrame = truth.where(F.col(key).isin(assets)).toPandas()
-    raw, _ = read_rows(spark, config, spec)
-    traces: pd.DataFrame = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()) \
-        .select(key, spec.time.name, *spec.model_inputs).toPandas()
+    source = config.predict.input
+    raw, _ = read_rows(spark, config if source is None else _with_main(config, source), spec)
+    first, last = rows[WINDOW_START].min(), rows[WINDOW_END].max()
+    traces: pd.DataFrame = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()
+                                     & F.col(time).between(first, last)) \
+        .select(key, time, *spec.model_inputs).toPandas()
     fig, axes = plt.subplots(2 * len(assets), 1, figsize=(12, 3.2 * len(assets)), squeeze=False)
     for i, asset in enumerate(assets):
         mine = intervals[intervals[key] == asset]
+        scored = rows[rows[key] == asset].sort_values(WINDOW_START)
+        lo, hi = scored[WINDOW_START].min(), scored[WINDOW_END].max()
         sensor = str(mine[SENSOR].iloc[0]) if SENSOR in mine and len(mine) else spec.model_inputs[0]
-        trace = traces[traces[key] == asset].sort_values(spec.time.name)
-        scored = ev[ev[key] == asset].sort_values(WINDOW_START)
+        trace = traces[(traces[key] == asset) & traces[time].between(lo, hi)].sort_values(time)
         top, bottom = axes[2 * i][0], axes[2 * i + 1][0]
-        top.plot(trace[spec.time.name], trace[sensor], lw=0.6)
+        top.plot(trace[time], trace[sensor], lw=0.6)
         top.set_ylabel(sensor)
         top.set_title(f"{asset}: {sensor} and the reconstruction error of its windows (true anomalies shaded)")
-        bottom.step(scored[WINDOW_START], scored[contract.RECONSTRUCTION_ERROR], where="post", lw=0.8)
+        bottom.step(scored[WINDOW_START], scored[MODEL], where="post", lw=0.8)
         if threshold is not None:
             bottom.axhline(threshold, color="tab:red", ls="--", lw=0.8, label="is_anomaly threshold")
             bottom.legend(loc="upper right")
         bottom.set_yscale("log")
         bottom.set_ylabel("reconstruction error")
-        for _, interval in mine.iterrows():
-            for ax in (top, bottom):
-                ax.axvspan(interval[columns.ANOMALY_START], interval[columns.ANOMALY_END], color="tab:orange", alpha=0.3)
+        for ax in (top, bottom):
+            ax.set_xlim(lo, hi)  # one time axis: the judged period
+            for _, interval in mine.iterrows():
+                if interval[columns.ANOMALY_END] >= lo and interval[columns.ANOMALY_START] <= hi:
+                    ax.axvspan(interval[columns.ANOMALY_START], interval[columns.ANOMALY_END], color="tab:orange",
+                               alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _with_main(config: Config, source: str) -> Config:
+    import dataclasses
+
+    return dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))
