@@ -7,8 +7,8 @@ data scientist tries first, fitted on the train windows, scored on the same wind
     windows' mean profile (each sensor's mean at each step of a window);
   * `zscore`: per step, the mean over sensors of the squared z-score against the asset's own
     train mean and std; the window's maximum;
-  * `pca_max`, `pca_mean`: a PCA fitted on the asset's own train rows (sensors scaled by the
-    dataset's min and max, the components that explain 90 % of the variance); each step's
+  * `pca_max`, `pca_mean`: a PCA fitted on the asset's own train rows (the values as read, as
+    the field's baseline is; the components that explain 90 % of the variance); each step's
     squared reconstruction error, the window's maximum and mean;
   * `random`: a uniform score drawn from the window's key and start: what any figure would be
     by chance (AUPRC: the share of anomalous windows; point-adjusted F1: often high).
@@ -52,12 +52,11 @@ FLEET_SAMPLE = 2000  # train windows the fleet-wide fits are made on
 @dataclass(frozen=True)
 class Standardizer:
     """Each sensor's mean and std (1 where the spec does not normalise it, or the std is 0),
-    and its min and span (1 for a constant sensor) over the train split."""
+    and its range over the train split (1 for a constant sensor), which floors a z-score's std."""
 
     sensors: tuple[str, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    low: tuple[float, ...]
     span: tuple[float, ...]
 
     @classmethod
@@ -68,7 +67,7 @@ class Standardizer:
         low = tuple(float(stats[s].get("min") or 0.0) for s in names)
         high = tuple(float(stats[s].get("max") or 0.0) for s in names)
         span = tuple(h - lo if h > lo else 1.0 for lo, h in zip(low, high))
-        return cls(names, mean, tuple(math.sqrt(v) for v in variance), low, span)
+        return cls(names, mean, tuple(math.sqrt(v) for v in variance), span)
 
     def raw(self, batch: pd.DataFrame) -> np.ndarray:
         """[windows, steps, sensors] float64, as read."""
@@ -85,29 +84,28 @@ class Fit:
 
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    centre: tuple[float, ...]  # of the min-max scaled rows
+    centre: tuple[float, ...]  # the rows' mean, where the PCA is centred
     components: tuple[tuple[float, ...], ...]
 
     @classmethod
     def of(cls, rows: np.ndarray, std: Standardizer) -> "Fit":
         """`rows`: [n, sensors] raw values."""
         floor = 1e-3 * np.asarray(std.span)
-        scaled = (rows - np.asarray(std.low)) / np.asarray(std.span)
-        centre = scaled.mean(axis=0)
-        _, singular, vt = np.linalg.svd(scaled - centre, full_matrices=False)
+        centre = rows.mean(axis=0)
+        _, singular, vt = np.linalg.svd(rows - centre, full_matrices=False)
         variance = singular ** 2
         explained = np.cumsum(variance) / variance.sum() if variance.sum() > 0 else np.ones_like(variance)
         k = int(np.searchsorted(explained, PCA_VARIANCE) + 1)
-        return cls(tuple(rows.mean(axis=0)), tuple(np.maximum(rows.std(axis=0), floor)), tuple(centre),
+        return cls(tuple(centre), tuple(np.maximum(rows.std(axis=0), floor)), tuple(centre),
                    tuple(tuple(c) for c in vt[:k]))
 
     def zscore(self, x: np.ndarray) -> np.ndarray:
         z = (x - np.asarray(self.mean)) / np.asarray(self.std)
         return (z ** 2).mean(axis=2).max(axis=1)
 
-    def pca(self, x: np.ndarray, std: Standardizer) -> tuple[np.ndarray, np.ndarray]:
+    def pca(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each window's largest and mean squared reconstruction error over its steps."""
-        centred = (x - np.asarray(std.low)) / np.asarray(std.span) - np.asarray(self.centre)
+        centred = x - np.asarray(self.centre)
         v = np.asarray(self.components)
         residual = centred - centred @ v.T @ v
         error = (residual ** 2).sum(axis=2)
@@ -166,7 +164,7 @@ def scores(train: DataFrame, scored: DataFrame, key: str, start: str, standardiz
             out[ZSCORE] = out[PCA_MAX] = out[PCA_MEAN] = None
         else:
             out[ZSCORE] = fit.zscore(x)
-            out[PCA_MAX], out[PCA_MEAN] = fit.pca(x, std)
+            out[PCA_MAX], out[PCA_MEAN] = fit.pca(x)
         out[FIT] = by
         return out
 
