@@ -48,6 +48,7 @@ TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIN
 KIND, SENSOR = columns.ANOMALY_KIND, columns.ANOMALY_SENSOR
 ANOMALOUS = "anomalous"
 PLOTTED_ASSETS = 3
+PRINTED_ASSETS = 12  # per-asset lines printed (the model's weakest first); metrics.json has every asset
 MODEL = contract.RECONSTRUCTION_ERROR
 SCORES = (MODEL, *baselines.NAMES)  # report order: the model's, then the baselines'
 TITLES = {MODEL: "autoencoder (reconstruction_error)", **baselines.TITLES}
@@ -290,8 +291,16 @@ def describe(report: Evaluation) -> list[str]:
         lines.append(f"  {TITLES[name]:<52} {_figure(figures['roc_auc']):>8} {_figure(figures['auprc']):>8}")
     best = _best_baseline(report)
     if best is not None:
-        lines.append(f"per asset, ROC AUC / AUPRC: the model and the best baseline on the fleet ({TITLES[best]})")
-        for asset, figures in report["per_asset"].items():
+        assets = report["per_asset"]
+        def own(asset: str) -> float:  # the model's AUPRC there; undefined (no anomaly) last
+            value = assets[asset].get(MODEL, {}).get("auprc")
+            return float("inf") if value is None else value
+
+        weakest = sorted(assets, key=own)[:PRINTED_ASSETS]
+        which = "" if len(weakest) == len(assets) else f", the {len(weakest)} of {len(assets):,} where the model does worst"
+        lines.append(f"per asset{which}, ROC AUC / AUPRC: the model and the best baseline on the fleet ({TITLES[best]})")
+        for asset in sorted(weakest):
+            figures = assets[asset]
             own, theirs = figures.get(MODEL, {}), figures.get(best, {})
             lines.append(f"  {asset:<24} {_figure(own.get('roc_auc'))} / {_figure(own.get('auprc'))}   "
                          f"{_figure(theirs.get('roc_auc'))} / {_figure(theirs.get('auprc'))}")
