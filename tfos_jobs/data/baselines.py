@@ -137,7 +137,7 @@ def mean_profile(windows: DataFrame, standardizer: Standardizer) -> np.ndarray |
 def fleet_fit(train: DataFrame, standardizer: Standardizer, seed: int = 0) -> Fit | None:
     """The fits made on (up to `FLEET_SAMPLE`) of the fleet's train windows; None without any."""
     sample = train.select(*standardizer.sensors).orderBy(F.rand(seed)).limit(FLEET_SAMPLE).toPandas()
-    if sample.empty:
+    if not len(sample):
         return None
     return Fit.of(standardizer.raw(sample).reshape(-1, len(standardizer.sensors)), standardizer)
 

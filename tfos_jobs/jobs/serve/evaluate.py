@@ -292,16 +292,16 @@ def describe(report: Evaluation) -> list[str]:
     best = _best_baseline(report)
     if best is not None:
         assets = report["per_asset"]
-        def own(asset: str) -> float:  # the model's AUPRC there; undefined (no anomaly) last
+        def model_auprc(asset: str) -> float:  # the model's AUPRC there; undefined (no anomaly) last
             value = assets[asset].get(MODEL, {}).get("auprc")
             return float("inf") if value is None else value
 
-        weakest = sorted(assets, key=own)[:PRINTED_ASSETS]
+        weakest = sorted(assets, key=model_auprc)[:PRINTED_ASSETS]
         which = "" if len(weakest) == len(assets) else f", the {len(weakest)} of {len(assets):,} where the model does worst"
         lines.append(f"per asset{which}, ROC AUC / AUPRC: the model and the best baseline on the fleet ({TITLES[best]})")
         for asset in sorted(weakest):
-            figures = assets[asset]
-            own, theirs = figures.get(MODEL, {}), figures.get(best, {})
+            by_score = assets[asset]
+            own, theirs = by_score.get(MODEL, {}), by_score.get(best, {})
             lines.append(f"  {asset:<24} {_figure(own.get('roc_auc'))} / {_figure(own.get('auprc'))}   "
                          f"{_figure(theirs.get('roc_auc'))} / {_figure(theirs.get('auprc'))}")
     a = report["alerts"]
