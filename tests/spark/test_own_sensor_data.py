@@ -143,6 +143,21 @@ def test_every_layout_gives_the_same_windows(spark, data):
         assertDataFrameEqual(layout, expected)
 
 
+def test_a_table_spark_wrote_with_its_default_timestamps_reads(spark, data, tmp_path):
+    """Spark writes timestamps (with the session's zone) as Parquet INT96 by default, which pyarrow
+    reads as nanoseconds."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    spark.read.parquet(str(data["root"] / "readings.parquet")) \
+        .select("machine", F.col("recorded_at").cast("timestamp").alias("recorded_at"), "signal") \
+        .write.parquet(str(tmp_path / "spark"))
+    written = next((tmp_path / "spark").glob("*.parquet"))
+    assert pq.ParquetFile(written).schema.column(1).physical_type == "INT96"
+    cfg = config.load(SENSORS, [f"sources.readings.path={tmp_path / 'spark'}"])
+    assert window_table(spark, cfg, cfg.features).count() == MACHINES * ((STEPS - 50) // 25 + 1)
+
+
 def test_a_partition_column_holding_the_key_takes_the_specs_type(spark, data, tmp_path):
     """machine=7/ reads as an integer in Spark's eyes; the spec says the key is a string. Parquet
     and CSV files under such directories give the same windows."""

@@ -194,7 +194,9 @@ def _parquet_columns(spark: SparkSession, name: str, path: str) -> dict[str, str
     if local is not None and os.path.exists(local):
         import pyarrow.parquet as pq
 
-        schema = pq.read_schema(local)
+        # INT96 (Spark's own default for timestamps) is read as nanoseconds unless told otherwise;
+        # Spark reads it, so only a true nanosecond column is refused
+        schema = pq.ParquetFile(local, coerce_int96_timestamp_unit="us").schema_arrow
         for field in schema:
             if _is_nanos(field.type):
                 raise InputError(f"source {name!r}: file {path}: column {field.name!r} holds nanosecond timestamps, "

@@ -19,7 +19,7 @@ TEXT_FORMATS = ("csv", "json")
 # Spark reads Parquet timestamps in micro- or milliseconds; pandas and pyarrow write nanoseconds.
 NANOS_HINT = ("write it with microsecond timestamps: pandas df.to_parquet(path, coerce_timestamps=\"us\", "
               "allow_truncated_timestamps=True), pyarrow pq.write_table(table, path, coerce_timestamps=\"us\") "
-              "(Spark and Hive write microseconds already)")
+              "(files Spark and Hive write need nothing: Spark reads their timestamps)")
 
 
 def read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
