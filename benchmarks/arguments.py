@@ -12,7 +12,7 @@ DEFAULT_OUTPUT = str(ROOT / "docs" / "benchmarks.md")  # in the repository, wher
 SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
 TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
 P14_MASTER = "local-cluster[2,1,4096]"  # P14: two executors, one per TF node, holding 100x the people's joins
-ONLY = ("P14", "P15", "P16")  # stages that need nothing of the others and can run alone
+ONLY = ("P14", "P15", "P16", "P17")  # stages that need nothing of the others and can run alone
 
 
 def parser(prog: str = "tfos bench") -> argparse.ArgumentParser:

@@ -1,7 +1,8 @@
 """The benchmark run: generate the data, then measure each stage against its baseline.
 
 Three Spark sessions, one after the other, in this one process:
-  1. `local[2]`: generate the 1x and 16x data sets, prepare both (P5), write the prepared
+  1. `local[2]`: generate the 1x and 16x data sets, prepare both (P5), cut sensor windows at two
+     sizes (P10) and from a wide table against a narrow one (P17), write the prepared
      records three ways (P1, P2), and read them with tf.data in this driver (input pipeline);
   2. `local-cluster[4,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
      trains in this driver while the executors idle, against TF clusters of 1, 2 and 3
@@ -29,6 +30,7 @@ from tfos_jobs.jobs.serve import sql_server
 P14 = "P14 100x the people"
 P15 = "P15 tfos stream"
 P16 = "P16 node inputs at any file size"
+P17 = "P17 wide sensor tables"
 
 
 def run_all(bench: Bench, only: str | None = None) -> Run:
@@ -57,6 +59,13 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         finally:
             bench.stop()
         return bench.run
+    if only == "P17":
+        try:
+            bench.session(bench.spark_master)
+            bench.stage(P17, lambda: data.wide_tables(bench))
+        finally:
+            bench.stop()
+        return bench.run
     s = bench.sizes
     bench.run.sizes["people (1x / 16x)"] = f"{s.people:,} / {s.big_people:,}"
     bench.run.sizes["events per person"] = f"{s.events_per_person:g}"
@@ -68,6 +77,7 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         bench.stage("generate", lambda: data.generate(bench))
         bench.stage("P5 prepare at 1x and 16x", lambda: data.prepare_scaling(bench))
         bench.stage("P10 sensor windows at 1x and 16x", lambda: data.windowing_scaling(bench))
+        bench.stage(P17, lambda: data.wide_tables(bench))
         bench.stage("P1 P2 record writes", lambda: writes.writes(bench))
         bench.stage("input pipeline", lambda: writes.input_pipeline(bench))
         bench.session(bench.tfos_master)

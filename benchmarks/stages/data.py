@@ -86,3 +86,63 @@ def windowing_scaling(bench: Bench) -> None:
         "P10", "sensor windows: prepare (per-asset files -> windows -> SequenceExamples) at 16x rows vs 1x rows",
         Figure("windows at 16x", "s", out["16x"]["seconds"]), Figure("windows at 1x", "s", out["1x"]["seconds"]),
         16.0, "<="))
+
+
+WIDE_SENSORS = 38  # the real server fleet's metrics per row
+
+
+def wide_tables(bench: Bench) -> None:
+    """Prepare's cost per sensor value on one table of `WIDE_SENSORS` sensors against the same
+    rows with the sample fleet's 8 (the extra sensors derived from the 8): a wide table must
+    not cost more per value than a narrow one."""
+    import tomllib
+
+    from pyspark.sql import functions as F
+
+    from tfos_jobs import config as config_mod, resources
+    from tfos_jobs.data import fleet
+    from tfos_jobs.data.sensor_sources import read_rows
+    from tfos_jobs.jobs import prepare
+
+    s = bench.sizes
+    with open(resources.config_path("fleet"), "rb") as fh:
+        base = tomllib.load(fh)
+    narrow = config_mod.from_dict(base)
+    spark = bench.spark
+    spark.conf.set("spark.sql.session.timeZone", narrow.spark.conf.get("spark.sql.session.timeZone", "UTC"))
+    raw = f"{bench.work}/fleet-raw-wide"
+    counts = fleet.generate(raw, s.fleet_assets * s.scale, s.fleet_steps, narrow.fleet.seed,
+                            step_seconds=narrow.features.time.step_seconds, csv_every=narrow.fleet.csv_every)
+    sources = {n: {**src, "path": f"{raw}/{fleet.SENSORS_DIR}"} for n, src in base["sources"].items()}
+    rows, _ = read_rows(spark, config_mod.from_dict({**base, "sources": sources}), narrow.features)
+    sensors = [f.name for f in narrow.features.sequences]
+    extra = [f"metric_{i:02d}" for i in range(WIDE_SENSORS - len(sensors))]
+    key, time = narrow.features.key.name, narrow.features.time.name  # type: ignore[union-attr]
+    table = rows.select(key, time, *sensors, *[(F.col(sensors[i % len(sensors)]) * (1.0 + 0.01 * i)).alias(name)
+                                               for i, name in enumerate(extra)])
+    table.write.mode("overwrite").parquet(f"{raw}/wide")
+
+    def config(columns: list[str], name: str) -> Config:
+        features = {k: v for k, v in base["features"].items() if v.get("kind") != "sequence" or k in columns}
+        features.update({c: {"kind": "sequence"} for c in columns if c not in features})
+        return config_mod.from_dict({
+            **base, "features": features,
+            "sources": {"table": {"format": "parquet", "path": f"{raw}/wide"}},
+            "prepare": {**base["prepare"], "main": "table", "union": [], "output": f"{bench.work}/{name}",
+                        "overwrite": True}})
+
+    variants = {"wide": config([*sensors, *extra], "wide-dataset"), "narrow": config(sensors, "narrow-dataset")}
+
+    def variant(cfg: Config) -> Callable[[], Sample]:
+        values = counts["rows"] * len(cfg.features.sequences)
+        return lambda: {"us_per_value": 1e6 * timed(lambda: prepare.run(spark, cfg, overwrite=True,
+                                                                         log=lambda _: None)) / values}
+
+    out = bench.repeat("wide tables", {name: variant(cfg) for name, cfg in variants.items()})
+    bench.run.sizes[f"wide sensor table ({WIDE_SENSORS} vs {len(sensors)} sensors)"] = (
+        f"{counts['rows']:,} rows ({s.fleet_assets * s.scale} assets x {s.fleet_steps:,} steps)")
+    bench.run.results.append(Result(
+        "P17", f"sensor windows: prepare's time per sensor value, one table of {WIDE_SENSORS} sensors vs the same "
+               f"rows with {len(sensors)} (Parquet, every asset in it)",
+        Figure(f"{WIDE_SENSORS} sensors", "µs per value", out["wide"]["us_per_value"]),
+        Figure(f"{len(sensors)} sensors", "µs per value", out["narrow"]["us_per_value"]), 1.5, "<="))
