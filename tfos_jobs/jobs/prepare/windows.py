@@ -15,7 +15,7 @@ Nothing is collected to the driver but counts.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -103,7 +103,7 @@ def _with_split(windows: DataFrame, split: SplitConfig, key: str, eval_below: in
 
 def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     """Rows read and rejected; windows per split and dropped by reason; the first input
-    problem; per sensor count, sum, sum of squares, min, max over the train windows."""
+    problem; per sensor count, mean, std, min, max over the train windows (`_sensor_stats`)."""
     counts = rows.agg(F.count(F.lit(1)).alias("rows"),
                       F.count(columns.CORRUPT).alias("rejected")).first()
     kept = F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
@@ -116,24 +116,9 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
                     .alias(f"assets_{split}"))
     for reason in DROPPED:
         aggs.append(F.sum(F.when(F.col(columns.DROP_REASON) == reason, 1).otherwise(0)).alias(f"dropped_{reason}"))
-    for f in spec.sequences:
-        v = F.when(train, F.col(f.name))
-        aggs += [
-            F.sum(F.size(v)).alias(f"{f.name}__n"),
-            F.sum(F.aggregate(v, F.lit(0.0), lambda a, x: a + x)).alias(f"{f.name}__sum"),
-            F.sum(F.aggregate(v, F.lit(0.0), lambda a, x: a + x * x)).alias(f"{f.name}__sumsq"),
-            F.min(F.array_min(v)).alias(f"{f.name}__min"),
-            F.max(F.array_max(v)).alias(f"{f.name}__max"),
-        ]
     row = cut.agg(*aggs).first()
     assert counts is not None and row is not None  # an aggregation without grouping has one row
-    stats = {}
-    for f in spec.sequences:
-        n = int(row[f"{f.name}__n"] or 0)
-        mean = row[f"{f.name}__sum"] / n if n else None
-        var = max(row[f"{f.name}__sumsq"] / n - mean * mean, 0.0) if mean is not None else None  # None iff n == 0
-        stats[f.name] = {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
-                         "min": stable(row[f"{f.name}__min"]), "max": stable(row[f"{f.name}__max"])}
+    stats = _sensor_stats(cut.where(train), [f.name for f in spec.sequences])
     dropped = {r: int(row[f"dropped_{r}"] or 0) for r in DROPPED}
     return {
         "rows": counts["rows"], "rejected": counts["rejected"], "problem": row["problem"],
@@ -141,6 +126,44 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
         "assets": {s: int(row[f"assets_{s}"] or 0) for s in ALL_SPLITS},
         "dropped": dropped, "stats": stats,
     }
+
+
+def _sensor_stats(windows: DataFrame, sensors: list[str]) -> dict[str, dict[str, Any]]:
+    """Per sensor: count, mean, std, min and max of every value of `windows`. Each task sums its
+    windows with numpy and sends one row; the plan stays the same size whatever the number of
+    sensors (an aggregate of five expressions per sensor grows past what Spark compiles)."""
+    d = len(sensors)
+
+    def sums(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n, total, squares = np.zeros(d, np.int64), np.zeros(d), np.zeros(d)
+        low, high = np.full(d, np.inf), np.full(d, -np.inf)
+        for batch in batches:
+            for j in range(d):
+                values = pc.list_flatten(batch.column(j)).to_numpy(zero_copy_only=False).astype(np.float64)
+                if values.size:
+                    n[j] += values.size
+                    total[j] += values.sum()
+                    squares[j] += np.dot(values, values)
+                    low[j], high[j] = min(low[j], values.min()), max(high[j], values.max())
+        yield pa.RecordBatch.from_pydict({"n": [n.tolist()], "total": [total.tolist()], "squares": [squares.tolist()],
+                                          "low": [low.tolist()], "high": [high.tolist()]})
+
+    schema = "n array<long>, total array<double>, squares array<double>, low array<double>, high array<double>"
+    parts = windows.select(*sensors).mapInArrow(sums, schema).collect()
+    stats = {}
+    for j, name in enumerate(sensors):
+        n = sum(int(p["n"][j]) for p in parts)
+        mean = sum(p["total"][j] for p in parts) / n if n else None
+        var = max(sum(p["squares"][j] for p in parts) / n - mean * mean, 0.0) if mean is not None else None
+        low = min((p["low"][j] for p in parts), default=math.inf)
+        high = max((p["high"][j] for p in parts), default=-math.inf)
+        stats[name] = {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
+                       "min": stable(low if n else None), "max": stable(high if n else None)}
+    return stats
 
 
 def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any], source_info: dict[str, Any],
