@@ -17,7 +17,7 @@ from tests.conftest import CENSUS, ROOT
 P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
 P15 = ("P15a", "P15b", "P15c")
 P16 = ("P16a", "P16b")
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16)
+ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16, "P17")
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, P15 or P16 alone), at tiny sizes
 
@@ -124,3 +124,11 @@ def test_p16_runs_alone_and_reports_only_itself(tmp_path):
     assert_rows(text, P16)
     assert re.search(r"P16b large files \(4[89] MiB each\)", stdout), stdout[-2000:]
     assert "## Scaling" not in text and "## 100x the people" not in text
+
+
+def test_p17_runs_alone_and_reports_only_itself(tmp_path):
+    """Prepare's time per sensor value, a wide table against a narrow one of the same rows."""
+    stdout, text = bench(tmp_path, "--only", "P17")
+    assert "== P17 wide sensor tables" in stdout and "== P10" not in stdout
+    assert_rows(text, ("P17",))
+    assert re.search(r"wide sensor table \(38 vs 8 sensors\) \| [0-9,]+ rows", text), text

@@ -272,6 +272,7 @@ def test_evaluate_judges_the_windows_outside_the_train_split_beside_every_baseli
     metrics = json.loads((root / "model" / "metrics.json").read_text())
     assert metrics["evaluation"] == report
     assert (root / "model" / "anomalies.png").stat().st_size > 0
+    assert (root / "model" / "evaluation.png").stat().st_size > 10_000
 
 
 def test_evaluate_without_an_anomaly_among_the_judged_windows_says_what_it_cannot_compute(spark, pipeline, data):

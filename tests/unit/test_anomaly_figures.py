@@ -10,7 +10,7 @@ import pytest
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import baselines
 from tfos_jobs.data.columns import ANOMALY_END, ANOMALY_KIND, ANOMALY_START
-from tfos_jobs.jobs.serve.evaluate import ANOMALOUS, KIND, MODEL, _alerts, auprc, report_of, roc_auc
+from tfos_jobs.jobs.serve.evaluate import ANOMALOUS, KIND, MODEL, _alerts, _score_plot, auprc, report_of, roc_auc
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 
 T0 = pd.Timestamp("2026-01-01")
@@ -60,7 +60,7 @@ def test_an_incident_outside_the_judged_windows_is_not_counted_and_nothing_flagg
     assert a["precision"] is None and a["event_precision"] is None and a["point_adjusted_f1_random"] is None
 
 
-def test_the_report_ranks_every_score_per_fleet_and_per_asset():
+def test_the_report_ranks_every_score_per_fleet_and_per_asset(tmp_path):
     rows = pd.concat([windows({4}, {3, 4}), windows({1}, {1}, asset="b")], ignore_index=True)
     rows[MODEL] = rows[ANOMALOUS].astype(float) + np.linspace(0, 0.1, len(rows))  # ranks every anomaly first
     for name in baselines.NAMES[:-1]:
@@ -74,3 +74,5 @@ def test_the_report_ranks_every_score_per_fleet_and_per_asset():
                                  "baselines_fitted_on_the_fleet": 0}
     assert report["recall_by_kind"] == {"incident": round(2 / 3, 4)}
     assert report["not_computed"] == {}
+    _score_plot(report, str(tmp_path / "evaluation.png"))  # the figures as bars, beside each other
+    assert (tmp_path / "evaluation.png").stat().st_size > 10_000

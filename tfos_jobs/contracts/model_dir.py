@@ -43,6 +43,11 @@ class ModelDir:
         return f"{self.path}/anomalies.png"
 
     @property
+    def evaluation_plot(self) -> str:
+        """The model's ROC AUC and AUPRC beside each baseline's (`tfos evaluate`)."""
+        return f"{self.path}/evaluation.png"
+
+    @property
     def progress(self) -> str:
         return f"{self.path}/progress.jsonl"
 

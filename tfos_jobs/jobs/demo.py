@@ -102,6 +102,7 @@ def _fleet(cfg: Config, session: Session) -> int:
     _artifacts((("raw sensors", fl.output), ("dataset", cfg.prepare.output), ("model", model_dir.path),
                 ("SavedModel", model_dir.saved_model), ("metrics", model_dir.metrics),
                 ("learning curve", model_dir.learning_curve), ("anomaly plot", model_dir.anomaly_plot),
+                ("evaluation plot", model_dir.evaluation_plot),
                 ("scores", cfg.predict.output)))
     return 0
 

@@ -98,9 +98,11 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
         _plot(spark, config, spec, rows, intervals, f"{tmp}/anomalies.png", report["alerts"]["threshold"])
         if os.path.exists(f"{tmp}/anomalies.png"):
             storage.upload_file(f"{tmp}/anomalies.png", model_dir.anomaly_plot)
+        _score_plot(report, f"{tmp}/evaluation.png")
+        storage.upload_file(f"{tmp}/evaluation.png", model_dir.evaluation_plot)
     for line in describe(report):
         log(line)
-    log(f"plot: {model_dir.anomaly_plot}")
+    log(f"plots: {model_dir.anomaly_plot}, {model_dir.evaluation_plot}")
     return report
 
 
@@ -385,6 +387,31 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataF
                 if interval[columns.ANOMALY_END] >= lo and interval[columns.ANOMALY_START] <= hi:
                     ax.axvspan(interval[columns.ANOMALY_START], interval[columns.ANOMALY_END], color="tab:orange",
                                alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _score_plot(report: Evaluation, path: str) -> None:
+    """ROC AUC and AUPRC of the model and of each baseline, side by side (n/a left empty)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(reversed(SCORES))  # the model on top
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(names) + 1.2), sharey=True)
+    for ax, figure in zip(axes, ("roc_auc", "auprc")):
+        values = [report["scores"][n][figure] for n in names]
+        colours = ["tab:blue" if n == MODEL else "tab:gray" for n in names]
+        ax.barh(range(len(names)), [v or 0.0 for v in values], color=colours)
+        for i, v in enumerate(values):
+            ax.text((v or 0.0) + 0.01, i, _figure(v), va="center", fontsize=8)
+        ax.set_xlim(0, 1.1)
+        ax.set_title("ROC AUC" if figure == "roc_auc" else "AUPRC")
+    axes[0].set_yticks(range(len(names)), [TITLES[n] for n in names], fontsize=8)
+    w = report["windows"]
+    fig.suptitle(f"{w['judged']:,} windows judged ({w['anomalous']:,} anomalous), {w['assets']:,} assets", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
