@@ -10,7 +10,8 @@ import pytest
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import baselines
 from tfos_jobs.data.columns import ANOMALY_END, ANOMALY_KIND, ANOMALY_START
-from tfos_jobs.jobs.serve.evaluate import ANOMALOUS, KIND, MODEL, _alerts, _score_plot, auprc, report_of, roc_auc
+from tfos_jobs.data.anomaly_figures import ANOMALOUS, KIND, MODEL, alerts, auprc, report, roc_auc
+from tfos_jobs.jobs.serve.evaluate import _score_plot
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 
 T0 = pd.Timestamp("2026-01-01")
@@ -42,7 +43,7 @@ def incidents(*spans: tuple[int, int], asset: str = "a") -> pd.DataFrame:
 
 def test_alerts_count_windows_incidents_and_runs_of_flagged_windows():
     rows = windows(flagged={4, 7}, anomalous={3, 4, 5, 8})
-    a = _alerts(rows, incidents((3, 5), (8, 8)), "asset", threshold=1.5)
+    a = alerts(rows, incidents((3, 5), (8, 8)), "asset", threshold=1.5)
     assert a["threshold"] == 1.5 and a["flagged"] == 2
     assert (a["precision"], a["recall"]) == (0.5, 0.25)
     assert (a["incidents"], a["incidents_detected"], a["event_recall"]) == (2, 1, 0.5)  # the first one only
@@ -55,7 +56,7 @@ def test_alerts_count_windows_incidents_and_runs_of_flagged_windows():
 
 def test_an_incident_outside_the_judged_windows_is_not_counted_and_nothing_flagged_is_said():
     rows = windows(flagged=set(), anomalous={2})
-    a = _alerts(rows, pd.concat([incidents((2, 2)), incidents((50, 60)), incidents((2, 2), asset="b")]), "asset", None)
+    a = alerts(rows, pd.concat([incidents((2, 2)), incidents((50, 60)), incidents((2, 2), asset="b")]), "asset", None)
     assert (a["incidents"], a["incidents_detected"], a["event_recall"]) == (1, 0, 0.0)
     assert a["precision"] is None and a["event_precision"] is None and a["point_adjusted_f1_random"] is None
 
@@ -67,12 +68,12 @@ def test_the_report_ranks_every_score_per_fleet_and_per_asset(tmp_path):
         rows[name] = np.linspace(1, 0, len(rows))
     rows[KIND] = np.where(rows[ANOMALOUS], "incident", None)
     rows[baselines.FIT] = "asset"
-    report = report_of(rows, pd.concat([incidents((3, 4)), incidents((1, 1), asset="b")]), "asset", {}, 0.5)
-    assert report["scores"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0}
-    assert report["per_asset"]["b"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0}
-    assert report["windows"] == {"judged": 20, "anomalous": 3, "assets": 2, "baselines_fitted_per_asset": 20,
+    figures = report(rows, pd.concat([incidents((3, 4)), incidents((1, 1), asset="b")]), "asset", {}, 0.5)
+    assert figures["scores"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0}
+    assert figures["per_asset"]["b"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0}
+    assert figures["windows"] == {"judged": 20, "anomalous": 3, "assets": 2, "baselines_fitted_per_asset": 20,
                                  "baselines_fitted_on_the_fleet": 0}
-    assert report["recall_by_kind"] == {"incident": round(2 / 3, 4)}
-    assert report["not_computed"] == {}
-    _score_plot(report, str(tmp_path / "evaluation.png"))  # the figures as bars, beside each other
+    assert figures["recall_by_kind"] == {"incident": round(2 / 3, 4)}
+    assert figures["not_computed"] == {}
+    _score_plot(figures, str(tmp_path / "evaluation.png"))  # the figures as bars, beside each other
     assert (tmp_path / "evaluation.png").stat().st_size > 10_000

@@ -11,7 +11,7 @@ served model takes raw windows and needs nothing but its SavedModel.
 The served score weighs each sensor's squared error by the inverse of its mean over the train
 windows (`error_scale = "per_sensor"`, the default): on real server metrics some sensors are
 noisy in normal times, and an unweighted mean lets their errors drown a fault that shows on a
-quiet one (on ASD's test period, ROC AUC 0.78 -> 0.85 and AUPRC 0.36 -> 0.59, docs/prepare.md).
+quiet one (on ASD's test period, ROC AUC 0.78 -> 0.86 and AUPRC 0.35 -> 0.61, docs/prepare.md).
 """
 from __future__ import annotations
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Callable
+from typing import Callable
 
-import numpy as np
 import pandas as pd
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +37,8 @@ from tfos_jobs.contracts.dataset import Manifest, Split
 from tfos_jobs.contracts.metrics import Evaluation
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data import baselines, columns, sources
+from tfos_jobs.data import anomaly_figures
+from tfos_jobs.data.anomaly_figures import ANOMALOUS, KIND, MODEL, SCORES, TITLES
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.sensor_sources import read_rows, split_windows, window_table
 from tfos_jobs.errors import InputError
@@ -45,13 +46,9 @@ from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.storage import Storage
 
 TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIND)  # and the key; sensor optional
-KIND, SENSOR = columns.ANOMALY_KIND, columns.ANOMALY_SENSOR
-ANOMALOUS = "anomalous"
+SENSOR = columns.ANOMALY_SENSOR
 PLOTTED_ASSETS = 3
 PRINTED_ASSETS = 12  # per-asset lines printed (the model's weakest first); metrics.json has every asset
-MODEL = contract.RECONSTRUCTION_ERROR
-SCORES = (MODEL, *baselines.NAMES)  # report order: the model's, then the baselines'
-TITLES = {MODEL: "autoencoder (reconstruction_error)", **baselines.TITLES}
 
 
 def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path: str, truth_path: str,
@@ -91,7 +88,7 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     intervals: pd.DataFrame = truth.select(key, *TRUTH_COLUMNS).toPandas()
     model_dir = ModelDir(storage.qualify(config.train.model_dir))
     metrics = json.loads(storage.read_text(model_dir.metrics)) if storage.exists(model_dir.metrics) else {}
-    report = report_of(rows, intervals, key, not_plain, (metrics.get("anomaly") or {}).get("threshold"))
+    report = anomaly_figures.report(rows, intervals, key, not_plain, (metrics.get("anomaly") or {}).get("threshold"))
     metrics["evaluation"] = report
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
@@ -142,144 +139,6 @@ def _baseline_scores(train: DataFrame, judged: DataFrame, spec: FeatureSpec, sto
     why = {} if profile is not None else {
         name: "no train window in the prepare sources" for name in (baselines.PROFILE_DISTANCE,)}
     return baselines.scores(train, judged, spec.key.name, WINDOW_START, standardizer, profile, fleet), why
-
-
-# -- the figures ---------------------------------------------------------------------------------
-
-def report_of(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, not_computed: dict[str, str],
-              threshold: float | None) -> Evaluation:
-    """Every figure the judged windows define; `not_computed` says, for each one they do not, why.
-    `threshold`: the model's, where `is_anomaly` flags a window (metrics.json)."""
-    why = dict(not_computed)
-    fleet: dict[str, dict[str, float | None]] = {}
-    for name in SCORES:
-        known = rows[rows[name].notna()]
-        fleet[name] = _ranking(known[ANOMALOUS].to_numpy(), known[name].to_numpy(dtype=np.float64))
-        if fleet[name]["roc_auc"] is None and name not in not_computed:
-            why.setdefault(f"{name} ROC AUC and AUPRC", _undefined(known))
-    per_asset: dict[str, dict[str, dict[str, float | None]]] = {}
-    for asset, mine in rows.groupby(key, sort=True):
-        per_asset[str(asset)] = {name: _ranking(mine[ANOMALOUS].to_numpy(), mine[name].to_numpy(dtype=np.float64))
-                                 for name in SCORES if mine[name].notna().all()}
-    alerts = _alerts(rows, intervals, key, threshold)
-    if alerts["precision"] is None:
-        why["is_anomaly precision"] = f"is_anomaly flagged none of the {len(rows):,} judged windows"
-    if alerts["event_recall"] is None:
-        why["event recall"] = "no incident of the truth table overlaps a judged window"
-    fits = rows[baselines.FIT].value_counts(dropna=True) if baselines.FIT in rows else pd.Series(dtype=int)
-    anomalous = rows[ANOMALOUS].astype(bool)
-    return Evaluation(
-        windows={"judged": len(rows), "anomalous": int(anomalous.sum()), "assets": int(rows[key].nunique()),
-                 "baselines_fitted_per_asset": int(fits.get("asset", 0)),
-                 "baselines_fitted_on_the_fleet": int(fits.get("fleet", 0))},
-        scores=fleet, per_asset=per_asset, alerts=alerts,
-        recall_by_kind={str(kind): round(float(g[contract.IS_ANOMALY].mean()), 4)
-                        for kind, g in rows[anomalous].groupby(KIND)},
-        not_computed=why)
-
-
-def _ranking(labels: np.ndarray, scores: np.ndarray) -> dict[str, float | None]:
-    return {"roc_auc": roc_auc(labels, scores), "auprc": auprc(labels, scores)}
-
-
-def _undefined(windows: pd.DataFrame) -> str:
-    if windows.empty:
-        return "no judged window has this score"
-    anomalous = int(windows[ANOMALOUS].sum())
-    if anomalous == 0:
-        return f"none of the {len(windows):,} judged windows overlaps a true anomaly"
-    return f"every one of the {len(windows):,} judged windows overlaps a true anomaly"
-
-
-def _alerts(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, threshold: float | None) -> dict[str, Any]:
-    """The model's `is_anomaly` as alerts: by window, by incident, by run of flagged windows,
-    and point-adjusted (beside a random score flagging as many windows)."""
-    flagged, actual = rows[contract.IS_ANOMALY].astype(bool).to_numpy(), rows[ANOMALOUS].astype(bool).to_numpy()
-    hits = int((flagged & actual).sum())
-    detected, incidents, true_runs, runs = 0, 0, 0, 0
-    adjusted_model, adjusted_random = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
-    random_flags = np.zeros(len(rows), bool)
-    if flagged.any():
-        top = np.argsort(-rows[baselines.RANDOM].fillna(0).to_numpy(), kind="mergesort")[:int(flagged.sum())]
-        random_flags[top] = True
-    for asset, mine in rows.groupby(key, sort=False):
-        order = mine.sort_values(WINDOW_START).index.to_numpy()
-        index = rows.index.get_indexer(order)
-        starts, ends = mine.loc[order, WINDOW_START].to_numpy(), mine.loc[order, WINDOW_END].to_numpy()
-        f, a = flagged[index], actual[index]
-        for _, incident in intervals[intervals[key] == asset].iterrows():
-            meets = (starts <= np.datetime64(incident[columns.ANOMALY_END])) \
-                & (ends >= np.datetime64(incident[columns.ANOMALY_START]))
-            if meets.any():
-                incidents += 1
-                detected += int(f[meets].any())
-        for run in _runs(f):
-            runs += 1
-            true_runs += int(a[run].any())
-        for segment in _runs(a):
-            adjusted_model[index[segment]] = f[segment].any()
-            adjusted_random[index[segment]] = random_flags[index][segment].any()
-    adjusted_model |= flagged
-    adjusted_random |= random_flags
-    return {
-        "threshold": threshold,
-        "flagged": int(flagged.sum()),
-        "precision": round(hits / int(flagged.sum()), 4) if flagged.any() else None,
-        "recall": round(hits / int(actual.sum()), 4) if actual.any() else None,
-        "incidents": incidents, "incidents_detected": detected,
-        "event_recall": round(detected / incidents, 4) if incidents else None,
-        "alerts": runs, "event_precision": round(true_runs / runs, 4) if runs else None,
-        "point_adjusted_f1": _f1(adjusted_model, actual),
-        "point_adjusted_f1_random": _f1(adjusted_random, actual) if flagged.any() else None,
-    }
-
-
-def _runs(mask: np.ndarray) -> list[slice]:
-    """The maximal runs of True in `mask`, as slices."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
-
-
-def _f1(predicted: np.ndarray, actual: np.ndarray) -> float | None:
-    tp = int((predicted & actual).sum())
-    if not predicted.any() or not actual.any():
-        return None
-    precision, recall = tp / int(predicted.sum()), tp / int(actual.sum())
-    return round(2 * precision * recall / (precision + recall), 4) if tp else 0.0
-
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float | None:
-    """Area under the ROC curve (ties counted half), from ranks: the probability that a
-    random anomalous window scores above a random normal one."""
-    labels = labels.astype(bool)
-    positives, negatives = int(labels.sum()), int((~labels).sum())
-    if positives == 0 or negatives == 0:
-        return None
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores), dtype=np.float64)
-    ranks[order] = np.arange(1, len(scores) + 1)
-    sorted_scores = scores[order]
-    # average ranks over ties
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    for start, n in zip(first[counts > 1], counts[counts > 1]):
-        ranks[order[start:start + n]] = start + (n + 1) / 2
-    auc = (ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives)
-    return round(float(auc), 6)
-
-
-def auprc(labels: np.ndarray, scores: np.ndarray) -> float | None:
-    """Area under the precision-recall curve as average precision: the precision at each
-    distinct score, weighted by the recall it adds (tied windows enter together)."""
-    labels = labels.astype(bool)
-    positives = int(labels.sum())
-    if positives == 0 or positives == len(labels):
-        return None
-    order = np.argsort(-scores, kind="mergesort")
-    hits, ranked = np.cumsum(labels[order]), scores[order]
-    last_of_tie = np.concatenate([ranked[1:] != ranked[:-1], [True]])
-    precision = hits[last_of_tie] / (np.flatnonzero(last_of_tie) + 1)
-    recall_added = np.diff(np.concatenate([[0], hits[last_of_tie]])) / positives
-    return round(float((precision * recall_added).sum()), 6)
 
 
 def describe(report: Evaluation) -> list[str]:

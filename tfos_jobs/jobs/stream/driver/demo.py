@@ -23,7 +23,8 @@ from tfos_jobs.contracts import stream as contract
 from tfos_jobs.data import fleet, windows
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
-from tfos_jobs.jobs.serve.evaluate import ANOMALOUS, label, roc_auc
+from tfos_jobs.data.anomaly_figures import ANOMALOUS, roc_auc
+from tfos_jobs.jobs.serve.evaluate import label
 from tfos_jobs.jobs.serve.predict import with_predictions
 from tfos_jobs.jobs.stream.driver import job, replay
 from tfos_jobs.storage import Storage
