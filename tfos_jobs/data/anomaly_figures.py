@@ -25,7 +25,7 @@ TITLES = {MODEL: "autoencoder (reconstruction_error)", **baselines.TITLES}
 
 
 def report(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, not_computed: dict[str, str],
-              threshold: float | None) -> Evaluation:
+           threshold: float | None) -> Evaluation:
     """Every figure the judged windows define; `not_computed` says, for each one they do not, why.
     `threshold`: the model's, where `is_anomaly` flags a window (metrics.json)."""
     why = dict(not_computed)
