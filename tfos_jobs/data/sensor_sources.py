@@ -65,6 +65,11 @@ def read_rows(spark: SparkSession, config: Config, spec: FeatureSpec) -> tuple[D
     return table, info
 
 
+def of_source(config: Config, source: str) -> Config:
+    """`config` reading its sensor rows from the one source `source` (no union)."""
+    return dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))
+
+
 def window_table(spark: SparkSession, config: Config, spec: FeatureSpec, source: str | None = None) -> DataFrame:
     """The usable windows of the prepare sources (or of one `source` of sensor rows), cut as
     prepare cuts them, bounds as timestamps: what the `windows` view and `tfos predict` score.
@@ -72,7 +77,7 @@ def window_table(spark: SparkSession, config: Config, spec: FeatureSpec, source:
     from tfos_jobs.data import windows
 
     if source is not None:
-        config = dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))
+        config = of_source(config, source)
     rows, _ = read_rows(spark, config, spec)
     good = rows.where(F.col(CORRUPT).isNull())
     return windows.as_timestamps(windows.usable(windows.all_windows(good, spec)))

@@ -40,7 +40,7 @@ from tfos_jobs.data import baselines, columns, sources
 from tfos_jobs.data import anomaly_figures
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, KIND, MODEL, SCORES, TITLES
 from tfos_jobs.data import split as split_mod
-from tfos_jobs.data.sensor_sources import read_rows, split_windows, window_table
+from tfos_jobs.data.sensor_sources import of_source, read_rows, split_windows, window_table
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.storage import Storage
@@ -218,7 +218,7 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataF
     if not assets:
         return
     source = config.predict.input
-    raw, _ = read_rows(spark, config if source is None else _with_main(config, source), spec)
+    raw, _ = read_rows(spark, config if source is None else of_source(config, source), spec)
     first, last = rows[WINDOW_START].min(), rows[WINDOW_END].max()
     traces: pd.DataFrame = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()
                                      & F.col(time).between(first, last)) \
@@ -274,9 +274,3 @@ def _score_plot(report: Evaluation, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def _with_main(config: Config, source: str) -> Config:
-    import dataclasses
-
-    return dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))

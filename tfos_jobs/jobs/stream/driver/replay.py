@@ -8,7 +8,6 @@ machines arrive out of order (within the watermark, if it is small enough).
 """
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import random
 import time
@@ -21,7 +20,7 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config
 from tfos_jobs.data import sources
 from tfos_jobs.data.columns import CORRUPT
-from tfos_jobs.data.sensor_sources import read_rows
+from tfos_jobs.data.sensor_sources import of_source, read_rows
 from tfos_jobs.errors import ConfigError, TfosError
 
 FLUSH_EVERY = 5_000  # events between waits for the broker's acknowledgements
@@ -33,7 +32,7 @@ def source_rows(spark: SparkSession, config: Config, source: str | None, where: 
     spec = config.features
     if spec.is_sequence:
         if source is not None:
-            config = dataclasses.replace(config, prepare=dataclasses.replace(config.prepare, main=source, union=()))
+            config = of_source(config, source)
         rows, _ = read_rows(spark, config, spec)
         rows = rows.where(F.col(CORRUPT).isNull()).select(*spec.stored_columns)
     else:
