@@ -12,6 +12,7 @@ from benchmarks.arguments import DEFAULT_OUTPUT
 from benchmarks.harness import Figure, Result, fmt, ratio
 from benchmarks.context import Run
 from benchmarks.stages import hundredfold, serving, streaming
+from benchmarks.stages.node_inputs import P16A_CHUNKS
 from benchmarks.stages.registered import FREE_MLFLOW, FREE_OURS, KERAS_LOAD, TASKS, TFOS_PYFUNC
 from tfos_jobs.topology import Role, Strategy
 
@@ -243,6 +244,11 @@ def _details(run: Run) -> list[str]:
         lines.append(f"- **tfos predict** (joins, scoring, Parquet write, output check) runs at {_figure(scored)}; "
                      f"writing the same joined rows without a model runs at {_figure(plain)}: "
                      f"{fmt(ratio(scored.median, plain.median))}× ({run.sizes.get('predict rows', '')}).")
+    if "P16a" in d and P16A_CHUNKS in run.details:
+        chunks = run.details[P16A_CHUNKS]
+        lines.append(f"- **P16a** with `train.node_inputs = \"chunks\"` (each file's bytes through Arrow to the "
+                     f"node's task): {_figure(chunks)}, {fmt(ratio(chunks.median, d['P16a'].baseline.median))}× the "
+                     "whole-file path.")
     lines.append("")
     lines += serving.p4_cpu(run)
     lines += serving.batch_sizes(run)

@@ -39,11 +39,16 @@ STRATEGIES = tuple(s.value for s in Strategy)
 # the setting, and what a run records.
 AUTO, ALL_GATHER, ALL_REDUCE = "auto", "all_gather", "all_reduce"
 EXCHANGES = (AUTO, ALL_GATHER, ALL_REDUCE)
+# How a node's input files reach its local disk (cluster.driver.node_inputs): copied by its
+# executor and moved into place, or sent to the node's task in chunks.
+SPOOL, CHUNKS = "spool", "chunks"
+DELIVERIES = (SPOOL, CHUNKS)
 if TYPE_CHECKING:  # a type checker reads the settings as str; the config loader checks their values
     StrategyName = str
     ExchangeName = str
+    DeliveryName = str
 else:  # the config's field types: `Literal` of the names above, typed once
-    StrategyName, ExchangeName = Literal[STRATEGIES], Literal[EXCHANGES]
+    StrategyName, ExchangeName, DeliveryName = Literal[STRATEGIES], Literal[EXCHANGES], Literal[DELIVERIES]
 GATHER_BYTES = 256 * 1024  # auto: above two workers, packs up to this size are gathered
 
 

@@ -161,10 +161,11 @@ def test_gpu_addresses_go_to_workers_only(dataset, tmp_path):
     assert not set(chief) & set(worker)
 
 
-@pytest.mark.slow  # 1.2 GB written, then streamed to two TF nodes, about a minute: `make test-all`
-def test_files_larger_than_an_executors_heap_reach_their_nodes(dataset, tmp_path):
+@pytest.mark.slow  # 1.2 GB written, then streamed to two TF nodes, about a minute each: `make test-all`
+@pytest.mark.parametrize("delivery", ["spool", "chunks"])
+def test_files_larger_than_an_executors_heap_reach_their_nodes(dataset, tmp_path, delivery):
     """A train split of two files of 600 MB each, more than an executor's whole heap (512 MB): each
-    node gets its file in chunks (the jar's tfos-node-inputs source) and trains from it."""
+    node gets its file (the jar's tfos-node-inputs source, either delivery) and trains from it."""
     from benchmarks.stages.node_inputs import concatenated
 
     big = concatenated(str(dataset), str(tmp_path / "big"), 600 * 2**20, 2)
@@ -172,7 +173,7 @@ def test_files_larger_than_an_executors_heap_reach_their_nodes(dataset, tmp_path
     assert len(sizes) == 2 and min(sizes) >= 600 * 2**20
     model_dir = tmp_path / "model"
     train(Path(big), model_dir, "spark.master=local-cluster[2,1,512]", "train.epochs=1", "train.steps_per_epoch=20",
-          "train.in_memory_mb=64", env={"PYTHONPATH": str(ROOT)})
+          "train.in_memory_mb=64", f"train.node_inputs={delivery}", env={"PYTHONPATH": str(ROOT)})
     m = metrics(model_dir)
     assert m["epochs"] == 1 and sorted(n["role"] for n in m["nodes"]) == ["chief", "worker"]
     assert (model_dir / "saved_model" / "saved_model.pb").exists()

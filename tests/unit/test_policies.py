@@ -204,3 +204,36 @@ def test_a_node_writes_its_files_from_chunks_of_any_size_and_refuses_gaps(tmp_pa
         inputs.receive(batches(rows[:1]), wanted, str(tmp_path / "cut"))
     with pytest.raises(ValueError, match="a file it was not sent: hdfs://nn/x"):
         inputs.receive(batches(chunks("hdfs://nn/x", b"1")), wanted, str(tmp_path / "odd"))
+
+
+def test_a_node_moves_the_files_its_executor_spooled_into_place(tmp_path):
+    """With train.node_inputs = "spool" a row names the executor's local copy of a whole file:
+    it is moved into place (not copied again), a copy of the wrong size is an error, and a file
+    another node of the host already placed is kept."""
+    import pyarrow as pa
+
+    from tfos_jobs.cluster.node import inputs
+
+    spool, root = tmp_path / "spool", tmp_path / "node"
+    spool.mkdir()
+    (spool / "0").write_bytes(b"x" * 5000)
+    (spool / "1").write_bytes(b"")
+    wanted = {"/ds/train/a.tfrecord": "dataset/train/a.tfrecord", "/ds/_meta/empty": "dataset/_meta/empty"}
+
+    def row(path: str, size: int, local: str) -> dict:
+        return {"node": 0, "file": path, "offset": 0, "size": size, "data": b"", "local": local}
+
+    rows = [row("s3a://b/ds/train/a.tfrecord", 5000, str(spool / "0")), row("s3a://b/ds/_meta/empty", 0, str(spool / "1"))]
+    assert inputs.receive([pa.RecordBatch.from_pylist(rows)], wanted, str(root)) == (2, 5000)
+    assert (root / "dataset/train/a.tfrecord").read_bytes() == b"x" * 5000
+    assert (root / "dataset/_meta/empty").read_bytes() == b""
+    assert list(spool.iterdir()) == []  # moved, not copied
+    (spool / "0").write_bytes(b"y" * 5000)  # the same file again (another node of this host): kept as it is
+    again = [pa.RecordBatch.from_pylist([rows[0]]), pa.RecordBatch.from_pylist([row("s3a://b/ds/_meta/empty", 0, str(spool / "1"))])]
+    (spool / "1").write_bytes(b"")
+    assert inputs.receive(again, wanted, str(root)) == (2, 5000)
+    assert (root / "dataset/train/a.tfrecord").read_bytes() == b"x" * 5000
+    (spool / "0").write_bytes(b"z" * 10)
+    with pytest.raises(ValueError, match="the executor's copy holds 10 of 5,000 bytes"):
+        inputs.receive([pa.RecordBatch.from_pylist([rows[0]])], wanted, str(tmp_path / "short"))
+    assert list((tmp_path / "short/dataset/train").iterdir()) == []  # nothing partial left

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Union
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.names import Name
 from tfos_jobs.tasks import ModelKind
-from tfos_jobs.topology import ExchangeName, Strategy, StrategyName, node_count
+from tfos_jobs.topology import DeliveryName, ExchangeName, Strategy, StrategyName, node_count
 
 
 ParamScalar = Union[str, int, float, bool]
@@ -170,6 +170,10 @@ class TrainConfig:
     # where TF nodes keep their copy of the dataset and their own files on an executor's disk;
     # "" = the executor's temporary directory. Parameter-server workers need the same path on every host.
     local_dir: str = ""
+    # how the input files reach that disk: "spool" = the executor copies each file to its own local
+    # directory and the node moves it into place; "chunks" = the node's task receives them in 4 MiB
+    # Arrow chunks, for Python workers that cannot see their executor's local directories
+    node_inputs: DeliveryName = "spool"
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
 

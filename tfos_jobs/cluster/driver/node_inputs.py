@@ -3,8 +3,10 @@
 A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job
 reads its inputs through Spark: partition i of the node job holds node i's files, read by its
 own task with Hadoop's FileSystem (the package's `tfos-node-inputs` data source), from wherever
-the dataset lives, a chunk at a time, and written to the node's local disk (`cluster.node.inputs`):
-a file of any size reaches its node, and no process ever holds more than a few chunks of it.
+the dataset lives, and put on the node's local disk (`cluster.node.inputs`): copied by the
+executor and moved into place (`train.node_inputs = "spool"`), or sent to the node's task in
+chunks (`"chunks"`). A file of any size reaches its node, and no process ever holds more than a
+few MiB of it.
 Each node gets what it reads:
 
   * multi-worker: `_meta/`, the eval split (every worker evaluates all of it) and its shard of
@@ -28,7 +30,7 @@ from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.errors import InputError
 from tfos_jobs.cluster.node.inputs import key
 from tfos_jobs.storage import Storage, named
-from tfos_jobs.topology import Role, Strategy, worker_rank
+from tfos_jobs.topology import SPOOL, Role, Strategy, worker_rank
 
 
 def read_dataset(storage: Storage, setting: str, path: str) -> DatasetMeta:
@@ -92,8 +94,14 @@ SOURCE = "tfos-node-inputs"  # the jar's NodeInputsSource
 CHUNK = 4 << 20  # bytes per row: what an executor and a node hold of a file at a time
 
 
-def frame(spark: Any, meta: DatasetMeta, plans: list[dict[str, str]], chunk: int = CHUNK) -> Any:
-    """A DataFrame whose partition i holds the files of `plans[i]` in chunks (the package's
-    `tfos-node-inputs` data source), read by that partition's task on its own executor."""
-    paths = [qualified(meta, wanted) for wanted in plans]
-    return spark.read.format(SOURCE).option("plan", json.dumps(paths)).option("chunk_bytes", str(chunk)).load()
+def frame(spark: Any, meta: DatasetMeta, plans: list[dict[str, str]], *, delivery: str = SPOOL) -> Any:
+    """A DataFrame whose partition i holds the files of `plans[i]`, read by that partition's task
+    on its own executor (`source`)."""
+    return source(spark, [qualified(meta, wanted) for wanted in plans], delivery=delivery)
+
+
+def source(spark: Any, paths: list[list[str]], *, delivery: str = SPOOL, chunk: int = CHUNK) -> Any:
+    """The package's `tfos-node-inputs` data source over `paths[i]` for partition i: one row per
+    file naming the executor's local copy (`spool`), or the files in chunks (`chunks`)."""
+    return (spark.read.format(SOURCE).option("plan", json.dumps(paths)).option("chunk_bytes", str(chunk))
+            .option("spool", str(delivery == SPOOL).lower()).load())

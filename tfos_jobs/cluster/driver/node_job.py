@@ -117,7 +117,7 @@ def node_function(launch: Launch, secret: bytes) -> Callable[[Any], Any]:
 def _node_job(spark: Any, attempt: Attempt, plans: list[dict[str, str]], launch: Launch, secret: bytes) -> Any:
     from tfos_jobs.cluster.node.task import RESULT_SCHEMA
 
-    inputs = node_inputs.frame(spark, attempt.meta, plans)
+    inputs = node_inputs.frame(spark, attempt.meta, plans, delivery=attempt.tr.node_inputs)
     return inputs.mapInArrow(node_function(launch, secret), RESULT_SCHEMA)
 
 

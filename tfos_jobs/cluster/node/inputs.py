@@ -1,21 +1,25 @@
-"""A node's input files, as Spark hands them to its task: chunks of each file (rows of the
-`tfos-node-inputs` data source, `cluster.driver.node_inputs`), written to the node's local disk
-under the names the driver gave them.
+"""A node's input files, as Spark hands them to its task (rows of the `tfos-node-inputs` data
+source, `cluster.driver.node_inputs`), put on the node's local disk under the names the driver
+gave them.
 
 Spark reads them from wherever the dataset lives (any filesystem its Hadoop configuration
-reaches) on the node's own executor, a few MiB at a time, so neither the executor nor this
-process ever holds a whole file; TensorFlow then reads local files, held in memory when the
-node's share fits (train.in_memory_mb) and streamed from disk when it does not.
+reaches) on the node's own executor, and either copies each file to the executor's local disk
+(a row names the copy, which is moved into place: `train.node_inputs = "spool"`) or sends it in
+chunks of a few MiB that are written here (`"chunks"`). Neither the executor nor this process
+ever holds a whole file; TensorFlow then reads local files, held in memory when the node's
+share fits (train.in_memory_mb) and streamed from disk when it does not.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from typing import IO, Any, Iterable
 from urllib.parse import urlparse
 
-# The columns of a chunk row (the jar's `NodeInputs.Schema`).
-NODE, FILE, OFFSET, SIZE, DATA = "node", "file", "offset", "size", "data"
+# The columns of a row (the jar's `NodeInputs.Schema`): LOCAL is the executor's copy of the file
+# when the source spools, else null and the file comes in DATA chunks.
+NODE, FILE, OFFSET, SIZE, DATA, LOCAL = "node", "file", "offset", "size", "data", "local"
 
 
 def key(path: str) -> str:
@@ -51,6 +55,17 @@ class _File:
             self.fh.close()
             os.replace(self.tmp, self.target)
 
+    def take(self, local: str) -> None:
+        """The whole file at once: the executor's copy moved into place (renamed where it is on the
+        same filesystem, else copied beside the target and renamed)."""
+        if os.path.getsize(local) != self.size:
+            raise ValueError(f"{self.target}: the executor's copy holds {os.path.getsize(local):,} of "
+                             f"{self.size:,} bytes")
+        if self.fh is not None:
+            self.fh.close()
+            shutil.move(local, self.tmp)
+        self.next = self.size
+
     def abandon(self) -> None:
         if self.fh is not None:
             self.fh.close()
@@ -67,6 +82,7 @@ def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[
     try:
         for batch in batches:
             files, offsets, sizes, data = (batch.column(c) for c in (FILE, OFFSET, SIZE, DATA))
+            locals_ = batch.column(LOCAL) if LOCAL in batch.schema.names else None
             for i in range(batch.num_rows):
                 path, offset = files[i].as_py(), offsets[i].as_py()
                 if offset == 0:
@@ -79,9 +95,14 @@ def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[
                     written.add(rel)
                 if current is None:
                     raise ValueError(f"{path}: a chunk at offset {offset:,} arrived before the file's start")
-                chunk = data[i].as_buffer()
-                current.write(offset, memoryview(chunk) if chunk is not None else b"")
-                received += len(chunk) if chunk is not None else 0
+                local = locals_[i].as_py() if locals_ is not None else None
+                if local is not None:
+                    current.take(local)
+                    received += current.size
+                else:
+                    chunk = data[i].as_buffer()
+                    current.write(offset, memoryview(chunk) if chunk is not None else b"")
+                    received += len(chunk) if chunk is not None else 0
                 if current.done():
                     current.close()
                     current = None

@@ -3,10 +3,14 @@ package org.apache.spark.tfos
 import org.apache.spark.SparkContext
 import org.apache.spark.status.AppStatusStore
 
-/** Spark's status store (private to Spark's packages): which jobs carry a tag, and their tasks' errors. */
+/** What the package reads of Spark's internals (private to Spark's packages): the status store (which jobs carry
+  * a tag, their tasks' errors) and an executor's local directories. */
 object StatusAccess {
   def store(sc: SparkContext): AppStatusStore = sc.statusStore
 
   /** Wait until the status store has heard of every event posted so far (a job just ended). */
   def settle(sc: SparkContext): Unit = sc.listenerBus.waitUntilEmpty()
+
+  /** One of this executor's local directories (spark.local.dir, or the cluster manager's). */
+  def localDir(): String = org.apache.spark.util.Utils.getLocalDir(org.apache.spark.SparkEnv.get.conf)
 }
