@@ -172,7 +172,8 @@ def test_files_larger_than_an_executors_heap_reach_their_nodes(dataset, tmp_path
     sizes = [p.stat().st_size for p in (tmp_path / "big" / "train").iterdir()]
     assert len(sizes) == 2 and min(sizes) >= 600 * 2**20
     model_dir = tmp_path / "model"
-    train(Path(big), model_dir, "spark.master=local-cluster[2,1,512]", "train.epochs=1", "train.steps_per_epoch=20",
+    train(Path(big), model_dir, "spark.master=local-cluster[2,1,512]", "spark.conf.spark.executor.memory=512m",
+          "train.epochs=1", "train.steps_per_epoch=20",
           "train.in_memory_mb=64", f"train.node_inputs={delivery}", env={"PYTHONPATH": str(ROOT)})
     m = metrics(model_dir)
     assert m["epochs"] == 1 and sorted(n["role"] for n in m["nodes"]) == ["chief", "worker"]

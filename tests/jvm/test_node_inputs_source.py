@@ -30,7 +30,7 @@ def _receive(roots: list[str], plans: list[dict[str, str]], batches: Iterator[An
 
     def seen(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
-            spooled.update(os.path.dirname(p) for p in batch.column(inputs.LOCAL).to_pylist() if p)
+            spooled.update(os.path.dirname(p) for p in batch.column(inputs.COPY).to_pylist() if p)
             yield batch
 
     inputs.receive(seen(batches), plans[node], roots[node])

@@ -221,7 +221,7 @@ def test_a_node_moves_the_files_its_executor_spooled_into_place(tmp_path):
     wanted = {"/ds/train/a.tfrecord": "dataset/train/a.tfrecord", "/ds/_meta/empty": "dataset/_meta/empty"}
 
     def row(path: str, size: int, local: str) -> dict:
-        return {"node": 0, "file": path, "offset": 0, "size": size, "data": b"", "local": local}
+        return {"node": 0, "file": path, "offset": 0, "size": size, "data": b"", "copy": local}
 
     rows = [row("s3a://b/ds/train/a.tfrecord", 5000, str(spool / "0")), row("s3a://b/ds/_meta/empty", 0, str(spool / "1"))]
     assert inputs.receive([pa.RecordBatch.from_pylist(rows)], wanted, str(root)) == (2, 5000)

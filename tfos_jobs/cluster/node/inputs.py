@@ -17,9 +17,9 @@ import uuid
 from typing import IO, Any, Iterable
 from urllib.parse import urlparse
 
-# The columns of a row (the jar's `NodeInputs.Schema`): LOCAL is the executor's copy of the file
-# when the source spools, else null and the file comes in DATA chunks.
-NODE, FILE, OFFSET, SIZE, DATA, LOCAL = "node", "file", "offset", "size", "data", "local"
+# The columns of a row (the jar's `NodeInputs.Schema`): COPY is the path of the executor's copy of
+# the file when the source spools, else null and the file comes in DATA chunks.
+NODE, FILE, OFFSET, SIZE, DATA, COPY = "node", "file", "offset", "size", "data", "copy"
 
 
 def key(path: str) -> str:
@@ -82,7 +82,7 @@ def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[
     try:
         for batch in batches:
             files, offsets, sizes, data = (batch.column(c) for c in (FILE, OFFSET, SIZE, DATA))
-            locals_ = batch.column(LOCAL) if LOCAL in batch.schema.names else None
+            copies = batch.column(COPY) if COPY in batch.schema.names else None
             for i in range(batch.num_rows):
                 path, offset = files[i].as_py(), offsets[i].as_py()
                 if offset == 0:
@@ -95,7 +95,7 @@ def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[
                     written.add(rel)
                 if current is None:
                     raise ValueError(f"{path}: a chunk at offset {offset:,} arrived before the file's start")
-                local = locals_[i].as_py() if locals_ is not None else None
+                local = copies[i].as_py() if copies is not None else None
                 if local is not None:
                     current.take(local)
                     received += current.size

@@ -1,7 +1,8 @@
 """A TF node's own process, started by its Spark task (`cluster.node.task`) on the executor:
 `python -m tfos_jobs.cluster.node.process`, with what it needs as JSON on its standard input
 (the launch, its partition, the run's secret, and its task's context: `TaskContext.get()` answers
-in this process as in the task).
+in this process as in the task). The task starts it before the node's inputs arrive, and writes
+the spec once they are all on disk.
 
 It connects to the control server (directly, or through the driver's relay), fetches the resume
 state, and runs the node: under a TF strategy, TensorFlowOnSpark's node runtime reserves its place
@@ -28,6 +29,7 @@ EXIT_OK, EXIT_REPORTED, EXIT_UNREPORTED = 0, 1, 2
 def main() -> int:
     from pyspark import TaskContext
 
+    _preload()
     spec = json.loads(sys.stdin.read())
     TaskContext._setTaskContext(TaskContext.from_json(spec["task"]))  # the task this process runs for
     launch, partition = Launch.from_json(spec["launch"]), int(spec["partition"])
@@ -55,6 +57,16 @@ def main() -> int:
             return EXIT_UNREPORTED
     finally:
         client.close()
+
+
+def _preload() -> None:
+    """TensorFlow and TensorFlowOnSpark imported while the task still receives the node's inputs
+    (the spec comes after them). Nothing is configured yet: the threads and the devices are set
+    once the spec says how (TensorFlow starts its pools and probes its devices later)."""
+    from tfos_jobs.tf_import import tensorflow
+
+    tensorflow(devices=False)
+    import tensorflowonspark.TFSparkNode  # noqa: F401
 
 
 def run(launch: Launch, partition: int, link: Any, workspace: Workspace, spec: dict[str, Any]) -> None:

@@ -73,6 +73,7 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
     workspace = Workspace.of(launch.local_dir, launch.run_id, name)
     workspace.enter()
     lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
+    process = _NodeProcess(workspace)  # imports TensorFlow while the inputs arrive
     try:
         try:
             _, received = inputs.receive(batches, launch.inputs[partition], workspace.root)
@@ -81,11 +82,13 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
         except Exception as e:
             _report(launch, secret, name, local_disk.explained(e, traceback.format_exc(), launch.local_dir))
             return EXIT_REPORTED, 0
-        code, said = _run_process(launch, secret, partition, workspace, task)
+        code, said = process.run({"launch": launch.to_json(), "partition": partition, "secret": secret.hex(),
+                                  "task": _context(task, partition)})
         if code not in (0, EXIT_REPORTED):
             _report(launch, secret, name, last_traceback(said) or _crashed(code))
         return code, received
     finally:
+        process.kill()
         workspace.leave()
 
 
@@ -104,28 +107,38 @@ def _retried(launch: Launch, secret: bytes, name: str) -> int:
         return EXIT_REPORTED
 
 
-def _run_process(launch: Launch, secret: bytes, partition: int, workspace: Workspace, task: Any
-                 ) -> tuple[int, list[str]]:
-    """Run the node in a child process; its exit code, and the last lines it wrote to stderr
-    (which go on to the task's own stderr, the executor's log)."""
-    spec = {"launch": launch.to_json(), "partition": partition, "secret": secret.hex(), "task": _context(task, partition)}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # addPyFile and artifacts too
-    os.makedirs(workspace.own, exist_ok=True)
-    child = subprocess.Popen([sys.executable, "-m", PROCESS_MODULE], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                             cwd=workspace.own, env=env, preexec_fn=_die_with_parent, close_fds=True)
-    assert child.stdin is not None and child.stderr is not None  # both PIPE
-    said: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-    relay = threading.Thread(target=_tee, args=(child.stderr, said), daemon=True)
-    relay.start()
-    with child.stdin:
-        child.stdin.write(json.dumps(spec).encode())
-    try:
-        code = child.wait()
-        relay.join(10)
-        return code, list(said)
-    finally:
-        if child.poll() is None:
-            child.kill()
+class _NodeProcess:
+    """The node's child process, started before its inputs arrive: it imports TensorFlow, then
+    waits for its spec (JSON on its standard input). The last lines it writes to stderr are kept
+    (and go on to the task's own stderr, the executor's log)."""
+
+    def __init__(self, workspace: Workspace):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # addPyFile and artifacts too
+        os.makedirs(workspace.own, exist_ok=True)
+        self.child = subprocess.Popen([sys.executable, "-m", PROCESS_MODULE], stdin=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, cwd=workspace.own, env=env, preexec_fn=_die_with_parent,
+                                      close_fds=True)
+        assert self.child.stdin is not None and self.child.stderr is not None  # both PIPE
+        self.said: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.relay = threading.Thread(target=_tee, args=(self.child.stderr, self.said), daemon=True)
+        self.relay.start()
+
+    def run(self, spec: dict[str, Any]) -> tuple[int, list[str]]:
+        """Hand the node its spec and wait for it: its exit code and last stderr lines."""
+        assert self.child.stdin is not None
+        try:
+            with self.child.stdin:
+                self.child.stdin.write(json.dumps(spec).encode())
+        except BrokenPipeError:  # it died before reading: its exit code and stderr say why
+            pass
+        code = self.child.wait()
+        self.relay.join(10)
+        return code, list(self.said)
+
+    def kill(self) -> None:
+        if self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
 
 
 def _tee(stream: IO[bytes], kept: collections.deque[str]) -> None:

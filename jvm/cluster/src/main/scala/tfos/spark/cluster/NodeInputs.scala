@@ -22,10 +22,10 @@ import tfos.spark.tfrecord.SerializableConf
   * Option `plan`: a JSON list with one entry per node, the paths of that node's files (any
   * filesystem the session's Hadoop configuration reaches). Partition i is node i: its task reads
   * node i's files with Hadoop's FileSystem, on its own executor, and hands them on in one of two
-  * ways, as rows (node, file, offset, size, data, local):
+  * ways, as rows (node, file, offset, size, data, copy):
   *  - option `spool` = true: each file is copied whole to one of the executor's local directories
   *    (a stream copy: the heap holds a buffer, never the file), one row per file naming the copy
-  *    in `local`, with no data. The copies belong to the task: whatever the consumer (a process of
+  *    in `copy`, with no data. The copies belong to the task: whatever the consumer (a process of
   *    the same executor) has not moved away is deleted when the task ends.
   *  - otherwise (chunks): one row per `chunk_bytes` (default 4 MiB) of each file, in `data`, for a
   *    consumer that cannot see the executor's disk. No task ever holds more than a chunk of a file;
@@ -54,7 +54,7 @@ object NodeInputs {
     StructField("offset", LongType, nullable = false),
     StructField("size", LongType, nullable = false),
     StructField("data", BinaryType, nullable = false),
-    StructField("local", StringType, nullable = true)))
+    StructField("copy", StringType, nullable = true)))
 
   def parsePlan(json: String): Seq[Seq[String]] = {
     val root = new ObjectMapper().readTree(json)
