@@ -43,3 +43,37 @@ def kill_group(proc: subprocess.Popen) -> None:
 def kill_started() -> None:
     while STARTED:
         kill_group(STARTED.pop())
+
+
+def in_group(pgid: int, needle: str) -> list[int]:
+    """The processes of process group `pgid` whose command line holds `needle` (e.g. the executor
+    JVMs a command's local-cluster started: `CoarseGrainedExecutorBackend`)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            if needle in cmdline and os.getpgid(int(entry)) == pgid:
+                found.append(int(entry))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # it ended while we looked
+    return found
+
+
+class CpuBurners:
+    """`n` processes that keep a core each busy while the block runs: a loaded machine."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "CpuBurners":
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                      for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for proc in self.procs:
+            kill_group(proc)

@@ -327,10 +327,58 @@ def test_error_type_mismatch_names_feature_and_file(spark, tmp_path):
 
 
 def test_error_inference_conflicting_kinds_names_feature(spark, tmp_path):
+    """Inference over every file (inferSchemaFiles=all) refuses a feature of two kinds; from the
+    first file alone (the default) the schema is that file's, and reading the other file then
+    fails naming the feature and the file."""
     out = tmp_path / "c"
     spark.createDataFrame([(1,)], "clash long").write.format(FORMAT).save(str(out / "a"))
     spark.createDataFrame([("x",)], "clash string").write.format(FORMAT).save(str(out / "b"))
     with pytest.raises(Exception) as excinfo:
-        spark.read.format(FORMAT).load([str(out / "a"), str(out / "b")])
+        spark.read.format(FORMAT).option("inferSchemaFiles", "all").load([str(out / "a"), str(out / "b")])
     text = _error_text(excinfo)
     assert "'clash'" in text and "Int64List" in text and "BytesList" in text
+    sampled = spark.read.format(FORMAT).load([str(out / "a"), str(out / "b")])
+    assert sampled.schema.simpleString() == "struct<clash:bigint>"
+    with pytest.raises(Exception) as excinfo:
+        sampled.collect()
+    text = _error_text(excinfo)
+    (written,) = [f for f in _files(out / "b") if os.path.getsize(f) > 0]
+    assert "'clash'" in text and "BytesList" in text and os.path.basename(written) in text
+    with pytest.raises(Exception, match="inferSchemaFiles must be a number of files"):
+        spark.read.format(FORMAT).option("inferSchemaFiles", "none").load(str(out / "a"))
+
+
+def _bytes_read(spark) -> int:
+    """Bytes read from the local filesystem so far, by every reader of this JVM (a local master)."""
+    stats = spark._jvm.org.apache.hadoop.fs.FileSystem.getGlobalStorageStatistics().get("file")
+    return int(stats.getLong("bytesRead")) if stats is not None else 0
+
+
+def test_reading_without_a_schema_reads_each_file_once(spark, tmp_path):
+    """1 GiB in 64 files: inference reads the first file only, so loading and counting the
+    dataset reads each file once (and the first twice); inferSchemaFiles=all reads them all."""
+    one = tmp_path / "one"
+    spark.range(40_000).selectExpr("id", "repeat('x', 400) as text", "array(id * 0.5, 1.0) as pair") \
+        .coalesce(1).write.format(FORMAT).save(str(one))
+    (path,) = _files(one)
+    content = Path(path).read_bytes()
+    data = tmp_path / "gib"
+    data.mkdir()
+    files = 64
+    for i in range(files):  # TFRecord files hold independent records: copies are a valid dataset
+        (data / f"part-{i:03d}.tfrecord").write_bytes(content)
+    total = files * len(content)
+    assert total >= 2**30 * 0.99
+
+    before = _bytes_read(spark)
+    df = spark.read.format(FORMAT).load(str(data))
+    inferred = _bytes_read(spark) - before
+    assert {f.name: f.dataType.simpleString() for f in df.schema.fields} == {
+        "id": "bigint", "text": "string", "pair": "array<float>"}
+    assert len(content) <= inferred < 2 * len(content)  # the first file, once
+    assert df.count() == files * 40_000
+    assert _bytes_read(spark) - before < total + 2 * len(content)  # then each file once
+
+    before = _bytes_read(spark)
+    spark.read.format(FORMAT).option("inferSchemaFiles", "all").load(str(data))
+    assert _bytes_read(spark) - before >= total

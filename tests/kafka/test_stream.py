@@ -1,9 +1,12 @@
 """`tfos stream` on a real broker, run as users run it (the command, on a local-cluster), against
 batch scoring of the same sensor readings:
 
-* killed mid-run (SIGKILL to its process group) and started again on its checkpoint, it scores
-  every window exactly once, with the batch model's scores, and quarantines every malformed,
-  keyless, timeless, late and duplicate event, and every window batch preparation drops, by reason;
+* with a backlog several micro-batches long and a CPU burner beside it, killed mid-run (SIGKILL
+  to its process group) and started again on its checkpoint, it scores every window exactly
+  once, with the batch model's scores, and quarantines every malformed, keyless, timeless, late
+  and duplicate event, and every window batch preparation drops, by reason;
+* a query that fails (its executors killed, no task retried) ends the command with exit code 2
+  and one error line naming the micro-batch, never an idle stop;
 * a new model version written into the model directory mid-stream is used from one micro-batch
   on, every row tagged with the version that scored it, and scored as that version scores it.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +27,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from tests.commands import kill_group
+from tests.commands import CpuBurners, in_group, kill_group
 from tests.conftest import ROOT
 from tfos_jobs import config
 from tfos_jobs.contracts import serving
@@ -45,6 +49,7 @@ ASSETS, STEPS, STEP = 6, 1400, 60
 WATERMARK = 300  # seconds
 KEY, TIME = "asset_id", "ts"
 WAIT = 300  # seconds: the bound of every wait on a stream's output
+MAX_OFFSETS = 1500  # events per micro-batch
 
 
 def fleet_overrides(root: Path, model: str = "model-a") -> list[str]:
@@ -90,7 +95,7 @@ def stream_command(root: Path, kafka, topic: str, run: str, model: Path, *extra:
             f"stream.model={model}", f"stream.output={root / run / 'scores'}",
             f"stream.quarantine={root / run / 'quarantine'}", f"stream.checkpoint={root / run / 'checkpoint'}",
             f"stream.progress_log={root / run / 'micro_batches.jsonl'}", f"stream.watermark_seconds={WATERMARK}",
-            "stream.trigger_seconds=1", "stream.max_offsets_per_trigger=1500", "stream.alerts=2",
+            "stream.trigger_seconds=1", f"stream.max_offsets_per_trigger={MAX_OFFSETS}", "stream.alerts=2",
             "spark.master=local-cluster[2,1,1536]", "spark.conf.spark.sql.shuffle.partitions=4", *extra]
     return [str(BIN / "tfos"), "stream", "--config", str(FLEET), *[a for s in sets for a in ("--set", s)]]
 
@@ -162,22 +167,26 @@ def test_a_killed_stream_restarts_from_its_checkpoint_and_scores_every_window_on
            event(first, ts=None), event(first, ts=...)]  # missing time: 2
     kafka.produce(topic, [(None, value, None) for value in bad])
 
+    assert sent > 5 * MAX_OFFSETS  # a backlog of several micro-batches
     log = root / "restart.log"
     command = stream_command(root, kafka, topic, "restart", model)
-    proc = started(command, log)
     scores = root / "restart" / "scores"
-    try:
-        wait_for("two micro-batches of scores", lambda: len(committed(scores)) >= 2, proc, log)
-    finally:
-        kill_group(proc)
-    before_restart = committed(scores)
-    # A reading for a window already scored, and a second reading of a step an asset has.
-    last = readings[readings[KEY] == first[KEY]].iloc[-1]
-    kafka.produce(topic, [(first[KEY], event(first), None), (last[KEY], event(last), None)])
+    with CpuBurners(1):
+        proc = started(command, log)
+        try:
+            wait_for("two micro-batches of scores", lambda: len(committed(scores)) >= 2, proc, log)
+        finally:
+            kill_group(proc)
+        before_restart = committed(scores)
+        # A reading for a window already scored, and a second reading of a step an asset has.
+        last = readings[readings[KEY] == first[KEY]].iloc[-1]
+        kafka.produce(topic, [(first[KEY], event(first), None), (last[KEY], event(last), None)])
 
-    proc = started(stream_command(root, kafka, topic, "restart", model, "stream.stop_when_idle_seconds=15"), log)
-    out = finished(proc, log)
+        proc = started(stream_command(root, kafka, topic, "restart", model, "stream.stop_when_idle_seconds=15"), log)
+        out = finished(proc, log)
     assert "stream stopped (no event for 15 s)" in out
+    failures = [line for line in out.splitlines() if " ERROR " in line or "error:" in line or "Traceback" in line]
+    assert not failures, failures
 
     got = spark.read.parquet(str(scores)).toPandas()
     assert set(before_restart) < set(committed(scores))
@@ -204,9 +213,34 @@ def test_a_killed_stream_restarts_from_its_checkpoint_and_scores_every_window_on
     lines = [json.loads(x) for x in (root / "restart" / "micro_batches.jsonl").read_text().splitlines()]
     # a line per micro-batch that read or wrote rows (those the kill cut short have none)
     assert 0 < sum(line[contract.SCORED] for line in lines) <= len(got)
-    assert sum(line[contract.INPUT_ROWS] for line in lines) <= sent + len(bad) + 2 + 1500  # one replayed
+    assert sum(line[contract.INPUT_ROWS] for line in lines) <= sent + len(bad) + 2 + MAX_OFFSETS  # one replayed
     assert all(line[contract.STATE_ROWS] == ASSETS for line in lines[1:])  # one state row per asset
     assert {contract.PROCESSED_ROWS_PER_SECOND, contract.BATCH_MS, contract.WATERMARK} <= set(lines[-1])
+
+
+def test_a_failed_query_ends_the_command_with_one_error_line(spark, kafka, fleet_models):
+    cfg, root, readings = fleet_models
+    topic = "readings-killed"
+    kafka.create_topic(topic, partitions=2)
+    send_readings(spark, kafka, topic, readings)
+    log = root / "killed.log"
+    proc = started(stream_command(root, kafka, topic, "killed", root / "model-a", "spark.conf.spark.task.maxFailures=1",
+                                  "stream.stop_when_idle_seconds=30"), log)
+    try:
+        wait_for("a micro-batch of scores", lambda: len(committed(root / "killed" / "scores")) >= 1, proc, log)
+        deadline = time.monotonic() + WAIT
+        while proc.poll() is None and time.monotonic() < deadline:  # every executor, as soon as it is there
+            for pid in in_group(proc.pid, "CoarseGrainedExecutorBackend"):
+                os.kill(pid, 9)
+            time.sleep(0.2)
+    finally:
+        kill_group(proc)
+    text = log.read_text()
+    assert proc.returncode == 2, text[-4000:]
+    errors = [line for line in text.splitlines() if line.startswith("tfos stream: error:")]
+    assert len(errors) == 1, text[-4000:]
+    assert re.match(r"tfos stream: error: stream: the query failed in micro-batch \d+: .+", errors[0]), errors
+    assert "stream stopped" not in text
 
 
 def test_a_new_model_version_is_picked_up_between_micro_batches(spark, kafka, fleet_models):

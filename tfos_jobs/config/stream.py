@@ -35,7 +35,9 @@ class StreamConfig:
     progress_log: str = "demo-output/stream/micro_batches.jsonl"  # one JSON line per micro-batch, on the driver's disk
     watermark_seconds: int = 600  # how far behind the latest event time a sensor reading may still arrive
     trigger_seconds: float = 2.0  # a micro-batch at most this often
-    max_offsets_per_trigger: int = 0  # events per micro-batch at most (0: all that are there)
+    # events per micro-batch at most: a backlog (a restart, a replay) is drained in bounded
+    # micro-batches; 0: all that are there, in one
+    max_offsets_per_trigger: int = 50_000
     alerts: int = 20  # anomaly alerts printed per micro-batch at most (all are in the output)
     stop_when_idle_seconds: float = 0.0  # > 0: stop once no event arrived for this long (replays, tests)
 

@@ -80,7 +80,12 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
 
 def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, config: Config,
            log: Callable[[str], None]) -> str:
-    """Report each micro-batch as it ends; stop on a signal, on idleness, or on the query's failure."""
+    """Report each micro-batch as it ends; stop on a signal, on idleness, or on the query's failure.
+
+    Idle means alive and idle: no event for `stream.stop_when_idle_seconds` while the query went
+    on reporting, between micro-batches, that it found nothing new. A query that claims to run
+    but reports nothing between micro-batches for `stall_seconds` has lost its thread: an error,
+    never an idle stop."""
     st = config.stream
     stop = threading.Event()
     reason: list[str] = []
@@ -93,6 +98,9 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
         if threading.current_thread() is threading.main_thread() else {}
     seen: set[int] = set()
     last_event = time.monotonic()
+    latest, alive = "", time.monotonic()  # the newest progress report's time, and when it came
+    idle_since_event = False  # a report of nothing new came after the last event
+    stall = stall_seconds(st.trigger_seconds)
     if st.progress_log:
         os.makedirs(os.path.dirname(os.path.abspath(st.progress_log)), exist_ok=True)
     try:
@@ -101,7 +109,12 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
                 running.awaitTermination(POLL_SECONDS)
             except StreamingQueryException:
                 break  # reported below, from running.exception()
-            for progress in running.recentProgress:
+            now = time.monotonic()
+            recent = running.recentProgress
+            if recent and str(recent[-1].get("timestamp")) != latest:
+                latest, alive = str(recent[-1].get("timestamp")), now
+                idle_since_event = idle_since_event or not int(recent[-1].numInputRows or 0)
+            for progress in recent:
                 batch = int(progress["batchId"])
                 report = None if batch in seen else batches.report(batch)
                 if report is None:
@@ -110,7 +123,7 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
                 line = progress_line(progress, report)
                 _count(summary, line, report)
                 if len(seen) == 1 or line[contract.INPUT_ROWS]:
-                    last_event = time.monotonic()
+                    last_event, idle_since_event = now, False
                 for message in report.messages:
                     log(message)
                 if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
@@ -120,8 +133,17 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
                             fh.write(json.dumps(line) + "\n")
                 if report.model_version and report.model_version not in summary.model_versions:
                     summary.model_versions.append(report.model_version)
-            # idle: no event since the last micro-batch that had some, or since the first one ended
-            if st.stop_when_idle_seconds and seen and time.monotonic() - last_event > st.stop_when_idle_seconds:
+            if running.exception() is not None:
+                break
+            between_batches = not running.status.get("isTriggerActive")
+            if between_batches and now - alive > stall:
+                raise TfosError(f"stream: the query has reported nothing for {now - alive:.0f} s although it is not "
+                                f"running a micro-batch (its thread is gone: see the driver's log above); last "
+                                f"micro-batch {max(seen) if seen else 'none'}")
+            # idle: no event since the last micro-batch that had some (or since the first one ended),
+            # and the query has since reported, between micro-batches, that it found nothing new
+            if st.stop_when_idle_seconds and seen and now - last_event > st.stop_when_idle_seconds \
+                    and idle_since_event and between_batches:
                 reason.append(f"no event for {st.stop_when_idle_seconds:g} s")
                 break
     finally:
@@ -130,8 +152,16 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
             signal.signal(s, handler)
     failure = running.exception()
     if failure is not None:
-        raise TfosError(f"stream: the query failed: {failure_line(failure)}")
+        where = f"micro-batch {max(seen) + 1}" if seen else "its first micro-batch"
+        raise TfosError(f"stream: the query failed in {where}: {failure_line(failure)}")
     return reason[0] if reason else "the query ended"
+
+
+def stall_seconds(trigger_seconds: float) -> float:
+    """How long a query between micro-batches may report nothing: Spark reports an idle trigger
+    at least every 10 s (spark.sql.streaming.noDataProgressEventInterval), a micro-batch when it
+    ends."""
+    return max(120.0, 10 * trigger_seconds)
 
 
 def _stop_between_batches(running: StreamingQuery, patience: float = 60.0) -> None:

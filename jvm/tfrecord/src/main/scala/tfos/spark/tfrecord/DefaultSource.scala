@@ -13,6 +13,8 @@ import org.apache.spark.sql.types.{BinaryType, StructField, StructType}
  * TFRecord data source: `format("tfos.spark.tfrecord")` or `format("tfos-tfrecord")`.
  * Options (as in LinkedIn's spark-tfrecord): recordType = Example | SequenceExample | ByteArray,
  * codec = none | gzip | a Hadoop codec class name (write only; reads detect it by extension).
+ * Without a schema, reading infers one from the first file in path order that holds a record
+ * (inferSchemaFiles = N for the first N, or all): a feature no sampled record holds is not a column.
  */
 class DefaultSource extends FileFormat with DataSourceRegister {
   override def shortName(): String = "tfos-tfrecord" // not "tfrecord": that is LinkedIn's jar
@@ -32,7 +34,12 @@ class DefaultSource extends FileFormat with DataSourceRegister {
     } else {
       val conf = new Configuration(session.sparkContext.hadoopConfiguration)
       options.foreach { case (k, v) => conf.set(k, v) }
-      Some(SchemaInference.infer(session, new SerializableConf(conf), files.map(_.getPath.toString).sorted, opts)) // sorted: stable column order
+      // Sorted: a stable sample and column order. Empty files hold no record; a sample that holds
+      // none either (a compressed empty file) gives way to the next files.
+      val paths = files.filter(_.getLen > 0).map(_.getPath.toString).sorted
+      val samples = opts.inferFiles.fold(Iterator.single(paths))(n => paths.grouped(n))
+      val serializable = new SerializableConf(conf)
+      Some(samples.map(SchemaInference.infer(session, serializable, _, opts)).find(_.nonEmpty).getOrElse(StructType(Nil)))
     }
   }
 

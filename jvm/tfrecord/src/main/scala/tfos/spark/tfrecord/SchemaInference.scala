@@ -10,7 +10,8 @@ import org.apache.spark.sql.types._
 final case class FeatureStat(kind: Int, multi: Boolean, list: Boolean, file: String)
 
 /**
- * Infers a schema by scanning every record of every file, on the executors (one Spark job).
+ * Infers a schema by scanning every record of the files it is given (the source's sample), on
+ * the executors (one Spark job).
  * Int64List -> long, FloatList -> float, BytesList -> string; array<...> if any record holds
  * a count other than one; SequenceExample feature lists -> array<array<...>>.
  */

@@ -17,7 +17,7 @@ object RecordType {
 }
 
 /** Parsed reader/writer options. Serializable: shipped to executors inside closures and factories. */
-final case class TFRecordOptions(recordType: RecordType, codecName: Option[String]) {
+final case class TFRecordOptions(recordType: RecordType, codecName: Option[String], inferFiles: Option[Int] = Some(1)) {
   def sequence: Boolean = recordType == RecordType.SequenceExample
 
   /** Output codec; resolved per task because codec objects are not serializable. */
@@ -37,6 +37,17 @@ object TFRecordOptions {
     def get(key: String): Option[String] = options.collectFirst { case (k, v) if k.equalsIgnoreCase(key) => v }
     val recordType = get("recordType").map(RecordType.parse).getOrElse(RecordType.Example)
     val codec = get("codec").map(_.trim).filter(c => c.nonEmpty && !Set("none", "uncompressed").contains(c.toLowerCase))
-    TFRecordOptions(recordType, codec)
+    TFRecordOptions(recordType, codec, get(InferFiles).map(parseInferFiles).getOrElse(Some(1)))
+  }
+
+  /** How many files (the first, in path order) schema inference reads: `inferSchemaFiles`, a
+    * number or "all"; None: all of them. */
+  val InferFiles = "inferSchemaFiles"
+
+  private def parseInferFiles(value: String): Option[Int] = value.trim.toLowerCase match {
+    case "all" => None
+    case n if n.nonEmpty && n.forall(_.isDigit) && n.toInt >= 1 => Some(n.toInt)
+    case _ => throw new IllegalArgumentException(
+      s"tfos-tfrecord: $InferFiles must be a number of files (1 or more) or 'all', got '$value'")
   }
 }
