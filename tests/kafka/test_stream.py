@@ -5,8 +5,8 @@ batch scoring of the same sensor readings:
   to its process group) and started again on its checkpoint, it scores every window exactly
   once, with the batch model's scores, and quarantines every malformed, keyless, timeless, late
   and duplicate event, and every window batch preparation drops, by reason;
-* a query that fails (its executors killed, no task retried) ends the command with exit code 2
-  and one error line naming the micro-batch, never an idle stop;
+* a query that fails (its executors killed, the master giving the application up) ends the
+  command with exit code 2 and one error line naming the micro-batch, never an idle stop;
 * a new model version written into the model directory mid-stream is used from one micro-batch
   on, every row tagged with the version that scored it, and scored as that version scores it.
 """
@@ -219,20 +219,22 @@ def test_a_killed_stream_restarts_from_its_checkpoint_and_scores_every_window_on
 
 
 def test_a_failed_query_ends_the_command_with_one_error_line(spark, kafka, fleet_models):
+    """Its executors killed, and the cluster's master giving the application up (no executor
+    retried: spark.deploy.maxExecutorRetries = 0), the query fails: the command says so, once."""
     cfg, root, readings = fleet_models
     topic = "readings-killed"
     kafka.create_topic(topic, partitions=2)
     send_readings(spark, kafka, topic, readings)
     log = root / "killed.log"
-    proc = started(stream_command(root, kafka, topic, "killed", root / "model-a", "spark.conf.spark.task.maxFailures=1",
-                                  "stream.stop_when_idle_seconds=30"), log)
+    proc = started(stream_command(root, kafka, topic, "killed", root / "model-a",
+                                  "spark.conf.spark.deploy.maxExecutorRetries=0", "stream.stop_when_idle_seconds=30"), log)
     try:
         wait_for("a micro-batch of scores", lambda: len(committed(root / "killed" / "scores")) >= 1, proc, log)
-        deadline = time.monotonic() + WAIT
-        while proc.poll() is None and time.monotonic() < deadline:  # every executor, as soon as it is there
-            for pid in in_group(proc.pid, "CoarseGrainedExecutorBackend"):
-                os.kill(pid, 9)
-            time.sleep(0.2)
+        executors = in_group(proc.pid, "CoarseGrainedExecutorBackend")
+        assert len(executors) == 2
+        for pid in executors:
+            os.kill(pid, 9)
+        proc.wait(WAIT)
     finally:
         kill_group(proc)
     text = log.read_text()
