@@ -29,23 +29,36 @@ def key(path: str) -> str:
 
 
 class _File:
-    """One file being written beside its target, chunk after chunk, then renamed into place."""
+    """One file put beside its target (written chunk after chunk, or the executor's copy moved
+    there whole), then renamed into place. A file another node of this host already placed
+    (`keep`: the same name and size) is left as it is."""
 
     def __init__(self, target: str, size: int):
         self.target, self.size, self.next = target, size, 0
-        self.keep = os.path.isfile(target) and os.path.getsize(target) == size  # another node of this host wrote it
+        self.keep = os.path.isfile(target) and os.path.getsize(target) == size
         self.tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
         self.fh: IO[bytes] | None = None
         if not self.keep:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            self.fh = open(self.tmp, "wb")
 
     def write(self, offset: int, data: Any) -> None:
         if offset != self.next:
             raise ValueError(f"{self.target}: a chunk at offset {offset:,} arrived where {self.next:,} was due")
-        if self.fh is not None:
+        if not self.keep:
+            if self.fh is None:
+                self.fh = open(self.tmp, "wb")
             self.fh.write(data)
         self.next += len(data)
+
+    def take(self, local: str) -> None:
+        """The whole file at once: the executor's copy moved beside the target (a rename on the
+        same filesystem, else a copy)."""
+        if os.path.getsize(local) != self.size:
+            raise ValueError(f"{self.target}: the executor's copy holds {os.path.getsize(local):,} of "
+                             f"{self.size:,} bytes")
+        if not self.keep:
+            shutil.move(local, self.tmp)
+        self.next = self.size
 
     def done(self) -> bool:
         return self.next >= self.size
@@ -53,29 +66,21 @@ class _File:
     def close(self) -> None:
         if self.fh is not None:
             self.fh.close()
+        if not self.keep:
             os.replace(self.tmp, self.target)
-
-    def take(self, local: str) -> None:
-        """The whole file at once: the executor's copy moved into place (renamed where it is on the
-        same filesystem, else copied beside the target and renamed)."""
-        if os.path.getsize(local) != self.size:
-            raise ValueError(f"{self.target}: the executor's copy holds {os.path.getsize(local):,} of "
-                             f"{self.size:,} bytes")
-        if self.fh is not None:
-            self.fh.close()
-            shutil.move(local, self.tmp)
-        self.next = self.size
 
     def abandon(self) -> None:
         if self.fh is not None:
             self.fh.close()
+        if os.path.exists(self.tmp):
             os.remove(self.tmp)
 
 
 def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[int, int]:
-    """Write the files of the chunk rows in `batches` (Arrow record batches) whose paths are in
-    `wanted` (key -> path under `root`); returns (files, bytes) received. A file already there
-    with the same size (another node of this host wrote it) is kept; each file appears whole."""
+    """Put the files of the rows in `batches` (Arrow record batches: chunks, or the executor's
+    copies) whose paths are in `wanted` (key -> path under `root`) in place; returns (files,
+    bytes) received. A file already there with the same size (another node of this host placed
+    it) is kept; each file appears whole."""
     written: set[str] = set()
     current: _File | None = None
     received = 0
