@@ -185,7 +185,9 @@ def throughput(bench: Bench, p: Plan, bootstrap: str, root: str, rows_path: str)
     topic = "p15-throughput"
     replay.create_topic(bootstrap_servers=bootstrap, topic=topic, partitions=PARTITIONS)
     replay.send(events_of(bench, rows_path), bootstrap_servers=bootstrap, topic=topic, rate=0, log=QUIET)
-    per_batch = max(1, -(-p.rows // BATCHES))
+    # Spark shares the cap among the topic's partitions rounding each share down: up to one
+    # offset per partition more, or the last quarter would leave a micro-batch of a few rows.
+    per_batch = max(1, -(-p.rows // BATCHES)) + PARTITIONS - 1
     pr = cfg.predict
     udf = register(spark, BASELINE_UDF, pr.model, batch_size=pr.batch_size)
     main = cfg.prepare.main
@@ -295,7 +297,7 @@ def record(bench: Bench, p: Plan, a: dict[str, Any], b: dict[str, Any]) -> None:
         "P15c", "tfos stream rows/s vs its own reading, parsing, joins, scoring and write run as one batch job over "
                 "the same Kafka records: the cost of the streaming engine (micro-batches, checkpoint, commits)",
         Figure("tfos stream", "rows/s", b["stream"]), Figure("batch of the Kafka records", "rows/s", b["kafka_batch"]),
-        0.5, ">="))
+        0.8, ">="))
     bench.run.facts[NAME] = {"plan": dataclasses.asdict(p), "latency": a, "throughput": b,
                               "trigger": TRIGGER_SECONDS}
     bench.run.sizes["P15 rows (throughput) / events (latency)"] = f"{p.rows:,} / {p.events:,} at {p.rate:,.0f}/s"

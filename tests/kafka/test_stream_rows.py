@@ -65,6 +65,8 @@ def test_rows_are_joined_with_the_static_tables_and_scored_as_predict_scores_the
     got = spark.read.parquet(str(root / "scores")).toPandas()
     assert len(got) == sent == PEOPLE and got[KEY].is_unique
     assert got[contract.MICRO_BATCH].nunique() >= 2  # 300 events per micro-batch at most
+    files = {d.name: len(list(d.glob("part-*.parquet"))) for d in (root / "scores").glob(f"{contract.MICRO_BATCH}=*")}
+    assert files and max(files.values()) <= 2, files  # one per core of local[2], not one per shuffle partition (8)
     udf = register(spark, "batch_income", str(root / "model"))
     want = with_predictions(input_table(spark, cfg, udf.spec), udf).select(
         KEY, serving.predicted(serving.PROBABILITY), serving.predicted(serving.LABEL)).toPandas()

@@ -12,6 +12,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tfos_jobs import sessions
 from tfos_jobs.config import Config
 from tfos_jobs.data import columns, sources, transforms
 from tfos_jobs.errors import InputError
@@ -67,8 +68,12 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         key = spec.key
         assert key is not None  # activity joins on it (PrepareConfig.errors)
         aggregated = transforms.aggregate_activity(usable, act, as_of)
-        if main is not None:  # kept as the join wants it: each micro-batch then shuffles only its own rows
-            partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+        if main is not None:
+            # Kept as the join wants it: each micro-batch then shuffles only its own rows, into
+            # one partition per core at most (one wave of tasks and of output files, not
+            # spark.sql.shuffle.partitions of them for a micro-batch's few rows).
+            partitions = min(int(spark.conf.get("spark.sql.shuffle.partitions") or 200),
+                             sessions.default_parallelism(spark))
             aggregated = aggregated.repartition(partitions, act.key).sortWithinPartitions(act.key).cache()
         table = transforms.join_activity(table, aggregated, key.name, act.key)
         provided.update({c: act.source for c in columns.ACTIVITY_COLUMNS})

@@ -35,6 +35,10 @@ def table(spark: SparkSession, config: Config, spec: FeatureSpec) -> DataFrame:
     parsed = events.parsed(events.read(spark, config), events.schema(spark, config, spec), spec)
     if spec.is_sequence:
         return _windows(parsed, config, spec)
+    if contract.RAW not in config.predict.keep:
+        # The event as it came is written only for what is quarantined: an event to score does
+        # not carry its text through the join's shuffle.
+        parsed = parsed.withColumn(contract.RAW, F.when(quarantined(), F.col(contract.RAW)))
     joined, _ = assemble(spark, dataclasses.replace(config, features=spec), for_prediction=True, main=parsed)
     return joined
 
