@@ -138,10 +138,10 @@ class Scorer:
                 _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
                 if f.max_length is not None:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
-                    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), int(long[column_codes].sum()))
+                    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), _rows_of(long, column_codes))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
                 unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
-                _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), int(unseen[column_codes].sum()))
+                _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), _rows_of(unseen, column_codes))
                 codes.append(column_codes + np.int32(len(strings)))
                 strings.extend(values.to_pylist())
             else:
@@ -195,6 +195,12 @@ def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Arr
         values = pa.concat_arrays([values, pa.array([default], pa.string())])
         indices = pc.fill_null(indices, len(values) - 1)
     return values, indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+
+
+def _rows_of(flagged: np.ndarray, codes: np.ndarray) -> int:
+    """How many rows hold one of the flagged distinct values: most batches have none, and then
+    no row is looked at."""
+    return int(flagged[codes].sum()) if flagged.any() else 0
 
 
 def _numeric(name: str, column: pa.Array) -> np.ndarray:

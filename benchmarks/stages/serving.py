@@ -86,6 +86,11 @@ def serving(bench: Bench) -> None:
         Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
         Figure("concrete function, in-process", "rows/s", out["in-process"]["rows_per_sec"]), 0.5, ">="))
     bench.run.results.append(Result(
+        "P4f", "SQL UDF rows/s vs a no-op Arrow UDF with the same input and output (the floor: what Spark's Arrow "
+               "round trip to a Python worker costs without a model)",
+        Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),
+        Figure("no-op Arrow UDF", "rows/s", out["no-op UDF"]["rows_per_sec"]), 0.85, ">="))
+    bench.run.results.append(Result(
         "P9", "SQL UDF rows/s vs Spark's predict_batch_udf with the documented make_predict_fn (same SavedModel, "
               "rows, Arrow batch size)",
         Figure("SQL UDF", "rows/s", out["UDF"]["rows_per_sec"]),

@@ -17,7 +17,7 @@ from tests.conftest import CENSUS, ROOT
 P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
 P15 = ("P15a", "P15b", "P15c")
 P16 = ("P16a", "P16b")
-ROWS = ("P1", "P2", "P3", "P4", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16, "P17")
+ROWS = ("P1", "P2", "P3", "P4", "P4f", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16, "P17")
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, P15 or P16 alone), at tiny sizes
 
