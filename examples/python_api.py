@@ -59,12 +59,12 @@ def main() -> None:
     manifest = api.prepare(spark, spec=SPEC, tables={"people": people}, output=f"{OUT}/dataset", overwrite=True)
     print(f"prepared: train {manifest.splits['train'].records} eval {manifest.splits['eval'].records} records")
 
-    result = api.train(spark, dataset=f"{OUT}/dataset", model_dir=f"{OUT}/model", model=build,
+    result = api.train(spark, dataset=manifest, model_dir=f"{OUT}/model", model=build,
                        params={"units": 16}, workers=2, epochs=4, batch_size=64, learning_rate=0.01,
                        overwrite=True)
     print(f"trained: {len(result.nodes)} nodes, {result.epochs} epochs, eval auc {result.metrics['eval']['auc']:.4f}")
 
-    predict = api.register(spark, name="predict_income", model=f"{OUT}/model")
+    predict = api.register(spark, name="predict_income", model=result)
     people.createOrReplaceTempView("people")
     rows = spark.sql("SELECT education, count(*) AS people, avg(predict_income(struct(*)).probability) AS p "
                      "FROM people GROUP BY education ORDER BY p DESC").collect()

@@ -9,9 +9,13 @@ thin clients of these functions. Example (docs/python_api.md, examples/python_ap
     spark = api.session(master="local[2]")
     census = config.load("conf/census.toml")
     manifest = api.prepare(spark, config=census, output="out/dataset", tables={"people": people_df})
-    result = api.train(spark, dataset="out/dataset", model_dir="out/model", model=build, epochs=2)
-    predict = api.register(spark, name="predict_income", model="out/model")
+    result = api.train(spark, dataset=manifest, model_dir="out/model", model=build, epochs=2)
+    predict = api.register(spark, name="predict_income", model=result)
     spark.sql("SELECT predict_income(struct(*)) FROM people").show()
+
+Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location
+as a string. Stable: the functions in `__all__`, their keyword arguments and their results'
+fields; a new argument or field may be added, none is removed or renamed without a release note.
 """
 from __future__ import annotations
 
@@ -26,6 +30,9 @@ from tfos_jobs import config as config_mod
 from tfos_jobs.config import Config, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
 from tfos_jobs.config.loading import build, build_spec
 from tfos_jobs.contracts.dataset import Manifest, Split
+from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.contracts.prediction import PredictionSummary
+from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.tasks import ModelKind
@@ -36,6 +43,9 @@ from udfs.register import PredictionUdf
 
 if TYPE_CHECKING:
     from tfos_jobs.jobs.stream.driver.job import StreamSummary
+
+__all__ = ["session", "prepare", "train", "sweep", "register", "predict", "stream", "replay", "config_tables",
+           "DatasetManifest", "TrainResult", "SweepResult", "PredictionUdf", "PredictionSummary"]
 
 DatasetManifest = Manifest  # a prepared dataset's `_meta/manifest.json`, typed
 Log = Callable[[str], None]
@@ -125,14 +135,14 @@ class TrainResult:
                    seconds=float(metrics["seconds"]), attempts=int(metrics["attempts"]), strategy=metrics["strategy"])
 
 
-def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | None = None,
+def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_dir: str | None = None,
           model: str | Callable[..., Any] | None = None, params: Mapping[str, Any] | None = None,
           strategy: str | None = None, workers: int | None = None, epochs: int | None = None,
           batch_size: int | None = None, learning_rate: float | None = None,
           settings: Mapping[str, Any] | None = None, config: Config | None = None, overwrite: bool = False,
           log: Log = print) -> TrainResult:
-    """Train on the dataset at `dataset` (as `prepare` wrote it) and export a SavedModel into
-    `model_dir`; the model is built from the dataset's own feature spec.
+    """Train on the dataset `dataset` (what `prepare` returned, or where it wrote it) and export a
+    SavedModel into `model_dir`; the model is built from the dataset's own feature spec.
 
     `model`: "wide_deep" (the default), "sequence_autoencoder", "module:function", or a callable
     `build(spec, vocab, stats, model_cfg) -> tf.keras.Model` (docs/training.md); one defined in a
@@ -142,12 +152,14 @@ def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | N
     whose `[tracking]` logs the run to MLflow (what `tfos train` does). Without one, `dataset` and
     `model_dir` are required and no `sources` or `prepare` section is needed.
 
-    Example: ``api.train(spark, dataset="out/dataset", model_dir="out/model", model=build, epochs=3)``"""
+    Example: ``api.train(spark, dataset=manifest, model_dir="out/model", model=build, epochs=3)``"""
     from tfos_jobs.cluster.driver import node_inputs
     from tfos_jobs.jobs.train.driver import job, tracked
     from tfos_jobs.model.builder import check_model_fn
     from tfos_jobs.storage import Storage
 
+    if isinstance(dataset, Manifest):
+        dataset = dataset.output
     if config is None and (dataset is None or model_dir is None):
         raise ConfigError("train(): give dataset= and model_dir=, or a config= whose [train] names them")
     table: dict[str, Any] = dataclasses.asdict(config.train) if config is not None else {}
@@ -176,7 +188,7 @@ def train(spark: SparkSession, *, dataset: str | None = None, model_dir: str | N
                               model_fn=model_fn)
     else:
         metrics = job.run(spark, tr, overwrite=overwrite, log=log, model_fn=model_fn)
-    return TrainResult.of(metrics["saved_model"].rsplit("/", 1)[0], metrics)
+    return TrainResult.of(ModelDir.holding(metrics["saved_model"]).path, metrics)
 
 
 def _model(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any] | None]:
@@ -199,10 +211,11 @@ def _model(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any] | N
 
 @dataclass(frozen=True)
 class SweepResult:
-    """A finished sweep: its best trial's result (None when none completed), every trial's."""
+    """A finished sweep: its best trial's row (None when none completed), every trial's, as
+    `results.parquet` holds them (`contracts.trial.TrialResult`)."""
 
-    best: Mapping[str, Any] | None
-    results: tuple[Mapping[str, Any], ...]
+    best: TrialResult | None
+    results: tuple[TrialResult, ...]
 
 
 def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, space: SweepConfig | Mapping[str, Any],
@@ -213,6 +226,9 @@ def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, spac
     `SweepConfig` or the sweep file's tables, e.g. ``{"sweep": {"dir": "out/sweep", "max_trials": 4},
     "params": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "scale": "log"}}}``.
 
+    With the base config's `[tracking]` enabled, the sweep and each trial are MLflow runs
+    (docs/tracking.md), as `tfos sweep` logs them.
+
     Example: ``api.sweep(spark, config=config.load("conf/census.toml"), space=space).best``"""
     from tfos_jobs.jobs.sweep.driver import job
     from tfos_jobs.search import space as space_mod
@@ -221,7 +237,20 @@ def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, spac
     definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
     space_mod.check_models(base, overrides, definition)  # every model the trials build, by a dry build
     check_workers(spark)
-    outcome = job.run(spark, base, list(overrides), definition, log=log)
+    tracking = space_mod.base(base, overrides)
+    if not tracking.tracking.enabled:
+        outcome = job.run(spark, base, list(overrides), definition, log=log)
+        return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
+    from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver
+    from tfos_jobs.storage import Storage
+
+    observer = MlflowSweepObserver(tracking, Storage(spark), log)
+    failed = True
+    try:
+        outcome = job.run(spark, base, list(overrides), definition, log=log, observer=observer)
+        failed = False
+    finally:
+        observer.close(failed)
     return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
 
 
@@ -232,19 +261,41 @@ def config_tables(config: Config) -> dict[str, Any]:
     return tables
 
 
-def register(spark: SparkSession, *, name: str, model: str, batch_size: int | None = None,
+def register(spark: SparkSession, *, name: str, model: str | TrainResult, batch_size: int | None = None,
              tracking_uri: str | None = None) -> PredictionUdf:
     """Register `name` as a Spark SQL function scoring with the SavedModel trained into `model`
-    (a model directory on any filesystem, or `models:/NAME@alias` in the MLflow registry at
-    `tracking_uri`, else MLFLOW_TRACKING_URI); the function also builds Columns for the
-    DataFrame API (`udfs.register`, docs/serving.md).
+    (what `train` returned, a model directory on any filesystem, or `models:/NAME@alias` in the
+    MLflow registry at `tracking_uri`, else MLFLOW_TRACKING_URI); the function also builds
+    Columns for the DataFrame API (`udfs.register`, docs/serving.md).
 
-    Example: ``api.register(spark, name="predict_income", model="out/model")``, then
+    Example: ``api.register(spark, name="predict_income", model=result)``, then
     ``spark.sql("SELECT predict_income(struct(*)) FROM people")``."""
     from tfos_jobs.tracking.registry import resolver
     from udfs.register import register as register_udf
 
-    return register_udf(spark, name, model, batch_size=batch_size, setting="model", resolve=resolver(tracking_uri))
+    return register_udf(spark, name, _model_dir(model), batch_size=batch_size, setting="model",
+                        resolve=resolver(tracking_uri))
+
+
+def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | None = None,
+            overwrite: bool = False, log: Log = print) -> PredictionSummary:
+    """Score the rows `config` describes (its `[prepare]` joins, or `predict.source`) with `model`
+    (default `predict.model`) and write them with their predictions where `[predict]` says: what
+    `tfos predict` does (docs/serving.md). `overwrite` turns `predict.mode = "create"` into
+    "overwrite".
+
+    Example: ``api.predict(spark, config=config.load("conf/census.toml"), model=result).rows``"""
+    from tfos_jobs.jobs.serve import predict as predict_job
+
+    if model is not None:
+        config = dataclasses.replace(config, predict=dataclasses.replace(config.predict, model=_model_dir(model)))
+    config_mod.validate(config)
+    check_workers(spark)
+    return predict_job.run(spark, config, overwrite=overwrite, log=log)
+
+
+def _model_dir(model: str | TrainResult) -> str:
+    return model.model_dir if isinstance(model, TrainResult) else model
 
 
 def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamSummary":

@@ -267,11 +267,9 @@ def cmd_train(cfg, args) -> int:
 
 
 def cmd_predict(cfg, args) -> int:
-    from tfos_jobs.jobs.serve import predict
+    from tfos_jobs import api
 
-    if args.model:
-        cfg = dataclasses.replace(cfg, predict=dataclasses.replace(cfg.predict, model=args.model))
-    predict.run(_session(cfg), cfg, overwrite=args.overwrite)
+    api.predict(_session(cfg), config=cfg, model=args.model or None, overwrite=args.overwrite)
     return 0
 
 
@@ -333,7 +331,7 @@ def cmd_demo_warehouse(cfg, args) -> int:
 
 
 def cmd_sweep(cfg, args) -> int:
-    from tfos_jobs.jobs.sweep.driver import job as sweep
+    from tfos_jobs import api
     from tfos_jobs.search import space
 
     definition = space.load(args.space, args.space_overrides, args.config, args.base_overrides)
@@ -341,21 +339,8 @@ def cmd_sweep(cfg, args) -> int:
     # Trials are one-task jobs: the driver's own trial and epoch lines replace Spark's console bar.
     quiet = {**cfg.spark.conf, "spark.ui.showConsoleProgress": "false"}
     cfg = dataclasses.replace(cfg, spark=dataclasses.replace(cfg.spark, conf=quiet))
-    spark = _session(cfg)
-    if not cfg.tracking.enabled:
-        outcome = sweep.run(spark, args.config, args.base_overrides, definition)
-        return 0 if outcome["best"] is not None else 1
-    from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver
-    from tfos_jobs.storage import Storage
-
-    observer = MlflowSweepObserver(cfg, Storage(spark))
-    failed = True
-    try:
-        outcome = sweep.run(spark, args.config, args.base_overrides, definition, observer=observer)
-        failed = False
-    finally:
-        observer.close(failed)
-    return 0 if outcome["best"] is not None else 1
+    outcome = api.sweep(_session(cfg), config=args.config, space=definition, overrides=args.base_overrides)
+    return 0 if outcome.best is not None else 1
 
 
 def cmd_stream(cfg, args) -> int:

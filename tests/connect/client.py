@@ -16,6 +16,7 @@ classic session (`--master local-cluster[...]`). Each step prints one JSON line:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import CENSUS, census_overrides
+from tfos_jobs.contracts.prediction import SUMMARY_FILE
 
 PEOPLE = 4000
 KEY = "person_id"
@@ -133,19 +135,22 @@ def main(argv: list[str]) -> int:
 
 def predict_step(spark, cfg, work: Path, sets: list[str], command: bool) -> None:
     """`tfos predict`: the command itself from a Connect client (a thin client: it starts no
-    driver), the job it runs in this process's classic session (a command would start another)."""
-    from tfos_jobs.jobs.serve import predict
+    driver), `api.predict`, which the command calls, in this process's classic session (a
+    command would start another)."""
+    from tfos_jobs import api
 
+    returned = None
     if command:
         tfos = str(Path(sys.executable).parent / "tfos")
         proc = subprocess.run([tfos, "predict", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]],
                               capture_output=True, text=True, timeout=600)
         code, stderr = proc.returncode, proc.stderr[-2000:]
     else:
-        predict.run(spark, cfg, log=lambda _: None)
+        returned = dataclasses.asdict(api.predict(spark, config=cfg, log=lambda _: None))
         code, stderr = 0, ""
-    summary = work / "predictions" / "_prediction.json"
-    emit("predict", exit=code, stderr=stderr, summary=json.loads(summary.read_text()) if summary.exists() else None)
+    summary = work / "predictions" / SUMMARY_FILE
+    emit("predict", exit=code, stderr=stderr, summary=json.loads(summary.read_text()) if summary.exists() else None,
+         returned=returned)
 
 
 def sql_step(spark, cfg, work: Path) -> None:

@@ -59,6 +59,8 @@ def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_sess
     predict = steps["predict"]
     assert predict["exit"] == 0, predict["stderr"]
     assert predict["summary"]["rows"] == PEOPLE
+    # the command from a Connect client; api.predict in the classic session: it returns what it records
+    assert predict["returned"] == (None if mode == "connect" else predict["summary"])
 
     assert sorted(steps["ps"]["nodes"]) == ["chief", "ps", "worker"] and steps["ps"]["auc"] > 0.6
     sweep = steps["sweep"]

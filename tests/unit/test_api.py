@@ -7,6 +7,8 @@ import sys
 import pytest
 
 from tfos_jobs import api, config
+from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.contracts.prediction import PredictionSummary, summary_file
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.model.builder import build_model
 from tfos_jobs.search import space
@@ -64,3 +66,26 @@ def test_prepare_refuses_missing_inputs_before_any_spark_job():
         api.prepare(None, spec=spec, tables={"a": None, "b": None}, output="out")
     with pytest.raises(ConfigError, match=r"features.age.kind: 'number' is not one of"):
         api.prepare(None, spec={"age": {"kind": "number"}}, tables={"a": None}, output="out")
+
+
+def test_a_model_directory_is_found_from_its_saved_model_and_nothing_else():
+    assert ModelDir.holding("hdfs://nn:8020/models/income/saved_model/").path == "hdfs://nn:8020/models/income"
+    assert ModelDir.holding("file:/out/model/saved_model").saved_model == "file:/out/model/saved_model"
+    for wrong in ("file:/out/model", "saved_model", "file:/out/model/saved_model/variables"):
+        with pytest.raises(ValueError, match="is not the saved_model/ of a model directory"):
+            ModelDir.holding(wrong)
+
+
+def test_a_prediction_summary_reads_back_from_the_file_it_writes():
+    summary = PredictionSummary(output="s3a://bucket/scores", mode="append", rows=1200, model="s3a://bucket/m/1",
+                                counts={"rows": 1200, "null:age": 3}, seconds=4.2)
+    assert PredictionSummary.from_json(summary.to_json()) == summary
+    assert summary_file("s3a://bucket/scores/") == "s3a://bucket/scores/_prediction.json"
+
+
+def test_the_steps_take_what_the_step_before_returned():
+    result = api.TrainResult(metrics={}, kept_epoch=None, epochs=1, model_dir="hdfs://nn/model",
+                             saved_model="hdfs://nn/model/saved_model", nodes=(), seconds=1.0, attempts=1,
+                             strategy="local")
+    assert api._model_dir(result) == "hdfs://nn/model" and api._model_dir("models:/income@champion") == "models:/income@champion"
+    assert set(api.__all__) <= set(dir(api)) and "predict" in api.__all__

@@ -17,13 +17,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+SAVED_MODEL = "saved_model"
+
+
 @dataclass(frozen=True)
 class ModelDir:
     path: str
 
+    @classmethod
+    def holding(cls, saved_model: str) -> "ModelDir":
+        """The model directory whose SavedModel is at `saved_model` (metrics.json's field)."""
+        head, _, tail = saved_model.rstrip("/").rpartition("/")
+        if tail != SAVED_MODEL or not head:
+            raise ValueError(f"{saved_model!r} is not the {SAVED_MODEL}/ of a model directory")
+        return cls(head)
+
     @property
     def saved_model(self) -> str:
-        return f"{self.path}/saved_model"
+        return f"{self.path}/{SAVED_MODEL}"
 
     @property
     def metrics(self) -> str:

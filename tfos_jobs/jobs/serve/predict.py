@@ -7,15 +7,15 @@ already holds the feature columns.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving as contract
+from tfos_jobs.contracts.prediction import PredictionSummary, summary_file
 from tfos_jobs.data import sources
 from tfos_jobs.jobs.serve import prediction_output as output
 from tfos_jobs.jobs.serve.sql import query_errors
@@ -63,7 +63,7 @@ def with_predictions(table: DataFrame, udf: PredictionUdf, counted: list[Observa
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        log: Callable[[str], None] = print) -> PredictionSummary:
     """Score and write. `overwrite` (the --overwrite flag) turns predict.mode "create" into "overwrite"."""
     pr = config.predict
     mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
@@ -88,12 +88,12 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         out = output.Files(spark, pr.output, pr.partition_by)
     with query_errors():
         rows_out = out.write(scored, mode)
-    summary: dict[str, Any] = {"output": out.target, "mode": mode, "rows": rows_out, "model": udf.export_dir,
-                               "counts": udf.counts_of(counted[0]), "seconds": round(time.time() - started, 1)}
-    log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary['seconds']} s")
-    served = {k: v for k, v in summary["counts"].items() if k != contract.COUNT_ROWS}
+    summary = PredictionSummary(output=out.target, mode=mode, rows=rows_out, model=udf.export_dir,
+                                counts=udf.counts_of(counted[0]), seconds=round(time.time() - started, 1))
+    log(f"predicted {rows_out:,} rows into {out.target} ({mode}) in {summary.seconds} s")
+    served = {k: v for k, v in summary.counts.items() if k != contract.COUNT_ROWS}
     if served:
         log("  filled nulls / unseen categories: " + ", ".join(f"{k} {v:,}" for k, v in served.items()))
     if isinstance(out, output.Files):
-        out.fs.write_text(f"{out.target}/_prediction.json", json.dumps(summary, indent=2) + "\n")
+        out.fs.write_text(summary_file(out.target), summary.to_json())
     return summary
