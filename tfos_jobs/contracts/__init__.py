@@ -5,6 +5,7 @@ dataset       a prepared dataset's layout and manifest (prepare writes; training
 model_dir     the files of a model directory (the driver writes them, wherever it lives)
 metrics       what training reports: the chief's result, metrics.json, `tfos evaluate`'s figures
 serving       what an exported model offers (signatures, outputs, assets) and what the UDF returns
+prediction    what `tfos predict` reports, and the summary file beside its output
 node_args     what the driver hands every TF node, and how the node job starts
 workspace     a TF node's own directory on its executor's local disk
 sweep_dir     a sweep directory's files
