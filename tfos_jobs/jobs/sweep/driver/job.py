@@ -135,13 +135,13 @@ def run(spark: SparkSession | None, base_config: BaseConfig, base_overrides: Seq
             f"{sweep.goal} {sweep.metric}, pruner {sweep.early_stopping}, into {sweep_dir}")
         log(f"study: {name!r} in {place.shown}" + (f" ({learned} finished trial(s) added to it)" if learned else ""))
         _notes(sweep, total, log)
-        notify("sweep_started", dataclasses.replace(sweep, storage=mask(sweep.storage)), sweep_dir, total)
+        notify(SweepObserver.sweep_started, dataclasses.replace(sweep, storage=mask(sweep.storage)), sweep_dir, total)
         started = time.time()
         ctx = Context(spark, storage, meta, base_config, base_overrides, sweep, sweep_dir, study, launcher, log, notify)
         _run_trials(ctx, place, known, results, todo, total)
     best = sweep_report.finish(storage, sweep_dir, sweep, results, total, time.time() - started, log)
     rows = [results[n] for n in sorted(results)]
-    notify("sweep_finished", best, rows, SweepDir(sweep_dir).best_model if best else None)
+    notify(SweepObserver.sweep_finished, best, rows, SweepDir(sweep_dir).best_model if best else None)
     return {"best": best, "results": rows}
 
 
@@ -185,7 +185,7 @@ def _run_trials(ctx: Context, place: StudyPlace, known: dict[int, Known], result
                 place.save()
                 log(sweep_report.finished_line(sweep, result, list(results.values()), total, len(running)))
                 sweep_report.write_table(ctx.storage, ctx.dir, sweep, list(results.values()))
-                ctx.notify("trial_finished", n, result)
+                ctx.notify(SweepObserver.trial_finished, n, result)
             if deadline and time.time() > deadline and not budget_hit:
                 budget_hit = True
                 log(f"time budget of {sweep.time_budget_seconds} s used up: no new trials; "
@@ -247,7 +247,7 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
     trial = Running(n, settings, threading.Thread(), time.time(), directory, progress)
     trial.epochs_shown = len(progress.lines())  # a resumed trial's earlier epochs (the study has them)
     ctx.log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
-    ctx.notify("trial_started", n, dict(settings))
+    ctx.notify(SweepObserver.trial_started, n, dict(settings))
     try:
         cfg = trial_config(ctx.base_config, ctx.base_overrides, sweep, settings)
     except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
@@ -291,7 +291,7 @@ def _watch_epochs(ctx: Context, trial: Running) -> None:
     lines = trial.progress.lines()
     for line in lines[trial.epochs_shown:]:
         ctx.log(sweep_report.epoch_line(ctx.sweep, trial.number, line))
-        ctx.notify("trial_epoch", trial.number, line)
+        ctx.notify(SweepObserver.trial_epoch, trial.number, line)
         value = line.get(ctx.sweep.metric)
         value = float(value) if isinstance(value, (int, float)) else None
         if ctx.sweep.workers_per_trial == 1:

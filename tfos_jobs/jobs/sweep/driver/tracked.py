@@ -12,7 +12,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.jobs.sweep.driver.observer import SweepObserver
 from tfos_jobs.search.space import SweepConfig
-from tfos_jobs.contracts.trial import TrialStatus
+from tfos_jobs.contracts.trial import TrialResult, TrialStatus
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.model_log import local_copy, log_model
 from tfos_jobs.tracking.params import config_params, flatten
@@ -66,24 +66,25 @@ class MlflowSweepObserver(SweepObserver):
         if number in self.trials:
             self.trials[number].epoch(line)
 
-    def trial_finished(self, number: int, result: dict[str, Any]) -> None:
+    def trial_finished(self, number: int, result: TrialResult) -> None:
         run = self.trials.pop(number, None)
         if run is None:
             return
         status = TrialStatus(result["status"])
-        figures = {"seconds": result.get("seconds"), "epochs_run": result.get("epochs_run")}
-        if self.sweep is not None and isinstance(result.get("value"), (int, float)):
-            figures[f"final_{self.sweep.metric}"] = result["value"]
+        figures: dict[str, float | None] = {"seconds": result.get("seconds"), "epochs_run": result.get("epochs_run")}
+        if self.sweep is not None:
+            figures[f"final_{self.sweep.metric}"] = result.get("value")
         run.metrics({k: v for k, v in figures.items() if isinstance(v, (int, float))})
         run.tags({STATUS_TAG: status.value, **({"tfos.error": str(result["error"])[:5000]} if result.get("error") else {})})
         run.end(RUN_STATUS[status])
 
-    def sweep_finished(self, best: dict[str, Any] | None, rows: list[dict[str, Any]], best_model: str | None) -> None:
+    def sweep_finished(self, best: TrialResult | None, rows: list[TrialResult], best_model: str | None) -> None:
         parent, sweep = self.parent, self.sweep
         if parent is None or sweep is None:
             return
         counts = {f"trials_{s.value}": sum(r["status"] == s for r in rows) for s in TrialStatus}
-        parent.metrics({**counts, **({f"best_{sweep.metric}": best["value"]} if best else {})})
+        value = best["value"] if best else None
+        parent.metrics({**counts, **({f"best_{sweep.metric}": value} if value is not None else {})})
         if best:
             parent.tags({"tfos.best_trial": str(best["trial"])})
         files = SweepDir(self.sweep_dir)
