@@ -105,8 +105,8 @@ def hundredfold(bench: Bench) -> None:
         predict.run(spark, cfgs["1x"], overwrite=True, log=lambda _: None)
     for scale, cfg in cfgs.items():
         summary = measure("predict", scale, lambda: predict.run(spark, cfg, overwrite=True, log=lambda _: None))
-        if summary["rows"] != rows[scale]:
-            raise RuntimeError(f"P14: tfos predict wrote {summary['rows']:,} of {rows[scale]:,} rows at {scale}")
+        if summary.rows != rows[scale]:
+            raise RuntimeError(f"P14: tfos predict wrote {summary.rows:,} of {rows[scale]:,} rows at {scale}")
 
     path_rate = input_paths(bench, cfgs["1x"], train)
     record(bench, seconds, peaks, rows, shard, in_memory_mb, epoch_rate, path_rate)

@@ -157,8 +157,8 @@ def predict_vs_write(bench: Bench) -> None:
     def predicted() -> Sample:
         started = time.perf_counter()
         summary = predict.run(spark, cfg, overwrite=True, log=lambda _: None)
-        if summary["rows"] != rows:
-            raise RuntimeError(f"tfos predict wrote {summary['rows']} of {rows} rows")
+        if summary.rows != rows:
+            raise RuntimeError(f"tfos predict wrote {summary.rows} of {rows} rows")
         return {"rows_per_sec": rows / (time.perf_counter() - started)}
 
     def written() -> Sample:

@@ -21,7 +21,7 @@ PREDICTIONS = [("predicted_probability", "double"), ("predicted_label", "string"
 def run(spark, cfg, tmp_path, **predict):
     cfg = dataclasses.replace(cfg, predict=dataclasses.replace(cfg.predict, output=str(tmp_path / "pred"), **predict))
     summary = predict_job.run(spark, cfg, log=lambda _: None)
-    return spark.read.parquet(summary["output"])
+    return spark.read.parquet(summary.output)
 
 
 def test_predictions_hold_the_key_and_the_predictions_only(spark, setup, tmp_path):

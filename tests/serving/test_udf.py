@@ -184,15 +184,20 @@ def test_registration_checks_the_model_before_any_query(spark, setup, tmp_path):
 
 
 def test_predict_job_keeps_every_row(spark, setup):
+    from tfos_jobs import api
+    from tfos_jobs.contracts.prediction import PredictionSummary, summary_file
+    from tfos_jobs.storage import Storage
+
     cfg, model, features = setup
-    summary = predict_job.run(spark, cfg, log=lambda _: None)
-    out = spark.read.parquet(summary["output"])
-    assert out.count() == PEOPLE == summary["rows"]
+    summary = api.predict(spark, config=cfg, log=lambda _: None)
+    out = spark.read.parquet(summary.output)
+    assert out.count() == PEOPLE == summary.rows
     assert {"predicted_probability", "predicted_label", "person_id"} <= set(out.columns)
     assert out.where("predicted_probability IS NULL OR predicted_label IS NULL").count() == 0
-    assert summary["counts"]["rows"] == PEOPLE
+    assert summary.counts["rows"] == PEOPLE and summary.mode == "create"
+    assert PredictionSummary.from_json(Storage(spark).read_text(summary_file(summary.output))) == summary
     with pytest.raises(OutputExistsError):
-        predict_job.run(spark, cfg, log=lambda _: None)
+        api.predict(spark, config=cfg, log=lambda _: None)
 
 
 def test_predict_computes_its_input_once(spark, setup, tmp_path):
@@ -211,7 +216,7 @@ def test_predict_computes_its_input_once(spark, setup, tmp_path):
         "sources.scoring.format=table", "sources.scoring.table=scoring_once", "predict.input=scoring",
         f"predict.model={model}", f"predict.output={tmp_path / 'pred'}"])
     summary = predict_job.run(spark, cfg2, log=lambda _: None)
-    assert summary["rows"] == PEOPLE
+    assert summary.rows == PEOPLE
     assert seen.value == PEOPLE
 
 
