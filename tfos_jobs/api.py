@@ -237,14 +237,14 @@ def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, spac
     definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
     space_mod.check_models(base, overrides, definition)  # every model the trials build, by a dry build
     check_workers(spark)
-    tracking = space_mod.base(base, overrides)
-    if not tracking.tracking.enabled:
+    loaded = space_mod.base(base, overrides)  # the trials' base config, loaded: its [tracking]
+    if not loaded.tracking.enabled:
         outcome = job.run(spark, base, list(overrides), definition, log=log)
         return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
     from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver
     from tfos_jobs.storage import Storage
 
-    observer = MlflowSweepObserver(tracking, Storage(spark), log)
+    observer = MlflowSweepObserver(loaded, Storage(spark), log)
     failed = True
     try:
         outcome = job.run(spark, base, list(overrides), definition, log=log, observer=observer)
