@@ -7,7 +7,7 @@ Three Spark sessions, one after the other, in this one process:
   2. `local-cluster[4,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
      trains in this driver while the executors idle, against TF clusters of 1, 2 and 3
      multi_worker_mirrored workers and a parameter-server cluster, all on the same global
-     batch (P3, P6, P7, P8, scaling);
+     batch (P3, P6, P7, P8, scaling; alone, `--only P6`, after the 1x data set);
   3. `local[2]` again, with HiveServer2's settings: the SQL UDF against the in-process model
      call (P4), Spark's predict_batch_udf (P9) and MLflow's spark_udf (P12), SQL at 1x and 16x
      (P5), and the aggregate query through JDBC against in-process (P13);
@@ -31,6 +31,7 @@ P14 = "P14 100x the people"
 P15 = "P15 tfos stream"
 P16 = "P16 node inputs at any file size"
 P17 = "P17 wide sensor tables"
+TRAINING = "P3 P6 P7 P8 training and scaling"
 
 
 def run_all(bench: Bench, only: str | None = None) -> Run:
@@ -59,6 +60,16 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         finally:
             bench.stop()
         return bench.run
+    if only == "P6":
+        try:
+            bench.session(bench.spark_master)
+            bench.stage("generate", lambda: data.generate(bench, scales=("1x",)))
+            bench.stage("P6 data", lambda: data.prepare_once(bench, scales=("1x",)))
+            bench.session(bench.tfos_master)
+            bench.stage(TRAINING, lambda: training.training(bench))
+        finally:
+            bench.stop()
+        return bench.run
     if only == "P17":
         try:
             bench.session(bench.spark_master)
@@ -81,7 +92,7 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         bench.stage("P1 P2 record writes", lambda: writes.writes(bench))
         bench.stage("input pipeline", lambda: writes.input_pipeline(bench))
         bench.session(bench.tfos_master)
-        bench.stage("P3 P6 P7 P8 training and scaling", lambda: training.training(bench))
+        bench.stage(TRAINING, lambda: training.training(bench))
         if bench.remote:
             bench.stage("P11 training from a Hadoop filesystem", lambda: training.remote_training(bench))
         served = sql_endpoint.endpoint_config()

@@ -11,15 +11,17 @@ from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.data import dataset, synthetic
 
 
-def generate(bench: Bench) -> None:
+def generate(bench: Bench, scales: tuple[str, ...] = ("1x", "16x")) -> None:
     for scale, cfg in (("1x", bench.small), ("16x", bench.big)):
+        if scale not in scales:
+            continue
         syn = cfg.synthetic
         counts = synthetic.generate(bench.spark, syn.output, syn.people, syn.events_per_person, syn.seed, syn.as_of)
         bench.say(f"  {scale}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
         bench.run.facts[f"raw {scale}"] = counts
-    small, big = bench.run.facts["raw 1x"], bench.run.facts["raw 16x"]
-    bench.run.sizes["raw rows (people + events), 1x / 16x"] = (
-        f"{small['people'] + small['events']:,} / {big['people'] + big['events']:,}")
+    rows = {scale: bench.run.facts[f"raw {scale}"] for scale in scales}
+    bench.run.sizes[f"raw rows (people + events), {' / '.join(rows)}"] = " / ".join(
+        f"{r['people'] + r['events']:,}" for r in rows.values())
 
 
 def prepare_scaling(bench: Bench) -> None:
@@ -45,12 +47,13 @@ def prepare_scaling(bench: Bench) -> None:
         16.0, "<="))
 
 
-def prepare_once(bench: Bench) -> None:
-    """The 1x and 16x datasets, for a stage run alone that reads them (P16)."""
+def prepare_once(bench: Bench, scales: tuple[str, ...] = ("1x", "16x")) -> None:
+    """The datasets at `scales`, for a stage run alone that reads them (P16: both; training: 1x)."""
     from tfos_jobs.jobs import prepare
 
-    for cfg in (bench.small, bench.big):
-        prepare.run(bench.spark, cfg, overwrite=True, log=lambda _: None)
+    for scale, cfg in (("1x", bench.small), ("16x", bench.big)):
+        if scale in scales:
+            prepare.run(bench.spark, cfg, overwrite=True, log=lambda _: None)
 
 
 def windowing_scaling(bench: Bench) -> None:
