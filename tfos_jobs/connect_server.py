@@ -34,13 +34,13 @@ STOP_GRACE = 30.0
 
 def command(*, master: str, port: int, python: str, conf: Mapping[str, str] | None = None) -> list[str]:
     """The spark-submit command line of a server for this package's clients."""
-    from tfos_jobs.session import KAFKA_JARS, runtime_env, tfrecord_jar
+    from tfos_jobs.session import KAFKA_JARS, executor_settings, tfrecord_jar
     from tfos_jobs.submit import spark_submit
 
     jars = [str(tfrecord_jar()), *sorted(str(p) for p in KAFKA_JARS.glob("*.jar"))]
-    env = {**runtime_env(), "PYSPARK_PYTHON": python}
+    given = {"spark.executorEnv.PYSPARK_PYTHON": python, **dict(conf or {})}
     settings = {PORT_SETTING: str(port), "spark.pyspark.python": python, "spark.sql.session.timeZone": "UTC",
-                **{f"spark.executorEnv.{k}": v for k, v in env.items()}, **dict(conf or {})}
+                **given, **executor_settings(given)}
     return [spark_submit(), "--class", SERVER_CLASS, "--name", "tfos Spark Connect server", "--master", master,
             "--jars", ",".join(jars), *[a for k, v in settings.items() for a in ("--conf", f"{k}={v}")]]
 

@@ -32,6 +32,25 @@ SUBMITTED_JARS = ("spark.jars", "spark.yarn.dist.jars")
 FIXED_ENV = {**LEGACY_KERAS, "PYARROW_IGNORE_TIMEZONE": "1"}
 
 
+PLUGINS = "spark.plugins"
+# The jar's executor plugin: a fresh executor loads and runs once, in the background, what the
+# first task of a Python function over a DataFrame does first (docs/tuning.md, item 14d).
+WARM_UP_PLUGIN = "tfos.spark.cluster.WarmUpPlugin"
+
+
+def executor_settings(*given: Mapping[str, str]) -> dict[str, str]:
+    """Spark settings of every executor the package starts (a session of its own, its Spark
+    Connect server): its environment and its Python workers' daemon (`python_daemon`),
+    unless `given` (the user's settings) set them, and its warm-up after the plugins they name."""
+    from tfos_jobs import python_daemon
+
+    ours = {python_daemon.SETTING: python_daemon.MODULE,
+            **{f"spark.executorEnv.{k}": v for k, v in runtime_env().items()}}
+    plugins = [p for settings in given for p in _listed(settings.get(PLUGINS, ""))]
+    return {**ours, **{k: v for settings in given for k, v in settings.items() if k in ours},
+            PLUGINS: ",".join(dict.fromkeys([*plugins, WARM_UP_PLUGIN]))}
+
+
 def runtime_env() -> dict[str, str]:
     """Environment the driver and every executor need: the same Python, and FIXED_ENV."""
     return {
@@ -130,9 +149,9 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(),
-        **{f"spark.executorEnv.{k}": v for k, v in env.items()},
         **hive,
         **configured,
+        **executor_settings(*([dict(conf.getAll())] if submitted else []), configured),
         # spark-submit started the driver with its own profile; executors are the cluster's
         **console_settings(configured, hive, master=spark_cfg.master, profile=not (verbose or submitted)),
         "spark.jars": ",".join(dict.fromkeys(jars)),
@@ -150,7 +169,7 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     for key, value in settings.items():
         if not submitted and key in JAR_LISTS:
             continue  # given at launch (above)
-        if submitted and key not in JAR_LISTS and conf.contains(key):
+        if submitted and key not in (*JAR_LISTS, PLUGINS) and conf.contains(key):
             continue  # what was given to spark-submit (--conf, spark-defaults.conf) wins over the config
         builder = builder.config(key, value)
     spark = _started(builder, yarn=(conf.get("spark.master", "") if submitted else spark_cfg.master or "") == "yarn")

@@ -230,8 +230,8 @@ def test_sweeps_start_trials_only_through_the_launcher_seam():
 # Lowest first: a module imports from its own layer or a lower one, never from a higher one.
 LAYERS = (
     ("tfos_jobs", "tfos_jobs.errors", "tfos_jobs.names", "tfos_jobs.tasks", "tfos_jobs.topology",
-     "tfos_jobs.tf_import", "tfos_jobs.control_channel", "tfos_jobs.resources", "tfos_jobs.driver_calls",
-     "tfos_jobs.sessions"),  # plain names and rules; what a session of either kind can do
+     "tfos_jobs.tf_import", "tfos_jobs.python_daemon", "tfos_jobs.control_channel", "tfos_jobs.resources",
+     "tfos_jobs.driver_calls", "tfos_jobs.sessions"),  # plain names and rules; what a session of either kind can do
     ("tfos_jobs.features", "tfos_jobs.storage"),  # the feature spec; files on any filesystem
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange

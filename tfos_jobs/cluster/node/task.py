@@ -33,6 +33,7 @@ from pyarrow import ArrowException
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs import python_daemon
 from tfos_jobs.cluster.node import lifecycle, local_disk
 from tfos_jobs.contracts.node_args import Launch
 from tfos_jobs.contracts.workspace import Workspace
@@ -113,7 +114,8 @@ class _NodeProcess:
     (and go on to the task's own stderr, the executor's log)."""
 
     def __init__(self, workspace: Workspace):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # addPyFile and artifacts too
+        # The task's own path (addPyFile and artifacts too), with the installed pyspark first.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_daemon.installed_first(sys.path) if p)}
         os.makedirs(workspace.own, exist_ok=True)
         self.child = subprocess.Popen([sys.executable, "-m", PROCESS_MODULE], stdin=subprocess.PIPE,
                                       stderr=subprocess.PIPE, cwd=workspace.own, env=env, preexec_fn=_die_with_parent,

@@ -21,6 +21,7 @@ from tfos_jobs.contracts.metrics import Anomaly, ChiefResult
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
+from tfos_jobs.cluster.node import peers
 from tfos_jobs.cluster.node.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
                                                    first_step, heartbeat)
 from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
@@ -60,10 +61,12 @@ def configure_threads(threads: int) -> int:
 
 def make_strategy(name: str, num_workers: int = 1):
     """A one-worker cluster has nothing to all-reduce with: it trains as one process does,
-    without MultiWorkerMirrored's per-step collectives."""
+    without MultiWorkerMirrored's per-step collectives. A TF cluster's strategy starts once the
+    peers it connects to listen (`peers`)."""
     import tensorflow as tf
 
     if name == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1:
+        peers.await_servers(name)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         # Otherwise every step all-reduces whether each worker still has a batch, to end an
         # epoch together on uneven data: one more collective per step (a quarter of a
@@ -71,6 +74,7 @@ def make_strategy(name: str, num_workers: int = 1):
         strategy.extended.experimental_enable_get_next_as_optional = False
         return strategy
     if name == Strategy.PARAMETER_SERVER:
+        peers.await_servers(name)
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.ParameterServerStrategy(resolver)
     return tf.distribute.get_strategy()
