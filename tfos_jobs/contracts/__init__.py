@@ -13,4 +13,5 @@ trial         a sweep trial: what its task is given and returns, its status and 
 sql_endpoint  what `tfos serve-sql` offers its clients and operators (URL, ready line, status view)
 stream        what `tfos stream` writes: output columns, per-micro-batch sink layout, quarantine
               reasons, progress lines
+values        JSON values as the contracts carry them (`Json`, `JsonObject`)
 """
