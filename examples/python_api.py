@@ -8,6 +8,7 @@ import os
 import sys
 
 from tfos_jobs import api
+from tfos_jobs.config import ModelConfig, TrainConfig
 from tfos_jobs.data import synthetic
 
 OUT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "python-api-output")
@@ -59,9 +60,8 @@ def main() -> None:
     manifest = api.prepare(spark, spec=SPEC, tables={"people": people}, output=f"{OUT}/dataset", overwrite=True)
     print(f"prepared: train {manifest.splits['train'].records} eval {manifest.splits['eval'].records} records")
 
-    result = api.train(spark, dataset=manifest, model_dir=f"{OUT}/model", model=build,
-                       params={"units": 16}, workers=2, epochs=4, batch_size=64, learning_rate=0.01,
-                       overwrite=True)
+    settings = TrainConfig(workers=2, epochs=4, batch_size=64, learning_rate=0.01, model=ModelConfig(params={"units": 16}))
+    result = api.train(spark, dataset=manifest, model_dir=f"{OUT}/model", model=build, config=settings, overwrite=True)
     print(f"trained: {len(result.nodes)} nodes, {result.epochs} epochs, eval auc {result.metrics['eval']['auc']:.4f}")
 
     predict = api.register(spark, name="predict_income", model=result)

@@ -5,38 +5,41 @@ error names the argument or config key), and returns a typed result. The `tfos` 
 thin clients of these functions. Example (docs/python_api.md, examples/python_api.py)::
 
     from tfos_jobs import api, config
+    from tfos_jobs.config import TrainConfig
 
     spark = api.session(master="local[2]")
     census = config.load("conf/census.toml")
     manifest = api.prepare(spark, config=census, output="out/dataset", tables={"people": people_df})
-    result = api.train(spark, dataset=manifest, model_dir="out/model", model=build, epochs=2)
+    result = api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=2))
     predict = api.register(spark, name="predict_income", model=result)
     spark.sql("SELECT predict_income(struct(*)) FROM people").show()
 
 Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location
-as a string. Stable: the functions in `__all__`, their keyword arguments and their results'
-fields; a new argument or field may be added, none is removed or renamed without a release note.
+as a string. Settings come one way: a typed config object (`Config`, or one of its sections).
+Stable: the functions in `__all__`, their keyword arguments and their results' fields; a new
+argument or field may be added, none is removed or renamed without a release note.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 from pyspark.sql import DataFrame, SparkSession
 
 from tfos_jobs import config as config_mod
-from tfos_jobs.config import Config, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
-from tfos_jobs.config.loading import build, build_spec
+from tfos_jobs.config import Config, ModelConfig, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
+from tfos_jobs.config.loading import Table, build, build_spec, checked
 from tfos_jobs.contracts.dataset import Manifest, Split
+from tfos_jobs.contracts.metrics import Metrics
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary
 from tfos_jobs.contracts.trial import TrialResult
+from tfos_jobs.contracts.values import JsonObject
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.tasks import ModelKind
-from tfos_jobs.topology import Strategy
+from tfos_jobs.model.builder import CheckedModel
 from tfos_jobs.search.space import SweepConfig
 from udfs.environment import check_workers
 from udfs.register import PredictionUdf
@@ -67,9 +70,9 @@ def session(*, master: str = "local[2]", app_name: str = "tfos", conf: Mapping[s
                                          packages=tuple(packages), hive=hive, remote=remote))
 
 
-def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Mapping[str, Any] | None = None,
+def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | None = None,
             config: Config | None = None, tables: Mapping[str, DataFrame] | None = None, main: str | None = None,
-            split: SplitConfig | Mapping[str, Any] | None = None, overwrite: bool = False,
+            split: SplitConfig | Table | None = None, overwrite: bool = False,
             log: Log = print) -> DatasetManifest:
     """Prepare a dataset (train/eval TFRecords and `_meta/`) at `output` (local, hdfs://, s3a://)
     and return its manifest.
@@ -115,85 +118,121 @@ class TrainResult:
 
     `metrics`: per split (`eval`, and `test` when the dataset holds one), metric -> value, of
     the model kept; `kept_epoch`: the epoch that model comes from; `epochs`: epochs run;
-    `nodes`: the TF nodes (role, index, executor); `attempts`: TF cluster launches."""
+    `nodes`: the TF nodes (role, index, host, executor); `attempts`: TF cluster launches."""
 
     metrics: Mapping[str, Mapping[str, float]]
     kept_epoch: int | None
     epochs: int
     model_dir: str
     saved_model: str
-    nodes: tuple[Mapping[str, Any], ...]
+    nodes: tuple[JsonObject, ...]
     seconds: float
     attempts: int
     strategy: str
 
     @classmethod
-    def of(cls, model_dir: str, metrics: Mapping[str, Any]) -> "TrainResult":
-        splits = {s: dict(metrics[s]) for s in (Split.EVAL.value, Split.TEST.value) if metrics.get(s)}
-        return cls(metrics=splits, kept_epoch=metrics.get("kept_epoch"), epochs=int(metrics["epochs"]),
+    def of(cls, model_dir: str, metrics: Metrics) -> "TrainResult":
+        figures = cast(Mapping[str, Mapping[str, float] | None], metrics)  # per split: the model kept's
+        splits = {s: dict(found) for s in (Split.EVAL.value, Split.TEST.value) if (found := figures.get(s))}
+        return cls(metrics=splits, kept_epoch=metrics["kept_epoch"], epochs=int(metrics["epochs"]),
                    model_dir=model_dir, saved_model=metrics["saved_model"], nodes=tuple(metrics["nodes"]),
                    seconds=float(metrics["seconds"]), attempts=int(metrics["attempts"]), strategy=metrics["strategy"])
 
 
 def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_dir: str | None = None,
-          model: str | Callable[..., Any] | None = None, params: Mapping[str, Any] | None = None,
-          strategy: str | None = None, workers: int | None = None, epochs: int | None = None,
-          batch_size: int | None = None, learning_rate: float | None = None,
-          settings: Mapping[str, Any] | None = None, config: Config | None = None, overwrite: bool = False,
-          log: Log = print) -> TrainResult:
-    """Train on the dataset `dataset` (what `prepare` returned, or where it wrote it) and export a
-    SavedModel into `model_dir`; the model is built from the dataset's own feature spec.
+          model: str | Callable[..., Any] | CheckedModel | None = None, config: Config | TrainConfig | None = None,
+          overwrite: bool = False, log: Log = print) -> TrainResult:
+    """Train on `dataset` and export a SavedModel into `model_dir`; the model is built from the
+    dataset's own feature spec.
 
-    `model`: "wide_deep" (the default), "sequence_autoencoder", "module:function", or a callable
-    `build(spec, vocab, stats, model_cfg) -> tf.keras.Model` (docs/training.md); one defined in a
-    script or notebook reaches the TF nodes by value. `params`: the model's own settings
-    (`model_cfg.params`). `settings`: any other `[train]` key (e.g. `{"early_stopping_patience": 2}`).
-    `config`: a loaded config whose `[train]` section gives every setting not passed here, and
-    whose `[tracking]` logs the run to MLflow (what `tfos train` does). Without one, `dataset` and
-    `model_dir` are required and no `sources` or `prepare` section is needed.
+    Parameters
+    ----------
+    dataset : the `Manifest` that `prepare` returned, or where it wrote the dataset.
+    model_dir : where the model goes (local, hdfs://, s3a://).
+    model : "wide_deep" (the default), "sequence_autoencoder", "module:function", or a callable
+        `build(spec, vocab, stats, model_cfg) -> tf.keras.Model` (docs/training.md); one defined in a
+        script or notebook reaches the TF nodes by value. Its settings (`params`, layers) are
+        `config`'s `model`.
+    config : every other setting: a `TrainConfig` (the `[train]` table), or a loaded `Config`, whose
+        `[train]` applies and whose `[tracking]` logs the run to MLflow (what `tfos train` does).
+        Default: `TrainConfig()`. The three above may come from it instead (its `dataset`,
+        `model_dir`, `model.kind`); given both ways, they must agree.
+    overwrite : replace a trained model already in `model_dir`.
 
-    Example: ``api.train(spark, dataset=manifest, model_dir="out/model", model=build, epochs=3)``"""
+    Returns
+    -------
+    TrainResult : the metrics of the model kept, where it is, how the run went.
+
+    Raises
+    ------
+    ConfigError : a setting that cannot work, named, before any Spark job (the model is built once
+        on the driver first).
+    TrainingError : the run failed; the failing node's own error.
+
+    Example: ``api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=3))``"""
     from tfos_jobs.cluster.driver import node_inputs
     from tfos_jobs.jobs.train.driver import job, tracked
-    from tfos_jobs.model.builder import check_model_fn
     from tfos_jobs.storage import Storage
 
-    if isinstance(dataset, Manifest):
-        dataset = dataset.output
-    if config is None and (dataset is None or model_dir is None):
-        raise ConfigError("train(): give dataset= and model_dir=, or a config= whose [train] names them")
-    table: dict[str, Any] = dataclasses.asdict(config.train) if config is not None else {}
-    given = {"dataset": dataset, "model_dir": model_dir, "strategy": strategy, "workers": workers, "epochs": epochs,
-             "batch_size": batch_size, "learning_rate": learning_rate}
-    table.update({**dict(settings or {}), **{k: v for k, v in given.items() if v is not None}})
-    model_fn = None
-    model_table = {**table.get("model", {}), **dict((settings or {}).get("model", {}))}
-    if model is not None:
-        kind, model_fn = _model(model)
-        model_table["kind"] = kind
-    if params is not None:
-        model_table["params"] = dict(params)
-    table["model"] = model_table
-    where = "train" if config is not None else "train()"
-    tr = build(TrainConfig, table, where)
-    meta = node_inputs.read_dataset(Storage(spark), "train.dataset" if config is not None else "dataset", tr.dataset)
+    whole = config if isinstance(config, Config) else None
+    settings = checked(config.train if isinstance(config, Config) else config or TrainConfig(), "train")
+    where = "train" if whole is not None else "train()"
+    storage = Storage(spark)
+    tr = _with_handles(settings, dataset=dataset.output if isinstance(dataset, Manifest) else dataset,
+                       model_dir=model_dir, kind=None if model is None else _model(model)[0],
+                       from_config=config is not None, where=where,
+                       same=lambda a, b: a == b or storage.qualify(a) == storage.qualify(b))
+    meta = node_inputs.read_dataset(storage, "train.dataset" if whole is not None else "dataset", tr.dataset)
     errors = tr.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
-    check_model_fn(model_cfg=tr.model, spec=meta.spec, fn=model_fn)  # a dry build: a wrong model fails here
+    definition = _checked_model(model, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
     check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
-    metrics: Mapping[str, Any]  # metrics.json: what `TrainResult.of` reads
-    if config is not None:
-        metrics = tracked.run(spark, dataclasses.replace(config, train=tr), overwrite=overwrite, log=log,
-                              model_fn=model_fn)
+    if whole is not None:
+        metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,
+                              model=definition, meta=meta)
     else:
-        metrics = job.run(spark, tr, overwrite=overwrite, log=log, model_fn=model_fn)
+        metrics = job.run(spark, tr, overwrite=overwrite, log=log, model=definition, meta=meta)
     return TrainResult.of(ModelDir.holding(metrics["saved_model"]).path, metrics)
 
 
-def _model(model: str | Callable[..., Any]) -> tuple[str, Callable[..., Any] | None]:
+def _with_handles(settings: TrainConfig, *, dataset: str | None, model_dir: str | None, kind: str | None,
+                  from_config: bool, where: str, same: Callable[[str, str], bool] = str.__eq__) -> TrainConfig:
+    """`settings` with the run's dataset, model directory and model kind, each given once: as an
+    argument, or in `settings` (a config's own value, not `TrainConfig`'s default). Two values
+    for one setting are refused rather than one silently winning; `same` tells two spellings of
+    one place apart from two places (a relative path and its `file:` URL)."""
+    defaults = TrainConfig()
+    chosen = {}
+    for key, given, own, default in (("dataset", dataset, settings.dataset, defaults.dataset),
+                                     ("model_dir", model_dir, settings.model_dir, defaults.model_dir),
+                                     ("model.kind", kind, settings.model.kind, defaults.model.kind)):
+        if given is not None and own != default and not same(given, own):
+            raise ConfigError(f"{where}: {key} is given twice, {given!r} as an argument and {own!r} in config=; "
+                              "give it once")
+        if given is None and not from_config and key != "model.kind":
+            raise ConfigError(f"{where}: give {key}= (or a config= that names it)")
+        chosen[key] = given if given is not None else own
+    model = dataclasses.replace(settings.model, kind=chosen["model.kind"])
+    return dataclasses.replace(settings, dataset=chosen["dataset"], model_dir=chosen["model_dir"], model=model)
+
+
+def _checked_model(model: str | Callable[..., Any] | CheckedModel | None, model_cfg: ModelConfig,
+                   spec: FeatureSpec) -> CheckedModel:
+    """The model, checked against the dataset's spec; one already checked against it is not built again."""
+    from tfos_jobs.model.builder import check_model
+
+    if isinstance(model, CheckedModel) and model.holds_for(model_cfg, spec):
+        return model
+    fn = model.by_value if isinstance(model, CheckedModel) else None if model is None else _model(model)[1]
+    return check_model(model_cfg=model_cfg, spec=spec, by_value=fn)
+
+
+def _model(model: str | Callable[..., Any] | CheckedModel) -> tuple[str, Callable[..., Any] | None]:
     """The model's `kind`, and the callable to pickle by value when its module cannot be imported
     by name on the executors (a script's or notebook's `__main__`, a function defined in a function)."""
+    if isinstance(model, CheckedModel):
+        return model.config.kind, model.by_value
     if isinstance(model, str):
         return model, None
     if not callable(model):
@@ -218,7 +257,7 @@ class SweepResult:
     results: tuple[TrialResult, ...]
 
 
-def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, space: SweepConfig | Mapping[str, Any],
+def sweep(spark: SparkSession, *, config: Config | Table | str, space: SweepConfig | Table,
           overrides: Sequence[str] = (), log: Log = print) -> SweepResult:
     """A hyperparameter sweep whose trials run as Spark tasks (docs/sweeps.md).
 
@@ -254,7 +293,7 @@ def sweep(spark: SparkSession, *, config: Config | Mapping[str, Any] | str, spac
     return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
 
 
-def config_tables(config: Config) -> dict[str, Any]:
+def config_tables(config: Config) -> dict[str, object]:
     """A Config as the tables of its TOML file (what `config.from_dict` reads back)."""
     tables = config_mod.to_dict(config)
     tables["features"] = {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in tables["features"]}
@@ -332,7 +371,7 @@ def replay(spark: SparkSession, *, rows: DataFrame, bootstrap_servers: str, topi
                            rate=rate, disorder=disorder, log=log)
 
 
-def _spec(spec: FeatureSpec | Mapping[str, Any]) -> FeatureSpec:
+def _spec(spec: FeatureSpec | Table) -> FeatureSpec:
     if isinstance(spec, FeatureSpec):
         return spec
     if not isinstance(spec, Mapping):

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from tfos_jobs import config as config_mod
 from tfos_jobs import resources
@@ -32,6 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     common = common_arguments()
     parser = argparse.ArgumentParser(prog="tfos", description="Distributed TensorFlow on Apache Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _job_commands(sub, common)
+    _stream_commands(sub, common)
+    _service_commands(sub, common)
+    return parser
+
+
+def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The jobs: data, prepare, train, predict, SQL, evaluate, sweep, and the sources' check."""
     sub.add_parser("config", parents=[common], help="print the resolved configuration and exit")
     gen = sub.add_parser("generate", parents=[common],
                          help="write the embedded data: census-like tables, or the sensor fleet for a spec of sequences")
@@ -72,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     srcs.add_argument("--only", action="append", metavar="NAME", help="check only this source (repeatable)")
     srcs.add_argument("--no-count", dest="count", action="store_false", help="do not count rows (no Spark job)")
     srcs.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _stream_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Kafka in and out: score a topic, replay a source into one, the streaming demo."""
     stream = sub.add_parser("stream", parents=[common],
                             help="score a Kafka topic as events arrive (rows, or sensor readings cut into windows): "
                                  "Parquet exactly once, a Kafka topic at least once, bad events quarantined")
@@ -87,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo-stream", parents=[common],
                    help="replay the fleet's last readings into Kafka, score them with tfos stream as they arrive, "
                         "and compare the stream's anomaly ROC AUC with batch scoring of the same readings")
+
+
+def _service_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The demos, the servers, packaging and submitting, the bench."""
     sub.add_parser("demo", parents=[common], help="generate the default data and run the pipeline on it")
     serve = sub.add_parser("serve-sql", parents=[common],
                            help="serve SQL clients (beeline, JDBC/ODBC) with the prediction functions registered")
@@ -113,7 +129,6 @@ def _parser() -> argparse.ArgumentParser:
                            help="measure every stage against its baseline, from a source checkout (benchmarks/): "
                                 "tfos bench --config FILE [bench options] (tfos bench --help lists them)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="handed to the bench as they are")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,11 +235,10 @@ def _session(cfg, extra: dict[str, str] | None = None):
 
 
 def cmd_generate(cfg, args) -> int:
-    from tfos_jobs.data import synthetic
-    from tfos_jobs.jobs import demo
+    from tfos_jobs.data import fleet, synthetic
 
     if cfg.features.is_sequence:
-        demo.generate_fleet(cfg, lambda: _session(cfg))
+        fleet.write(cfg, lambda: _session(cfg))
         return 0
     syn = cfg.synthetic
     spark = _session(cfg)
@@ -259,10 +273,10 @@ def cmd_prepare(cfg, args) -> int:
 
 def cmd_train(cfg, args) -> int:
     from tfos_jobs import api
-    from tfos_jobs.model.builder import check_model_fn
+    from tfos_jobs.model.builder import check_model
 
-    check_model_fn(model_cfg=cfg.train.model, spec=cfg.features)  # a wrong model fails here, before Spark starts
-    api.train(_session(cfg), config=cfg, overwrite=args.overwrite)
+    model = check_model(model_cfg=cfg.train.model, spec=cfg.features)  # a wrong model fails here, before Spark starts
+    api.train(_session(cfg), model=model, config=cfg, overwrite=args.overwrite)
     return 0
 
 
@@ -309,9 +323,9 @@ def cmd_serve_sql(cfg, args) -> int:
 
 
 def cmd_demo(cfg, args) -> int:
-    from tfos_jobs.jobs import demo
+    from tfos_jobs.demos import pipeline
 
-    return demo.run(cfg, lambda: _session(cfg))
+    return pipeline.run(cfg, lambda: _session(cfg))
 
 
 def cmd_sources(cfg, args) -> int:
@@ -325,7 +339,7 @@ def cmd_sources(cfg, args) -> int:
 
 
 def cmd_demo_warehouse(cfg, args) -> int:
-    from tfos_jobs.jobs.prepare import warehouse_demo
+    from tfos_jobs.demos import warehouse as warehouse_demo
 
     return warehouse_demo.run(cfg, lambda: _session(cfg))
 
@@ -368,7 +382,7 @@ def cmd_replay(cfg, args) -> int:
 
 
 def cmd_demo_stream(cfg, args) -> int:
-    from tfos_jobs.jobs.stream.driver import demo
+    from tfos_jobs.demos import stream as demo
     from tfos_jobs.session import with_kafka_connector
 
     cfg = dataclasses.replace(cfg, spark=with_kafka_connector(cfg.spark))

@@ -110,8 +110,9 @@ def main(argv: list[str]) -> int:
         if "predict" in steps:
             predict_step(spark, cfg, work, sets, command=bool(args.url))
         if "ps" in steps:
-            result = api.train(spark, config=cfg, model_dir=str(work / "ps-model"), strategy="parameter_server",
-                               workers=1, epochs=3, settings={"ps": 1, "batch_size": 256}, log=lambda _: None)
+            ps = dataclasses.replace(cfg.train, strategy="parameter_server", workers=1, ps=1, epochs=3, batch_size=256,
+                                     model_dir=str(work / "ps-model"))
+            result = api.train(spark, config=dataclasses.replace(cfg, train=ps), log=lambda _: None)
             emit("ps", auc=result.metrics["eval"]["auc"], nodes=sorted(n["role"] for n in result.nodes))
         if "sweep" in steps:
             space = {"sweep": {"dir": str(work / "sweep"), "max_trials": 2, "max_parallel_trials": 2,

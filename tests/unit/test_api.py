@@ -1,6 +1,7 @@
 """The Python API's checks that need no Spark: model resolution, configs as tables, bad arguments."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -89,3 +90,51 @@ def test_the_steps_take_what_the_step_before_returned():
                              strategy="local")
     assert api._model_dir(result) == "hdfs://nn/model" and api._model_dir("models:/income@champion") == "models:/income@champion"
     assert set(api.__all__) <= set(dir(api)) and "predict" in api.__all__
+
+
+def test_each_training_setting_comes_one_way():
+    from tfos_jobs.config import ModelConfig, TrainConfig
+
+    given = api._with_handles(TrainConfig(epochs=3), dataset="hdfs://nn/d", model_dir="hdfs://nn/m", kind=None,
+                              from_config=True, where="train()")
+    assert (given.dataset, given.model_dir, given.model.kind, given.epochs) == ("hdfs://nn/d", "hdfs://nn/m",
+                                                                                 "wide_deep", 3)
+    own = TrainConfig(dataset="d1", model_dir="m1", model=ModelConfig(kind="mymodels:build"))
+    taken = api._with_handles(own, dataset=None, model_dir=None, kind=None, from_config=True, where="train")
+    assert (taken.dataset, taken.model_dir, taken.model.kind) == ("d1", "m1", "mymodels:build")
+    assert api._with_handles(own, dataset="d1", model_dir="m1", kind="mymodels:build", from_config=True,
+                             where="train") == taken  # the same value both ways is one value
+    with pytest.raises(ConfigError, match=r"train\(\): dataset is given twice, 'd2' as an argument and 'd1'"):
+        api._with_handles(own, dataset="d2", model_dir=None, kind=None, from_config=True, where="train()")
+    with pytest.raises(ConfigError, match="model.kind is given twice, 'other:build' as an argument"):
+        api._with_handles(own, dataset=None, model_dir=None, kind="other:build", from_config=True, where="train()")
+    with pytest.raises(ConfigError, match=r"train\(\): give model_dir= \(or a config= that names it\)"):
+        api._with_handles(TrainConfig(), dataset="d", model_dir=None, kind=None, from_config=False, where="train()")
+
+
+def test_a_setting_built_in_code_is_checked_as_a_file_is():
+    from tfos_jobs.config import ModelConfig, TrainConfig
+    from tfos_jobs.config.loading import checked
+
+    assert checked(TrainConfig(learning_rate=1), "train").learning_rate == 1.0  # a number, as TOML's 1 reads
+    with pytest.raises(ConfigError, match="train.epochs: expected an integer, got '3'"):
+        checked(TrainConfig(epochs="3"), "train")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="train.model.units: expected an integer, got 1.5"):
+        checked(TrainConfig(model=ModelConfig(units=1.5)), "train")  # type: ignore[arg-type]
+
+
+def test_a_model_checked_against_the_configs_spec_holds_for_the_datasets():
+    """`tfos train` builds the model before Spark starts, against the config's spec; training
+    does not build it again against the dataset's, which differs only in its resolved defaults."""
+    from tfos_jobs.config.loading import build_spec
+    from tfos_jobs.model.builder import check_model
+
+    cfg = config.load(CENSUS)
+    model = check_model(model_cfg=cfg.train.model, spec=cfg.features)
+    features = api.config_tables(cfg)["features"]
+    resolved = {name: {**body, "default": 41.5} if body.get("default") == "mean" else body
+                for name, body in features.items()}
+    assert resolved != features and model.holds_for(cfg.train.model, build_spec(resolved))
+    fewer = {name: body for name, body in features.items() if name != "hours_per_week"}
+    assert not model.holds_for(cfg.train.model, build_spec(fewer))
+    assert not model.holds_for(dataclasses.replace(cfg.train.model, num_layers=2), cfg.features)

@@ -154,7 +154,7 @@ def test_the_layout_check_finds_what_is_wrong():
                "  jobs/           the jobs\n"
                "    train/        training\n"
                "      executor/   moved away\n"
-               "    demo.py       `tfos demo`, carried on\n"
+               "    __init__.py   the package, carried on\n"
                "                  over this line, which names nothing.py\n"
                "  config/         settings\n"
                "Dockerfile        the image\n"
@@ -163,7 +163,7 @@ def test_the_layout_check_finds_what_is_wrong():
         "line 10: inner.py is indented under a file, Dockerfile",
         "line 2: gone.py, named under tfos_jobs/cli.py, does not exist",
         "line 5: tfos_jobs/jobs/train/executor/ does not exist",
-        "line 6: nothing.py, named under tfos_jobs/jobs/demo.py, does not exist",
+        "line 6: nothing.py, named under tfos_jobs/jobs/__init__.py, does not exist",
         "line 10: Dockerfile/inner.py does not exist"]
     entries, _ = layout_entries(planted)
     assert [e.path for e in entries][:4] == ["tfos_jobs/", "tfos_jobs/cli.py", "tfos_jobs/jobs/", "tfos_jobs/jobs/train/"]

@@ -240,7 +240,7 @@ LAYERS = (
     ("tfos_jobs.cluster",),  # TF nodes on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
     ("tfos_jobs.cli", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
-     "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api", "tfos_jobs.connect_server"),  # the commands, the Python
+     "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api", "tfos_jobs.connect_server", "tfos_jobs.demos"),  # the commands, the Python
     # API, the entry points, the Connect server for clients
 )
 

@@ -9,10 +9,13 @@ import tomllib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Literal, Mapping, TypeVar, Union
 
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FEATURE_KINDS, FeatureSpec
+
+T = TypeVar("T")
+Table = Mapping[str, object]  # a TOML table as Python holds it (tomllib's dicts): what build() checks, key by key
 
 
 def read_config_file(path: str | Path, _seen: tuple = ()) -> dict[str, Any]:
@@ -157,6 +160,15 @@ def build(cls: type, data: Any, where: str) -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{key}: required key is missing")
     return cls(**kwargs)
+
+
+def checked(section: T, where: str) -> T:
+    """A config section built in code rather than read from a file, its values checked as the
+    loader checks a file's (the same errors, naming the key); nested sections too."""
+    values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}  # type: ignore[arg-type]
+    nested = {k: checked(v, _join(where, k)) for k, v in values.items() if dataclasses.is_dataclass(v)
+              and not isinstance(v, type) and not isinstance(v, FeatureSpec)}
+    return build(type(section), {**values, **nested}, where)
 
 
 def _convert(tp: Any, value: Any, where: str) -> Any:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping, NotRequired, TypedDict, cast
 
+from tfos_jobs.contracts.values import Json, JsonObject
 from tfos_jobs.names import Name
 
 META = "_meta"
@@ -45,6 +46,49 @@ ALL_SPLITS = (*SPLITS, Split.TEST.value)  # and the optional held-out one (in th
 EXAMPLE, SEQUENCE_EXAMPLE = "Example", "SequenceExample"  # the record types: rows, sensor windows
 
 
+class FileEntry(TypedDict):
+    path: str  # relative to the split's directory
+    bytes: int
+
+
+class SplitEntry(TypedDict):
+    """A split as the manifest's `splits` holds it."""
+
+    records: int
+    assets: NotRequired[int]  # sensor windows: the assets they come from
+    files: list[FileEntry]
+
+
+class RecordsEntry(TypedDict):
+    """How the records are written (the manifest's `records`)."""
+
+    format: str  # the Spark data source that wrote them
+    record_type: str  # EXAMPLE or SEQUENCE_EXAMPLE
+    compression: str
+    columns: dict[str, JsonObject]  # per column: dtype, shape, default (FeatureSpec.record_schema)
+
+
+class RejectedEntry(TypedDict):
+    rows: int
+    by_reason: dict[str, int]
+    path: str | None  # REJECTS, when there are any
+
+
+class WindowsEntry(TypedDict):
+    """Sensor windows: how many were kept and dropped (by reason), and their shape in steps."""
+
+    kept: int
+    dropped: int
+    dropped_by_reason: dict[str, int]
+    window: int
+    stride: int
+
+
+class ImputedEntry(TypedDict):
+    rows: int  # rows with at least one value filled
+    by_column: dict[str, int]
+
+
 @dataclass(frozen=True)
 class SplitFiles:
     """One split: its records (rows or windows), its files (name and bytes), and for windows
@@ -54,15 +98,14 @@ class SplitFiles:
     files: tuple[tuple[str, int], ...]
     assets: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"records": self.records}
+    def to_dict(self) -> SplitEntry:
+        out = SplitEntry(records=self.records, files=[FileEntry(path=name, bytes=size) for name, size in self.files])
         if self.assets is not None:
             out["assets"] = self.assets
-        out["files"] = [{"path": name, "bytes": size} for name, size in self.files]
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SplitFiles":
+    def from_dict(cls, data: SplitEntry) -> "SplitFiles":
         return cls(int(data["records"]), tuple((f["path"], int(f["bytes"])) for f in data["files"]), data.get("assets"))
 
 
@@ -79,17 +122,17 @@ class Manifest:
     output: str
     spark: Mapping[str, str]
     spec_fingerprint: str
-    records: Mapping[str, Any]  # format, record_type, compression, columns
+    records: RecordsEntry
     splits: Mapping[str, SplitFiles]
-    split: Mapping[str, Any]  # the split settings and the boundary used (data.split.describe)
-    sources: Mapping[str, Any]  # per source: location, and rows or files
-    rejected: Mapping[str, Any]  # rows, by_reason, path
-    imputed: Mapping[str, Any] | None = None
+    split: JsonObject  # the split settings and the boundary used (data.split.describe)
+    sources: Mapping[str, JsonObject]  # per source: location, and rows or files
+    rejected: RejectedEntry
+    imputed: ImputedEntry | None = None
     truncated: Mapping[str, int] | None = None
     vocabulary_sizes: Mapping[str, int] | None = None
-    rows: Mapping[str, int] | None = None
-    windows: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys of a newer writer, kept as they are
+    rows: Mapping[str, int] | None = None  # sensor windows: rows read and rejected
+    windows: WindowsEntry | None = None
+    extra: JsonObject = field(default_factory=dict)  # keys of a newer writer, kept as they are
 
     @property
     def record_type(self) -> str:
@@ -99,8 +142,8 @@ class Manifest:
     def compression(self) -> str:
         return self.records["compression"]
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "extra":
@@ -112,8 +155,10 @@ class Manifest:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
+    def from_dict(cls, data: JsonObject) -> "Manifest":
+        """`manifest.json` as read: its keys are this class's fields (checked by the dataset's reader)."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        known["splits"] = {name: SplitFiles.from_dict(s) for name, s in data["splits"].items()}
-        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+        known: dict[str, Json | Mapping[str, SplitFiles]] = {k: v for k, v in data.items() if k in names}
+        splits = cast(Mapping[str, SplitEntry], data["splits"])
+        known["splits"] = {name: SplitFiles.from_dict(s) for name, s in splits.items()}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})  # type: ignore[arg-type]

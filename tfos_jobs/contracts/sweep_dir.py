@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfos_jobs.contracts.model_dir import ERROR_SUFFIX, ModelDir
-from tfos_jobs.contracts.trial import TrialResult
+from tfos_jobs.contracts.trial import ParamValue, TrialResult
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage, StorageError
 
@@ -102,10 +102,10 @@ class TrialDir(ModelDir):
     def error(self) -> str:
         return f"{self.path}/error.txt"
 
-    def write_params(self, storage: Storage, settings: dict[str, Any]) -> None:
+    def write_params(self, storage: Storage, settings: dict[str, ParamValue]) -> None:
         storage.write_text(self.params, json.dumps(settings, indent=2))
 
-    def read_params(self, storage: Storage) -> dict[str, Any]:
+    def read_params(self, storage: Storage) -> dict[str, ParamValue]:
         return _read(storage, self.params)
 
     def write_result(self, storage: Storage, result: TrialResult) -> None:

@@ -2,9 +2,11 @@
 and the results table keep it."""
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from tfos_jobs.names import Name
+
+ParamValue = int | float | str | bool  # a searched setting's value, as a trial is given it
 
 
 class TrialStatus(Name):
@@ -29,7 +31,7 @@ class TrialSummary(TypedDict):
 class TrialResult(TrialSummary):
     """A trial's row of the results: its summary, its settings, who ran it when."""
     trial: int
-    settings: dict[str, Any]
+    settings: dict[str, ParamValue]  # setting (train.learning_rate, ...) -> value
     started: float
     finished: float
     seconds: float

@@ -14,15 +14,25 @@ read both.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tfos_jobs.config import Config
 from tfos_jobs.data.columns import ANOMALY_END, ANOMALY_KIND, ANOMALY_SENSOR, ANOMALY_START
+from tfos_jobs.storage import Storage, named
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Session = Callable[[], "SparkSession"]  # a command's session, started when first needed
 
 SENSORS: tuple[str, ...] = ("temperature", "pressure", "vibration", "rpm", "voltage", "current", "flow", "humidity")
 ASSET = "asset_id"
@@ -256,3 +266,24 @@ def generate(output: str, assets: int, steps: int, seed: int, step_seconds: int 
     table = pa.Table.from_pandas(anomalies, schema=ANOMALY_SCHEMA, preserve_index=False)
     pq.write_table(table, anomalies_dir / "anomalies.parquet")
     return {"assets": assets, "rows": rows, "anomalies": len(anomalies), "csv_assets": csv_assets}
+
+
+def write(cfg: Config, session: Session) -> None:
+    """The fleet `cfg.fleet` describes, at `fleet.output`. The files are written on this machine;
+    an output on another filesystem (HDFS,
+    S3, ...), or any output of a Spark Connect client (its disk is not the cluster's), receives
+    them whole afterwards."""
+    from tfos_jobs.session import remote_url
+
+    fl = cfg.fleet
+    remote = ("://" in fl.output and not fl.output.startswith("file:")) or bool(remote_url(cfg.spark))
+    with tempfile.TemporaryDirectory(prefix="tfos-fleet-") as tmp:
+        local = tmp if remote else fl.output
+        counts = generate(local, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
+                                csv_every=fl.csv_every)
+        if remote:
+            storage = Storage(session())
+            with named("fleet.output", fl.output):
+                for part in (SENSORS_DIR, ANOMALIES_DIR):
+                    storage.replace_dir(os.path.join(tmp, part), f"{storage.qualify(fl.output)}/{part}")
+    print(f"wrote {fl.output}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))

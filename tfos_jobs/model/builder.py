@@ -129,6 +129,33 @@ def resolve_model_fn(kind: str) -> ModelFn:
 DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckedModel:
+    """A model checked on the driver against the spec it is for (`check_model`): a training run
+    builds it on its nodes without checking it again. `by_value`: the callable the nodes get
+    pickled (a script's or notebook's function), None when they import `config.kind` by name."""
+
+    config: ModelConfig
+    spec: FeatureSpec
+    fn: ModelFn
+    by_value: ModelFn | None = None
+
+    def holds_for(self, model_cfg: ModelConfig, spec: FeatureSpec) -> bool:
+        """Whether this check is the one `model_cfg` would get against `spec`: the same settings
+        and features, defaults aside (a config's "mean" is a number in the dataset's own spec,
+        and no build reads the value that fills a null)."""
+        return self.config == model_cfg and _without_defaults(self.spec) == _without_defaults(spec)
+
+
+def _without_defaults(spec: FeatureSpec) -> list[dict[str, Any]]:
+    return [{k: v for k, v in f.items() if k != "default"} for f in spec.to_dict()["features"]]
+
+
+def check_model(*, model_cfg: ModelConfig, spec: FeatureSpec, by_value: ModelFn | None = None) -> CheckedModel:
+    """`check_model_fn`'s checks, kept with what they were made against."""
+    return CheckedModel(model_cfg, spec, check_model_fn(model_cfg=model_cfg, spec=spec, fn=by_value), by_value)
+
+
 def check_model_fn(*, model_cfg: ModelConfig, spec: FeatureSpec, fn: ModelFn | None = None) -> ModelFn:
     """The model function, checked on the driver before any Spark job: `fn` (a callable), else
     `model_cfg.kind` imported and resolved. A user function must take the four arguments of

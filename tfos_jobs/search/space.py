@@ -18,10 +18,10 @@ from typing import Any, Literal, Mapping, Sequence
 from tfos_jobs import config as config_mod
 from tfos_jobs.config.loading import build
 from tfos_jobs.config.train import KIND_KEY as MODEL_KIND
+from tfos_jobs.contracts.trial import ParamValue
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.search.names import Algorithm, AlgorithmName, Goal, GoalName, Pruner, PrunerName
 
-ParamValue = int | float | str | bool
 
 
 @dataclass(frozen=True)

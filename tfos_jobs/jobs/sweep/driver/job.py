@@ -41,10 +41,10 @@ from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
 from tfos_jobs.search import samplers
 from tfos_jobs.search.names import Algorithm, Pruner
 from tfos_jobs.search.space import model_kinds
-from tfos_jobs.search.space import BaseConfig, ParamValue, SweepConfig, largest, trial_config
+from tfos_jobs.search.space import BaseConfig, SweepConfig, largest, trial_config
 from tfos_jobs.search.space import base as space_base
 from tfos_jobs.search.study import StudyPlace, SweepStudy, default_name, mask
-from tfos_jobs.contracts.trial import FINISHED, TrialResult, TrialStatus
+from tfos_jobs.contracts.trial import FINISHED, ParamValue, TrialResult, TrialStatus
 from tfos_jobs.search.trials import trial_result
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Strategy

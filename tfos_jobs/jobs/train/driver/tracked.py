@@ -12,6 +12,8 @@ from pyspark.sql import SparkSession
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Metrics
 from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.model.builder import CheckedModel
 from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
@@ -20,10 +22,10 @@ from tfos_jobs.tracking.run_logger import Tracking
 
 
 def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
-        model_fn: Callable | None = None) -> Metrics:
-    """`train.run`, tracked when `[tracking]` names a server; `model_fn`: the model as a callable."""
+        model: CheckedModel | None = None, meta: DatasetMeta | None = None) -> Metrics:
+    """`train.run`, tracked when `[tracking]` names a server; `model` and `meta`: as `train.run` takes them."""
     if not cfg.tracking.enabled:
-        return train.run(spark, cfg, overwrite=overwrite, log=log, model_fn=model_fn)
+        return train.run(spark, cfg, overwrite=overwrite, log=log, model=model, meta=meta)
     tc = cfg.tracking
     tracking = Tracking(tc, log)
     with named("train.model_dir", cfg.train.model_dir):
@@ -39,7 +41,7 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
             json.dump(params, fh, indent=2)
         run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
         try:
-            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch, model_fn=model_fn)
+            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta)
         except BaseException:
             run.end("FAILED")
             tracking.wait()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,12 +21,15 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.data import fleet, windows
+from tfos_jobs.data.fleet import Session
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, roc_auc
 from tfos_jobs.jobs.serve.evaluate import label
 from tfos_jobs.jobs.serve.predict import with_predictions
-from tfos_jobs.jobs.stream.driver import job, replay
+from tfos_jobs import api
+from tfos_jobs.jobs.stream.driver import replay
+from tfos_jobs.jobs.stream.driver.job import StreamSummary
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.registry import resolver
 from udfs import register
@@ -40,7 +43,6 @@ DISORDER = 400  # places an event may move: about 2 minutes of the fleet's time,
 IDLE_SECONDS = 30.0  # the stream stops once no event came for this long
 AUC_TOLERANCE = 1e-6
 
-Session = Callable[[], SparkSession]
 
 
 def run(config: Config, session: Session) -> int:
@@ -79,7 +81,7 @@ def run(config: Config, session: Session) -> int:
     producer.start()
     print(f"== stream: {st.topic} -> {st.output}, alerts as they happen")
     streaming = dataclasses.replace(config, stream=dataclasses.replace(st, stop_when_idle_seconds=IDLE_SECONDS))
-    summary = job.run(spark, streaming, log=lambda line: print(line, flush=True))
+    summary = api.stream(spark, config=streaming, log=lambda line: print(line, flush=True))
     producer.join()
     if failed:
         raise TfosError(f"demo-stream: the replay failed: {failed[0]}")
@@ -98,14 +100,12 @@ def _ensure_model(spark: SparkSession, config: Config, session: Session, storage
     except ConfigError:
         pass
     from tfos_jobs.data.dataset import summary
-    from tfos_jobs.jobs import prepare
-    from tfos_jobs.jobs.demo import generate_fleet
-    from tfos_jobs.jobs.train.driver import tracked as train
 
     print(f"== no model in {config.predict.model}: the fleet pipeline first (generate, prepare, train)")
-    generate_fleet(config, session)
-    print(summary(prepare.run(spark, config, overwrite=True)))
-    train.run(spark, config, overwrite=True)
+    fleet.write(config, session)
+    manifest = api.prepare(spark, config=config, output=config.prepare.output, overwrite=True)
+    print(summary(manifest))
+    api.train(spark, dataset=manifest, config=config, overwrite=True)
 
 
 def _fresh_topic(bootstrap: str, topic: str) -> None:
@@ -159,7 +159,7 @@ def compare(spark: SparkSession, config: Config, readings: DataFrame, truth_path
     return report
 
 
-def describe(report: dict[str, Any], summary: job.StreamSummary) -> list[str]:
+def describe(report: dict[str, Any], summary: StreamSummary) -> list[str]:
     aucs, w = report["auc"], report["windows"]
     lines = [f"stream: {w['stream']:,} windows scored, {summary.alerts:,} alerts, "
              f"{sum(summary.quarantined.values()):,} events or windows quarantined",

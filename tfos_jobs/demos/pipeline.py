@@ -1,49 +1,22 @@
-"""`tfos demo`: the embedded data generated, then every job on it, printing each step."""
+"""`tfos demo`: the embedded data generated, then every job on it through the Python API (its
+checks included), printing each step."""
 from __future__ import annotations
 
 import os
-import tempfile
-from typing import Callable
-
-from pyspark.sql import SparkSession
 
 from tfos_jobs import resources
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data import fleet
-from tfos_jobs.storage import Storage, named
-
-Session = Callable[[], SparkSession]  # the job's session, started when first needed
-
-
-def generate_fleet(cfg: Config, session: Session) -> None:
-    """The fleet's files are written on this machine; an output on another filesystem (HDFS,
-    S3, ...), or any output of a Spark Connect client (its disk is not the cluster's), receives
-    them whole afterwards."""
-    from tfos_jobs.session import remote_url
-
-    fl = cfg.fleet
-    remote = ("://" in fl.output and not fl.output.startswith("file:")) or bool(remote_url(cfg.spark))
-    with tempfile.TemporaryDirectory(prefix="tfos-fleet-") as tmp:
-        local = tmp if remote else fl.output
-        counts = fleet.generate(local, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
-                                csv_every=fl.csv_every)
-        if remote:
-            storage = Storage(session())
-            with named("fleet.output", fl.output):
-                for part in (fleet.SENSORS_DIR, fleet.ANOMALIES_DIR):
-                    storage.replace_dir(os.path.join(tmp, part), f"{storage.qualify(fl.output)}/{part}")
-    print(f"wrote {fl.output}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+from tfos_jobs.data.fleet import Session
 
 
 def run(cfg: Config, session: Session) -> int:
     """The census pipeline, or the fleet's for a spec of sensor windows."""
+    from tfos_jobs import api
     from tfos_jobs.data import synthetic
     from tfos_jobs.data.dataset import summary
-    from tfos_jobs.jobs.serve import predict
-    from tfos_jobs.jobs import prepare
     from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.jobs.train.driver import tracked as train
 
     if cfg.features.is_sequence:
         return _fleet(cfg, session)
@@ -53,16 +26,16 @@ def run(cfg: Config, session: Session) -> int:
     counts = synthetic.generate(spark, syn.output, syn.people, syn.events_per_person, syn.seed, syn.as_of)
     print("   " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()))
     print(f"== prepare: {cfg.prepare.output}")
-    manifest = prepare.run(spark, cfg, overwrite=True)
+    manifest = api.prepare(spark, config=cfg, output=cfg.prepare.output, overwrite=True)
     print(summary(manifest))
     print(f"== train: {cfg.train.strategy}, {cfg.train.workers} workers, into {cfg.train.model_dir}")
-    train.run(spark, cfg, overwrite=True)
+    api.train(spark, dataset=manifest, config=cfg, overwrite=True)
     query = resources.demo_query()
     print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() registered")
     with open(query, encoding="utf-8") as fh:
         sql.run(spark, cfg, fh.read(), rows=20)
     print(f"== predict: into {cfg.predict.output}")
-    predict.run(spark, cfg, overwrite=True)
+    api.predict(spark, config=cfg, overwrite=True)
     model_dir = ModelDir(cfg.train.model_dir)
     _artifacts((("raw tables", syn.output), ("dataset", cfg.prepare.output), ("model", model_dir.path),
                 ("SavedModel", model_dir.saved_model), ("learning curve", model_dir.learning_curve),
@@ -71,30 +44,29 @@ def run(cfg: Config, session: Session) -> int:
 
 
 def _fleet(cfg: Config, session: Session) -> int:
+    from tfos_jobs import api
     from tfos_jobs.data.dataset import summary
     from tfos_jobs.jobs.serve import evaluate as anomaly_report
-    from tfos_jobs.jobs.serve import predict
-    from tfos_jobs.jobs import prepare
     from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.jobs.train.driver import tracked as train
     from tfos_jobs.tracking.registry import resolver
     from udfs.register import served_spec
 
     fl = cfg.fleet
     print(f"== generate: {fl.assets:,} assets x {fl.steps:,} steps into {fl.output}")
-    generate_fleet(cfg, session)
+    fleet.write(cfg, session)
     spark = session()
     print(f"== prepare: windows into {cfg.prepare.output}")
-    print(summary(prepare.run(spark, cfg, overwrite=True)))
+    manifest = api.prepare(spark, config=cfg, output=cfg.prepare.output, overwrite=True)
+    print(summary(manifest))
     print(f"== train: {cfg.train.model.kind}, {cfg.train.strategy}, {cfg.train.workers} workers, "
           f"into {cfg.train.model_dir}")
-    train.run(spark, cfg, overwrite=True)
+    api.train(spark, dataset=manifest, config=cfg, overwrite=True)
     query = resources.demo_query("windows")
     print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() and the windows view")
     with open(query, encoding="utf-8") as fh:
         sql.run(spark, cfg, fh.read(), rows=10)
     print(f"== predict: one row per window into {cfg.predict.output}")
-    predict.run(spark, cfg, overwrite=True)
+    api.predict(spark, config=cfg, overwrite=True)
     print("== evaluate: scores against the true anomaly intervals")
     spec = served_spec(spark, cfg.predict.model, resolve=resolver(cfg.tracking.uri or None))
     anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet.ANOMALIES_DIR}")
