@@ -62,8 +62,12 @@ def session(*, master: str = "local[2]", app_name: str = "tfos", conf: Mapping[s
     (`sc://host:port`, or the SPARK_REMOTE environment variable), a Spark Connect client's
     session instead: no JVM in this process, the server's cluster does the work.
 
-    Example: ``spark = api.session(master="local-cluster[2,1,2048]")``, or
-    ``api.session(remote="sc://spark.example.com:15002")``. `spark-submit` keeps its own master."""
+    Returns
+    -------
+    SparkSession : classic, or a Spark Connect client's; under `spark-submit`, with its own master.
+
+    Stable. Example: ``spark = api.session(master="local-cluster[2,1,2048]")``, or
+    ``api.session(remote="sc://spark.example.com:15002")``."""
     from tfos_jobs import session as session_mod
 
     return session_mod.build(SparkConfig(master=master, app_name=app_name, conf=dict(conf or {}),
@@ -83,7 +87,16 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | Non
     `[features]` table as a dict, else the config's. Without a config the table named `main`
     (or the only one) is the rows, split as `split` says (default: a hash of the key, 20% eval).
 
-    Example: ``api.prepare(spark, spec=census.features, tables={"people": df}, output="out/dataset")``"""
+    Returns
+    -------
+    DatasetManifest : records per split, rejects, imputations, vocabulary sizes.
+
+    Raises
+    ------
+    ConfigError : a missing or wrong argument or setting, named, before any Spark job.
+    InputError : a source that cannot be read or does not fit the spec, named.
+
+    Stable. Example: ``api.prepare(spark, spec=census.features, tables={"people": df}, output="out/dataset")``"""
     from tfos_jobs.jobs import prepare as prepare_job
     from tfos_jobs.jobs.prepare.rows import dataframe_sources
 
@@ -169,7 +182,7 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
         on the driver first).
     TrainingError : the run failed; the failing node's own error.
 
-    Example: ``api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=3))``"""
+    Stable (its settings in one `config` since this release). Example: ``api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=3))``"""
     from tfos_jobs.cluster.driver import node_inputs
     from tfos_jobs.jobs.train.driver import job, tracked
     from tfos_jobs.storage import Storage
@@ -268,7 +281,16 @@ def sweep(spark: SparkSession, *, config: Config | Table | str, space: SweepConf
     With the base config's `[tracking]` enabled, the sweep and each trial are MLflow runs
     (docs/tracking.md), as `tfos sweep` logs them.
 
-    Example: ``api.sweep(spark, config=config.load("conf/census.toml"), space=space).best``"""
+    Returns
+    -------
+    SweepResult : the best trial's row and every trial's (`contracts.trial.TrialResult`).
+
+    Raises
+    ------
+    ConfigError : a wrong space or base config, or a model a trial would build that fails its dry
+        build, before any Spark job.
+
+    Stable. Example: ``api.sweep(spark, config=config.load("conf/census.toml"), space=space).best``"""
     from tfos_jobs.jobs.sweep.driver import job
     from tfos_jobs.search import space as space_mod
 
@@ -294,7 +316,7 @@ def sweep(spark: SparkSession, *, config: Config | Table | str, space: SweepConf
 
 
 def config_tables(config: Config) -> dict[str, object]:
-    """A Config as the tables of its TOML file (what `config.from_dict` reads back)."""
+    """A Config as the tables of its TOML file (what `config.from_dict` reads back). Stable."""
     tables = config_mod.to_dict(config)
     tables["features"] = {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in tables["features"]}
     return tables
@@ -307,7 +329,15 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult, batch_
     MLflow registry at `tracking_uri`, else MLFLOW_TRACKING_URI); the function also builds
     Columns for the DataFrame API (`udfs.register`, docs/serving.md).
 
-    Example: ``api.register(spark, name="predict_income", model=result)``, then
+    Returns
+    -------
+    PredictionUdf : the registered function; `predict(*columns)` builds a Column.
+
+    Raises
+    ------
+    ConfigError : no SavedModel at `model`, or a name SQL cannot take.
+
+    Stable. Example: ``api.register(spark, name="predict_income", model=result)``, then
     ``spark.sql("SELECT predict_income(struct(*)) FROM people")``."""
     from tfos_jobs.tracking.registry import resolver
     from udfs.register import register as register_udf
@@ -323,7 +353,15 @@ def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | N
     `tfos predict` does (docs/serving.md). `overwrite` turns `predict.mode = "create"` into
     "overwrite".
 
-    Example: ``api.predict(spark, config=config.load("conf/census.toml"), model=result).rows``"""
+    Returns
+    -------
+    PredictionSummary : where the rows went, how many, the counters (nulls filled, unseen categories).
+
+    Raises
+    ------
+    ConfigError, InputError : a setting, model or input that does not fit, named, before the write.
+
+    Stable. Example: ``api.predict(spark, config=config.load("conf/census.toml"), model=result).rows``"""
     from tfos_jobs.jobs.serve import predict as predict_job
 
     if model is not None:
@@ -343,7 +381,15 @@ def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamS
     `stream.stop_when_idle_seconds` without events); what it did (docs/streaming.md). The session
     needs Spark's Kafka connector (`packages=["org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"]`).
 
-    Example: ``api.stream(spark, config=config.load("conf/fleet.toml", ["stream.stop_when_idle_seconds=30"]))``"""
+    Returns
+    -------
+    StreamSummary : micro-batches, events, scored, quarantined by reason, alerts, model versions.
+
+    Raises
+    ------
+    TfosError : the query failed (naming the micro-batch and the cause) or a setting is wrong.
+
+    Stable. Example: ``api.stream(spark, config=config.load("conf/fleet.toml", ["stream.stop_when_idle_seconds=30"]))``"""
     from tfos_jobs.jobs.stream.driver import job
 
     check_workers(spark)
@@ -357,7 +403,15 @@ def replay(spark: SparkSession, *, rows: DataFrame, bootstrap_servers: str, topi
     `rate` events per second, each displaced by up to `disorder` places; the topic is created
     with `partitions` if missing. Returns how many were sent.
 
-    Example: ``api.replay(spark, rows=spark.read.parquet("sensors"), bootstrap_servers="127.0.0.1:9092",
+    Returns
+    -------
+    int : events sent.
+
+    Raises
+    ------
+    ConfigError : a negative rate, or a `key`/`order_by` that is not a column of `rows`.
+
+    Stable. Example: ``api.replay(spark, rows=spark.read.parquet("sensors"), bootstrap_servers="127.0.0.1:9092",
     topic="readings", rate=2000, key="asset_id", order_by="ts")``"""
     from tfos_jobs.jobs.stream.driver import replay as replay_mod
 

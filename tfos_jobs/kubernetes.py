@@ -26,7 +26,7 @@ MASTER_PREFIX = "k8s://"
 IMAGE_VENV = "/opt/tfos/.venv"
 IMAGE_PYTHON = f"{IMAGE_VENV}/bin/python"
 IMAGE_PACKAGE = f"{IMAGE_VENV}/lib/python3.11/site-packages/tfos_jobs"
-IMAGE_JOB_SCRIPT = f"local://{IMAGE_PACKAGE}/job.py"
+IMAGE_JOB_SCRIPT = f"local://{IMAGE_PACKAGE}/entrypoints/job.py"
 IMAGE_TFRECORD_JAR = f"local://{IMAGE_PACKAGE}/jars/tfos-tfrecord.jar"
 RBAC_MANIFEST = "conf/k8s/rbac.yaml"
 

@@ -39,7 +39,7 @@ from tfos_jobs.session import FIXED_ENV, tfrecord_jar
 from tfos_jobs.tasks import ModelKind
 
 ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)
-JOB_SCRIPT = Path(__file__).parent / "job.py"
+JOB_SCRIPT = Path(__file__).parent / "entrypoints" / "job.py"
 # spark-submit options that take no value; every other `--option` takes one
 FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--kill", "--status"})
 

@@ -175,8 +175,8 @@ def run_stream(bench: Bench, cfg: Config, expected: int) -> list[dict[str, Any]]
 
 def throughput(bench: Bench, p: Plan, bootstrap: str, root: str, rows_path: str) -> dict[str, Any]:
     """P15b: the stream's rows/s over its micro-batches against the batch UDF's, on the same rows."""
-    from tfos_jobs.jobs.serve import prediction_output
-    from tfos_jobs.jobs.serve.predict import with_predictions
+    from tfos_jobs.serving import outputs as prediction_output
+    from tfos_jobs.serving.scoring import with_predictions
     from tfos_jobs.jobs.stream.driver import replay
     from tfos_jobs.data.assemble import assemble
     from udfs import register

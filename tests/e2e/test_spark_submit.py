@@ -31,7 +31,7 @@ def test_spark_submit_prepare_on_local_cluster(spark, tmp_path):
     submit = run([
         str(ROOT / "scripts" / "tfos-submit"), "--master", "local-cluster[2,1,1024]",
         "--conf", "spark.ui.showConsoleProgress=false",
-        "tfos_jobs/prepare.py", "--config", str(CENSUS), *sets,
+        "tfos_jobs/entrypoints/prepare.py", "--config", str(CENSUS), *sets,
     ])
     manifest = json.loads((out / "_meta" / "manifest.json").read_text())
     records = manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"]
@@ -43,7 +43,7 @@ def test_spark_submit_prepare_on_local_cluster(spark, tmp_path):
 
 def test_plain_spark_submit_without_the_jar_is_told_how_to_fix_it(tmp_path):
     proc = run([
-        str(BIN / "spark-submit"), "--master", "local[1]", "tfos_jobs/prepare.py", "--config", str(CENSUS),
+        str(BIN / "spark-submit"), "--master", "local[1]", "tfos_jobs/entrypoints/prepare.py", "--config", str(CENSUS),
         "--set", f"prepare.output={tmp_path}/out",
     ], expect=2)
     output = proc.stdout + proc.stderr  # spark-submit merges the Python driver's stderr into its stdout
@@ -63,7 +63,7 @@ def test_spark_submit_sweep_on_local_cluster(tmp_path):
                      '[params."train.learning_rate"]\ntype = "float"\nlow = 0.001\nhigh = 0.01\n')
     sweep = run([
         str(ROOT / "scripts" / "tfos-submit"), "--master", "local-cluster[2,1,1024]",
-        "tfos_jobs/sweep.py", "--config", str(CENSUS), "--space", str(space), "--set", f"train.dataset={out}",
+        "tfos_jobs/entrypoints/sweep.py", "--config", str(CENSUS), "--space", str(space), "--set", f"train.dataset={out}",
     ])
     assert "trial 002 completed" in sweep.stdout and "leaderboard (maximize val_auc)" in sweep.stdout
     assert (tmp_path / "sweep" / "best" / "saved_model" / "saved_model.pb").exists()

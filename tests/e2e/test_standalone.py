@@ -98,7 +98,7 @@ def test_pipeline_on_a_standalone_cluster(cluster, tmp_path):
     gen = run([BIN / "tfos", "generate", "--config", CENSUS, *sets], "generate (local[1])")
     assert f"people {PEOPLE:,} rows" in gen.stdout
 
-    prep = run([SUBMIT, "--master", cluster.url, *EXECUTOR_CONF, "tfos_jobs/prepare.py", "--config", CENSUS, *sets],
+    prep = run([SUBMIT, "--master", cluster.url, *EXECUTOR_CONF, "tfos_jobs/entrypoints/prepare.py", "--config", CENSUS, *sets],
                "prepare (spark-submit)")
     manifest = json.loads((dataset / "_meta" / "manifest.json").read_text())
     splits = manifest["splits"]
@@ -112,7 +112,7 @@ def test_pipeline_on_a_standalone_cluster(cluster, tmp_path):
     # 2 TF workers (one the chief) on exactly 2 executors: spark.cores.max caps the application at 2
     # one-core executors, so that the third worker stays free
     train = run([SUBMIT, "--master", cluster.url, *EXECUTOR_CONF, "--conf", "spark.cores.max=2",
-                 "tfos_jobs/train.py", "--config", CENSUS, "--set", "spark.conf.spark.ui.showConsoleProgress=false",
+                 "tfos_jobs/entrypoints/train.py", "--config", CENSUS, "--set", "spark.conf.spark.ui.showConsoleProgress=false",
                  "--set", f"train.dataset={dataset}", "--set", f"train.model_dir={model}",
                  "--set", "train.strategy=multi_worker_mirrored", "--set", "train.workers=2",
                  "--set", "train.epochs=2", "--set", "train.batch_size=64", "--set", "train.learning_rate=0.003",
@@ -127,7 +127,7 @@ def test_pipeline_on_a_standalone_cluster(cluster, tmp_path):
     assert (model / "saved_model" / "saved_model.pb").exists()
 
     run([SUBMIT, "--master", cluster.url, *EXECUTOR_CONF, "--conf", "spark.cores.max=2",
-         "tfos_jobs/predict.py", "--config", CENSUS, *sets,
+         "tfos_jobs/entrypoints/predict.py", "--config", CENSUS, *sets,
          "--set", f"predict.model={model}", "--set", f"predict.output={predictions}"],
         "predict (spark-submit)")
     import pyarrow.parquet as pq

@@ -36,7 +36,7 @@ from tfos_jobs.data import fleet, windows
 from tfos_jobs.data.columns import DROP_REASON
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.jobs import prepare
-from tfos_jobs.jobs.serve.predict import with_predictions
+from tfos_jobs.serving.scoring import with_predictions
 from tfos_jobs.jobs.stream.driver import replay
 from tfos_jobs.jobs.stream.driver.replay import source_rows
 from tfos_jobs.jobs.train.driver import tracked as train

@@ -17,7 +17,7 @@ from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.data import synthetic
 from tfos_jobs.jobs import prepare
-from tfos_jobs.jobs.serve.predict import input_table, with_predictions
+from tfos_jobs.serving.scoring import input_table, with_predictions
 from tfos_jobs.jobs.stream.driver import replay
 from tfos_jobs.jobs.train.driver import tracked as train
 

@@ -73,7 +73,7 @@ OWNERS = {
 # Where one of these words means something else, and what it means there.
 OTHER_MEANINGS = {
     ("tfos_jobs/cli.py", "train"): "the command",
-    ("tfos_jobs/train.py", "train"): "the command this entry point runs",
+    ("tfos_jobs/entrypoints/train.py", "train"): "the command this entry point runs",
     ("tfos_jobs/submit.py", "train"): "the command, whose model module is shipped with --py-files",
     ("tfos_jobs/kubernetes.py", "train"): "a command whose executors host TensorFlow",
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
@@ -238,10 +238,11 @@ LAYERS = (
     ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases", "tfos_jobs.session",
      "tfos_jobs.env_archive"),  # the libraries the jobs are made of
     ("tfos_jobs.cluster",),  # TF nodes on the executors: launch, supervise, the nodes' side
-    ("tfos_jobs.jobs", "udfs", "tfos_jobs.tracking"),  # the four jobs, the UDF's executor side, MLflow
-    ("tfos_jobs.cli", "tfos_jobs.submit", "tfos_jobs.job", "tfos_jobs.prepare", "tfos_jobs.train",
-     "tfos_jobs.predict", "tfos_jobs.sweep", "tfos_jobs.api", "tfos_jobs.connect_server", "tfos_jobs.demos"),  # the commands, the Python
-    # API, the entry points, the Connect server for clients
+    ("tfos_jobs.jobs", "tfos_jobs.serving", "udfs", "tfos_jobs.tracking"),  # the jobs, the serving library, the
+    # UDF's executor side, MLflow
+    ("tfos_jobs.cli", "tfos_jobs.submit", "tfos_jobs.entrypoints", "tfos_jobs.api", "tfos_jobs.connect_server",
+     "tfos_jobs.demos"),  # the commands, spark-submit's entry points, the Python API, the Connect
+    # server for clients, the demos
 )
 
 

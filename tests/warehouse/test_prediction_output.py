@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from tfos_jobs.jobs.serve.prediction_output import CatalogTable, Files, Tally
+from tfos_jobs.serving.outputs import CatalogTable, Files, Tally
 from tfos_jobs.errors import OutputExistsError, TfosError
 
 SCHEMA = "person_id BIGINT, region STRING, predicted_probability DOUBLE"

@@ -26,7 +26,7 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, roc_auc
 from tfos_jobs.jobs.serve.evaluate import label
-from tfos_jobs.jobs.serve.predict import with_predictions
+from tfos_jobs.serving.scoring import with_predictions
 from tfos_jobs import api
 from tfos_jobs.jobs.stream.driver import replay
 from tfos_jobs.jobs.stream.driver.job import StreamSummary

@@ -94,7 +94,7 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
 def load(spark: SparkSession, config: Config, raw: str) -> list[str]:
     """Each warehouse source gets the embedded table of its name: a jdbc source its database
     table (replaced), a table source a Hive table (replaced; the activity table partitioned)."""
-    from tfos_jobs.jobs.serve.prediction_output import Database, Tally
+    from tfos_jobs.serving.outputs import Database, Tally
 
     done = []
     activity = config.prepare.activity

@@ -34,8 +34,8 @@ from tfos_jobs.data.columns import DROP_REASON
 from tfos_jobs.data.windows import DROP_REASONS
 from tfos_jobs.errors import TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
-from tfos_jobs.jobs.serve import prediction_output
-from tfos_jobs.jobs.serve.predict import with_predictions
+from tfos_jobs.serving import outputs as prediction_output
+from tfos_jobs.serving.scoring import with_predictions
 from tfos_jobs.storage import FileSystem, filesystem
 from tfos_jobs.tracking.registry import resolver
 from udfs import PredictionUdf, register

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.errors import ConfigError, TfosError
-from tfos_jobs.jobs.serve.sql import PYTHON_ERROR_LINE, error_line
+from tfos_jobs.serving.error_lines import PYTHON_ERROR_LINE, error_line
 from tfos_jobs.jobs.stream.driver import query
 from tfos_jobs.jobs.stream.driver.batches import BatchReport, Batches, ModelSlot
 from tfos_jobs.session import KAFKA_CONNECTOR

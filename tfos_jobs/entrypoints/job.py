@@ -1,4 +1,4 @@
-"""spark-submit entry point for every `tfos` command: `spark-submit tfos_jobs/job.py train --config census`
+"""spark-submit entry point for every `tfos` command: `spark-submit tfos_jobs/entrypoints/job.py train --config census`
 (`tfos submit train ...` builds that command)."""
 import os
 import sys

@@ -1,4 +1,4 @@
-"""spark-submit entry point: `spark-submit tfos_jobs/train.py --config conf/census.toml`."""
+"""spark-submit entry point: `spark-submit tfos_jobs/entrypoints/train.py --config conf/census.toml`."""
 import os
 import sys
 

@@ -1,4 +1,4 @@
-"""spark-submit entry point: `spark-submit tfos_jobs/prepare.py --config conf/census.toml`."""
+"""spark-submit entry point: `spark-submit tfos_jobs/entrypoints/predict.py --config conf/census.toml`."""
 import os
 import sys
 
@@ -10,4 +10,4 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 from tfos_jobs.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["prepare", *sys.argv[1:]]))
+    sys.exit(main(["predict", *sys.argv[1:]]))

@@ -1,4 +1,4 @@
-"""spark-submit entry point: `spark-submit tfos_jobs/sweep.py --config conf/census.toml --space conf/sweep.toml`."""
+"""spark-submit entry point: `spark-submit tfos_jobs/entrypoints/sweep.py --config conf/census.toml --space conf/sweep.toml`."""
 import os
 import sys
 
