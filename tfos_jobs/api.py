@@ -14,22 +14,20 @@ thin clients of these functions. Example (docs/python_api.md, examples/python_ap
     predict = api.register(spark, name="predict_income", model=result)
     spark.sql("SELECT predict_income(struct(*)) FROM people").show()
 
-Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location
-as a string. Settings come one way: a typed config object (`Config`, or one of its sections).
-Stable: the functions in `__all__`, their keyword arguments and their results' fields; a new
-argument or field may be added, none is removed or renamed without a release note.
+Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location;
+settings come one way, a typed config (`Config`, or one of its sections). Stable: `__all__`,
+the keyword arguments, the results' fields (added to, never changed without a release note).
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 from pyspark.sql import DataFrame, SparkSession
 
 from tfos_jobs import config as config_mod
-from tfos_jobs.config import Config, ModelConfig, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
+from tfos_jobs.config import Config, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
 from tfos_jobs.config.loading import Table, build, build_spec, checked
 from tfos_jobs.contracts.dataset import Manifest, Split
 from tfos_jobs.contracts.metrics import Metrics
@@ -39,7 +37,7 @@ from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.contracts.values import JsonObject
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.model.builder import CheckedModel
+from tfos_jobs.model.builder import CheckedModel, checked_model, kind_of
 from tfos_jobs.search.space import SweepConfig
 from udfs.environment import check_workers
 from udfs.register import PredictionUdf
@@ -192,14 +190,14 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     where = "train" if whole is not None else "train()"
     storage = Storage(spark)
     tr = _with_handles(settings, dataset=dataset.output if isinstance(dataset, Manifest) else dataset,
-                       model_dir=model_dir, kind=None if model is None else _model(model)[0],
+                       model_dir=model_dir, kind=None if model is None else kind_of(model)[0],
                        from_config=config is not None, where=where,
                        same=lambda a, b: a == b or storage.qualify(a) == storage.qualify(b))
     meta = node_inputs.read_dataset(storage, "train.dataset" if whole is not None else "dataset", tr.dataset)
     errors = tr.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
-    definition = _checked_model(model, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
+    definition = checked_model(model, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
     check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,
@@ -228,37 +226,6 @@ def _with_handles(settings: TrainConfig, *, dataset: str | None, model_dir: str 
         chosen[key] = given if given is not None else own
     model = dataclasses.replace(settings.model, kind=chosen["model.kind"])
     return dataclasses.replace(settings, dataset=chosen["dataset"], model_dir=chosen["model_dir"], model=model)
-
-
-def _checked_model(model: str | Callable[..., Any] | CheckedModel | None, model_cfg: ModelConfig,
-                   spec: FeatureSpec) -> CheckedModel:
-    """The model, checked against the dataset's spec; one already checked against it is not built again."""
-    from tfos_jobs.model.builder import check_model
-
-    if isinstance(model, CheckedModel) and model.holds_for(model_cfg, spec):
-        return model
-    fn = model.by_value if isinstance(model, CheckedModel) else None if model is None else _model(model)[1]
-    return check_model(model_cfg=model_cfg, spec=spec, by_value=fn)
-
-
-def _model(model: str | Callable[..., Any] | CheckedModel) -> tuple[str, Callable[..., Any] | None]:
-    """The model's `kind`, and the callable to pickle by value when its module cannot be imported
-    by name on the executors (a script's or notebook's `__main__`, a function defined in a function)."""
-    if isinstance(model, CheckedModel):
-        return model.config.kind, model.by_value
-    if isinstance(model, str):
-        return model, None
-    if not callable(model):
-        raise ConfigError(f"train(): model= must be a model kind, 'module:function' or a callable, got {model!r}")
-    module, name = getattr(model, "__module__", None) or "__main__", getattr(model, "__qualname__", "model")
-    kind = f"{module}:{name}"
-    if module == "__main__" or "<" in name or "." in name:
-        return kind, model
-    try:
-        found = getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        found = None
-    return (kind, None) if found is model else (kind, model)
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "pack-env":
         return _pack_env(args.output)
     if args.command == "connect-server":
-        from tfos_jobs import connect_server
+        from tfos_jobs.deploy import connect_server
 
         return connect_server.main(args.action, args.dir, master=args.master, port=args.port, conf=args.conf)
     try:
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _submit(argv: list[str]) -> int:
-    from tfos_jobs import submit
+    from tfos_jobs.deploy import submit
 
     try:
         return submit.run(argv, sorted(COMMANDS))
@@ -204,7 +204,7 @@ def _bench(argv: list[str]) -> int:
 
 
 def _pack_env(output: str) -> int:
-    from tfos_jobs import env_archive
+    from tfos_jobs.deploy import env_archive
 
     try:
         env_archive.pack(output)

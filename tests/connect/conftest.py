@@ -25,7 +25,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory) -> Iterator[str]:
     """The server's URL (sc://127.0.0.1:PORT)."""
-    from tfos_jobs import connect_server as server
+    from tfos_jobs.deploy import connect_server as server
 
     directory = tmp_path_factory.mktemp("connect-server")
     tfos = str(Path(sys.executable).parent / "tfos")

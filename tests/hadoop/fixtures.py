@@ -112,7 +112,7 @@ def yarn_env_archive(request, tmp_path_factory) -> str:
     """Packed while the YARN cluster starts (a minute each, on different cores), then uploaded."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tfos_jobs import env_archive
+    from tfos_jobs.deploy import env_archive
 
     local = tmp_path_factory.mktemp("env-archive") / "tfos-env.tar"  # uncompressed: on loopback, quicker
     with ThreadPoolExecutor(1) as pool:

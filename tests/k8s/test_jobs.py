@@ -16,7 +16,7 @@ import pytest
 from tests.hadoop.support import free_port
 from tests.k8s.conftest import LOGS, PEOPLE, TIMES, Cluster, submission_pod, wait_for
 from tests.serving.clients import dbapi
-from tfos_jobs.kubernetes import IMAGE_PACKAGE
+from tfos_jobs.deploy.kubernetes import IMAGE_PACKAGE
 from tfos_jobs.resources import DEMO_QUERIES
 
 pytestmark = pytest.mark.k8s

@@ -11,7 +11,7 @@ from tfos_jobs import api, config
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary, summary_file
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.model.builder import build_model
+from tfos_jobs.model.builder import build_model, kind_of
 from tfos_jobs.search import space
 
 from tests.conftest import CENSUS, ROOT
@@ -27,16 +27,16 @@ def test_import_tfos_jobs_loads_neither_spark_nor_tensorflow():
 
 
 def test_a_callable_of_an_importable_module_goes_by_name_one_of_a_script_by_value():
-    assert api._model("wide_deep") == ("wide_deep", None)
-    assert api._model(build_model) == ("tfos_jobs.model.builder:build_model", None)
+    assert kind_of("wide_deep") == ("wide_deep", None)
+    assert kind_of(build_model) == ("tfos_jobs.model.builder:build_model", None)
 
     def local_build(spec, vocab, stats, model_cfg):
         return None
 
-    kind, fn = api._model(local_build)
+    kind, fn = kind_of(local_build)
     assert fn is local_build and kind.endswith("local_build")
     with pytest.raises(ConfigError, match="model= must be"):
-        api._model(42)
+        kind_of(42)
 
 
 def test_a_config_as_tables_reads_back_the_same_config():

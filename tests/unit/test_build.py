@@ -41,7 +41,7 @@ def test_the_dockerfile_uses_only_instructions_every_builder_knows():
 
 
 def test_tfos_submit_names_the_images_paths_the_dockerfile_makes():
-    from tfos_jobs import kubernetes
+    from tfos_jobs.deploy import kubernetes
 
     text = (ROOT / "Dockerfile").read_text()
     env = dict(re.findall(r"^\s+(?:ENV )?([A-Z_]+)=(\S+)", text, re.M))

@@ -12,7 +12,7 @@ from pathlib import Path
 from tfos_jobs import session
 from tfos_jobs import python_daemon
 from tfos_jobs.cluster.node import peers
-from tfos_jobs.connect_server import command
+from tfos_jobs.deploy.connect_server import command
 
 
 def _installed(root: Path, version: str) -> str:

@@ -1,5 +1,16 @@
-"""The package's own rules about structure, checked on its source: names with one owner, no
-import cycle, no import into a lower layer, small modules, no prose in code."""
+"""The package's own rules about structure, checked on its source. Each test checks one:
+
+names with one owner   a private name is not imported; model-directory file names, strategies,
+                       roles, tasks, model kinds and splits are typed only by their owner module
+no shared disk         nothing on the driver or a node shares a file with the other
+imports                no two modules, no two packages import each other; no module imports from
+                       a higher layer (LAYERS); every imported name exists
+the layout             each folder holds one kind of thing (FOLDERS), the package's root only the
+                       modules ROOT_MODULES names; spark-submit's entry points are together in
+                       entrypoints/; only storage/ reaches Hadoop's FileSystem, everyone else
+                       goes through `Storage`; sweeps start trials only through the launcher seam
+size                   modules are small and hold code, not prose
+"""
 from __future__ import annotations
 
 import ast
@@ -74,8 +85,8 @@ OWNERS = {
 OTHER_MEANINGS = {
     ("tfos_jobs/cli.py", "train"): "the command",
     ("tfos_jobs/entrypoints/train.py", "train"): "the command this entry point runs",
-    ("tfos_jobs/submit.py", "train"): "the command, whose model module is shipped with --py-files",
-    ("tfos_jobs/kubernetes.py", "train"): "a command whose executors host TensorFlow",
+    ("tfos_jobs/deploy/submit.py", "train"): "the command, whose model module is shipped with --py-files",
+    ("tfos_jobs/deploy/kubernetes.py", "train"): "a command whose executors host TensorFlow",
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
     ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",
@@ -235,14 +246,13 @@ LAYERS = (
     ("tfos_jobs.features", "tfos_jobs.storage"),  # the feature spec; files on any filesystem
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
-    ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases", "tfos_jobs.session",
-     "tfos_jobs.env_archive"),  # the libraries the jobs are made of
+    ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases",
+     "tfos_jobs.session"),  # the libraries the jobs are made of
     ("tfos_jobs.cluster",),  # TF nodes on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "tfos_jobs.serving", "udfs", "tfos_jobs.tracking"),  # the jobs, the serving library, the
     # UDF's executor side, MLflow
-    ("tfos_jobs.cli", "tfos_jobs.submit", "tfos_jobs.entrypoints", "tfos_jobs.api", "tfos_jobs.connect_server",
-     "tfos_jobs.demos"),  # the commands, spark-submit's entry points, the Python API, the Connect
-    # server for clients, the demos
+    ("tfos_jobs.cli", "tfos_jobs.deploy", "tfos_jobs.entrypoints", "tfos_jobs.api", "tfos_jobs.demos"),  # the
+    # commands, what gets them onto a cluster, spark-submit's entry points, the Python API, the demos
 )
 
 
@@ -319,3 +329,96 @@ def test_every_import_of_a_package_name_finds_it():
         assert unresolved_imports(planted) == ["tests/unit/planted_import.py:2: tfos_jobs.model.exchange has no ALL_GATHER"]
     finally:
         planted.unlink()
+
+
+# -- the layout --------------------------------------------------------------------------------
+
+# Every package, by the one kind of thing it holds (its __init__.py says more).
+FOLDERS = {
+    "tfos_jobs": "the package: the API, the command line, and the plain names every part shares",
+    "tfos_jobs.config": "configuration: TOML to frozen dataclasses",
+    "tfos_jobs.contracts": "contracts between two parts, one owner module each",
+    "tfos_jobs.features": "the feature spec",
+    "tfos_jobs.storage": "files on any filesystem, from the driver",
+    "tfos_jobs.data": "reading, joining, splitting and writing data (a library of the jobs)",
+    "tfos_jobs.model": "the Keras models and their export",
+    "tfos_jobs.search": "hyperparameter search",
+    "tfos_jobs.databases": "local database servers for the demo and the tests",
+    "tfos_jobs.cluster": "TF nodes on the executors",
+    "tfos_jobs.cluster.driver": "the nodes' launch and supervision, on the driver",
+    "tfos_jobs.cluster.node": "a TF node, on an executor",
+    "tfos_jobs.jobs": "the jobs",
+    "tfos_jobs.jobs.prepare": "the prepare job",
+    "tfos_jobs.jobs.train": "the train job",
+    "tfos_jobs.jobs.train.driver": "the train job, on the driver",
+    "tfos_jobs.jobs.serve": "the serving jobs",
+    "tfos_jobs.jobs.sweep": "the sweep job",
+    "tfos_jobs.jobs.sweep.driver": "the sweep job, on the driver",
+    "tfos_jobs.jobs.stream": "the stream job",
+    "tfos_jobs.jobs.stream.driver": "the stream job, on the driver",
+    "tfos_jobs.jobs.stream.executor": "the stream job, on the executors",
+    "tfos_jobs.serving": "the serving library the serving jobs and the stream share",
+    "tfos_jobs.tracking": "MLflow",
+    "tfos_jobs.demos": "the demos",
+    "tfos_jobs.deploy": "getting the jobs onto a cluster",
+    "tfos_jobs.entrypoints": "spark-submit's entry points",
+    "tfos_jobs.resources": "files the package ships",
+    "udfs": "the SQL prediction function",
+}
+# The package's root: the front door, and the plain names and rules every part shares.
+ROOT_MODULES = {
+    "api", "cli",  # the Python API, the command line
+    "errors", "names", "tasks", "topology", "control_channel", "progress_log",  # names, rules, messages
+    "session", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
+    "tf_import", "python_daemon",  # TensorFlow and pyspark, imported the one way every process does
+}
+# Modules outside storage/ that reach Hadoop's FileSystem themselves, and why.
+OWN_FILESYSTEM = {
+    "tfos_jobs/config/loading.py": "a config file on HDFS read before any session exists (HadoopFS.before_session)",
+}
+FILESYSTEM_NAMES = ("HadoopFS", "DriverFS", "FileSystem", "filesystem")
+
+
+def packages() -> set[str]:
+    return {module_name(p) for p in sources() if p.name == "__init__.py"}
+
+
+def test_each_folder_holds_one_kind_of_thing_and_says_so():
+    assert packages() == set(FOLDERS), "a new folder: name its kind in FOLDERS (and docs/development.md)"
+    undocumented = [name for name in FOLDERS if not ast.get_docstring(ast.parse(
+        (ROOT / name.replace(".", "/") / "__init__.py").read_text()))]
+    assert undocumented == []
+
+
+def test_the_root_holds_only_the_front_door_and_shared_names():
+    root = {p.stem for p in (ROOT / "tfos_jobs").glob("*.py") if p.stem != "__init__"}
+    assert root == ROOT_MODULES, "a module at the root: put it in the folder of its kind, or name it in ROOT_MODULES"
+
+
+def entry_point_offences(where: str, source: str) -> list[str]:
+    """A spark-submit entry point (a script that hands its arguments to the command line) outside entrypoints/."""
+    tree = ast.parse(source)
+    hands_on = any(isinstance(n, ast.ImportFrom) and n.module == "tfos_jobs.cli" for n in tree.body)
+    return [where] if hands_on and not where.startswith("tfos_jobs/entrypoints/") else []
+
+
+def test_spark_submits_entry_points_are_together():
+    entry = sorted(rel(p) for p in sources() if "tfos_jobs/entrypoints/" in rel(p) and p.name != "__init__.py")
+    assert entry == [f"tfos_jobs/entrypoints/{n}.py" for n in ("job", "predict", "prepare", "sweep", "train")]
+    assert [o for p in sources() for o in entry_point_offences(rel(p), p.read_text())] == []
+    assert entry_point_offences("tfos_jobs/train.py", "from tfos_jobs.cli import main\n") == ["tfos_jobs/train.py"]
+
+
+def filesystem_offences(where: str, source: str) -> list[str]:
+    """Names of Hadoop's FileSystem layer a module outside storage/ imports."""
+    if where.startswith("tfos_jobs/storage/") or where in OWN_FILESYSTEM:
+        return []
+    return [f"{where}: {a.name}" for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)
+            and (n.module or "").startswith("tfos_jobs.storage") for a in n.names if a.name in FILESYSTEM_NAMES]
+
+
+def test_one_file_api_outside_storage():
+    assert [o for p in sources() for o in filesystem_offences(rel(p), p.read_text())] == []
+    assert filesystem_offences("tfos_jobs/x.py", "from tfos_jobs.storage import Storage, filesystem\n") == [
+        "tfos_jobs/x.py: filesystem"]
+

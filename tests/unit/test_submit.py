@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf
 
-from tfos_jobs import env_archive, session, submit
+from tfos_jobs import session
+from tfos_jobs.deploy import env_archive, submit
 from tfos_jobs.config import SparkConfig
 from tfos_jobs.jobs.train.driver.gpu import discovery_script
 from tfos_jobs.cluster.driver.node_job import check_fixed_executors, container_memory_advice

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tfos_jobs import kubernetes, session, submit
+from tfos_jobs import session
+from tfos_jobs.deploy import kubernetes, submit
 from tfos_jobs.errors import ConfigError
 
 TFOS = Path(sys.executable).parent / "tfos"

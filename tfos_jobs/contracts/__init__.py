@@ -13,5 +13,6 @@ trial         a sweep trial: what its task is given and returns, its status and 
 sql_endpoint  what `tfos serve-sql` offers its clients and operators (URL, ready line, status view)
 stream        what `tfos stream` writes: output columns, per-micro-batch sink layout, quarantine
               reasons, progress lines
+packed_env    a packed environment's layout (`tfos pack-env`): where its packages are
 values        JSON values as the contracts carry them (`Json`, `JsonObject`)
 """

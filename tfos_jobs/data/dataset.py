@@ -20,7 +20,7 @@ from tfos_jobs.contracts.dataset import (ALL_SPLITS, MANIFEST, META, RECORDS, SE
 from tfos_jobs.data.columns import SPLIT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.storage import FileSystem, Storage, StorageError, readable, swap_into
+from tfos_jobs.storage import Storage, StorageError, readable, swap_into
 
 T = TypeVar("T")
 
@@ -104,7 +104,7 @@ def header(spec: FeatureSpec, out: str, spark_info: Mapping[str, str], started: 
     }
 
 
-def settle(fs: FileSystem, staging: str) -> dict[str, list[tuple[str, int]]]:
+def settle(fs: Storage, staging: str) -> dict[str, list[tuple[str, int]]]:
     """`_records/split=<s>/part-*` -> `<s>/part-NNNNN.*` (an empty train or eval split gets an
     empty directory, an empty test split none); returns each split's (file, bytes)."""
     split_files = {}
@@ -113,12 +113,12 @@ def settle(fs: FileSystem, staging: str) -> dict[str, list[tuple[str, int]]]:
         if fs.exists(src):
             fs.rename(src, dst)
         elif split in SPLITS:
-            fs.mkdirs(dst)
+            fs.makedirs(dst)
         else:
             continue
-        for name, _ in fs.list_files(dst):
+        for name, _ in fs.files(dst):
             fs.rename(f"{dst}/{name}", f"{dst}/{stable_name(name)}")
-        split_files[split] = fs.list_files(dst)
+        split_files[split] = fs.files(dst)
     fs.delete(f"{staging}/{RECORDS}")
     return split_files
 
@@ -130,7 +130,7 @@ def stable_name(name: str) -> str:
     return f"{match.group(1)}{match.group(2)}" if match else name
 
 
-def write_meta(fs: FileSystem, root: str, spec: FeatureSpec, stats: Mapping[str, Any],
+def write_meta(fs: Storage, root: str, spec: FeatureSpec, stats: Mapping[str, Any],
                vocab: Mapping[str, list[tuple[str, int]]], manifest: Manifest) -> None:
     meta = f"{root}/{META}"
     fs.write_text(f"{meta}/{SPEC}", spec.to_json())
@@ -140,7 +140,7 @@ def write_meta(fs: FileSystem, root: str, spec: FeatureSpec, stats: Mapping[str,
     fs.write_text(f"{meta}/{MANIFEST}", json.dumps(manifest.to_dict(), indent=2) + "\n")
 
 
-def publish(fs: FileSystem, staging: str, out: str) -> None:
+def publish(fs: Storage, staging: str, out: str) -> None:
     """Mark the staging directory complete and move it into place, whole or not at all: the
     dataset `out` held before stays readable whatever stops the publish (`storage.swap_into`)."""
     fs.write_text(f"{staging}/{SUCCESS}", "")

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config, SourceConfig, SplitConfig
 from tfos_jobs.data import sources
 from tfos_jobs.data.columns import CORRUPT, SOURCE_FILE
-from tfos_jobs.storage import FileSystem, filesystem
+from tfos_jobs.storage import Storage
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import SPARK_TYPES, FeatureSpec
 
@@ -159,7 +159,7 @@ def check_files(spark: SparkSession, name: str, src: SourceConfig, spec: Feature
     files: tables, JDBC); an error names the source, the file and the column."""
     if src.format not in CHECKED_FORMATS:
         return None
-    fs = filesystem(spark)
+    fs = Storage.as_spark_sees(spark)
     pattern = src.options.get("pathGlobFilter", "*")
     sep = src.options.get("sep", src.options.get("delimiter", ","))
     out = []
@@ -240,6 +240,6 @@ def _spark_type_name(arrow_type: Any) -> str:
     return str(arrow_type)
 
 
-def _csv_header(fs: FileSystem, path: str, sep: str) -> list[str]:
+def _csv_header(fs: Storage, path: str, sep: str) -> list[str]:
     first = fs.read_first_line(path)
     return [c.strip().strip('"') for c in first.split(sep)]

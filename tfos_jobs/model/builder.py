@@ -147,6 +147,35 @@ class CheckedModel:
         return self.config == model_cfg and _without_defaults(self.spec) == _without_defaults(spec)
 
 
+def kind_of(model: str | Callable[..., Any] | CheckedModel) -> tuple[str, ModelFn | None]:
+    """A model given as a kind, "module:function" or a callable: its `kind`, and the callable to
+    pickle by value when its module cannot be imported by name on the executors (a script's or
+    notebook's `__main__`, a function defined in a function)."""
+    if isinstance(model, CheckedModel):
+        return model.config.kind, model.by_value
+    if isinstance(model, str):
+        return model, None
+    if not callable(model):
+        raise ConfigError(f"train(): model= must be a model kind, 'module:function' or a callable, got {model!r}")
+    module, name = getattr(model, "__module__", None) or "__main__", getattr(model, "__qualname__", "model")
+    kind = f"{module}:{name}"
+    if module == "__main__" or "<" in name or "." in name:
+        return kind, model
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        found = None
+    return (kind, None) if found is model else (kind, model)
+
+
+def checked_model(model: str | Callable[..., Any] | CheckedModel | None, model_cfg: ModelConfig,
+                  spec: FeatureSpec) -> CheckedModel:
+    """The model, checked against `spec`; one already checked against it is not built again."""
+    if isinstance(model, CheckedModel) and model.holds_for(model_cfg, spec):
+        return model
+    return check_model(model_cfg=model_cfg, spec=spec, by_value=None if model is None else kind_of(model)[1])
+
+
 def _without_defaults(spec: FeatureSpec) -> list[dict[str, Any]]:
     return [{k: v for k, v in f.items() if k != "default"} for f in spec.to_dict()["features"]]
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import columns, jdbc, sources
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
-from tfos_jobs.storage import FileSystem, filesystem, left_staging, restore_aside, staging_beside, swap_into
+from tfos_jobs.storage import Storage, left_staging, restore_aside, staging_beside, swap_into
 from tfos_jobs.errors import ConfigError, OutputExistsError, TfosError
 
 WRITE_ERRORS = (AnalysisException, CapturedException, Py4JJavaError)
@@ -85,7 +85,7 @@ class Files:
 
     def __init__(self, spark: SparkSession, path: str, partition_by: tuple[str, ...]):
         self.spark, self.partition_by = spark, partition_by
-        self.fs = filesystem(spark)
+        self.fs = Storage.as_spark_sees(spark)
         self.target = self.fs.qualify(path)
 
     def _count(self, path: str, written: DataFrame | None = None) -> int:

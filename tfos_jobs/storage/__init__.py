@@ -31,8 +31,8 @@ from tfos_jobs.storage.hadoop import HadoopFS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DriverFS", "FileSystem", "HadoopFS", "Storage", "StorageError", "filesystem", "left_staging", "named", "reason",
-           "readable", "restore_aside", "staging_beside", "swap_into", "translated"]
+__all__ = ["HadoopFS", "Storage", "StorageError", "left_staging", "named", "reason", "readable", "restore_aside",
+           "staging_beside", "swap_into", "translated"]
 
 FileSystem = HadoopFS | DriverFS  # Hadoop's FileSystem from a classic session's JVM, or through the driver
 
@@ -45,12 +45,21 @@ def filesystem(spark: SparkSession) -> FileSystem:
 class Storage:
     """Driver-side file operations on qualified paths (`qualify` first): local ones with
     Python, the rest with `HadoopFS`. Every failure is a `StorageError` in plain words.
-    Without a session (`spark=None`) only local paths can be used."""
+    Without a session (`spark=None`) only local paths can be used.
 
-    def __init__(self, spark: SparkSession | None) -> None:
+    `Storage.as_spark_sees(spark)` takes every path, local ones too, through Hadoop's
+    FileSystem: for directories Spark's own writers fill (prepare's records, predictions, a
+    stream's micro-batches), whose checksum files must move and go with the files they cover."""
+
+    def __init__(self, spark: SparkSession | None, *, through_hadoop: bool = False) -> None:
         self._spark = spark
-        self._remote = spark is not None and sessions.is_connect(spark)  # no path is on this host's disk
+        # no path is on this host's disk (a Spark Connect client), or every path is Spark's to see
+        self._remote = spark is not None and (through_hadoop or sessions.is_connect(spark))
         self._hadoop: FileSystem | None = None
+
+    @classmethod
+    def as_spark_sees(cls, spark: SparkSession) -> "Storage":
+        return cls(spark, through_hadoop=True)
 
     @property
     def hadoop(self) -> FileSystem:
@@ -106,6 +115,29 @@ class Storage:
             return sorted(out)
         with translated(directory):
             return self.hadoop.tree(directory) if self.hadoop.exists(directory) else []
+
+    def files(self, directory: str) -> list[tuple[str, int]]:
+        """(name, bytes) of the data files directly in `directory` (hidden and marker files, `.x`
+        and `_x`, left out); none when it does not exist."""
+        local = self.on_this_host(directory)
+        if local is not None:
+            if not os.path.isdir(local):
+                return []
+            return sorted((n, os.path.getsize(os.path.join(local, n))) for n in os.listdir(local)
+                          if not n.startswith((".", "_")) and os.path.isfile(os.path.join(local, n)))
+        with translated(directory):
+            return self.hadoop.list_files(directory)
+
+    def data_files(self, path: str) -> list[str]:
+        """The files Spark reads at `path`, qualified (Hadoop's view: partition directories
+        included, hidden files left out, as Spark lists them)."""
+        with translated(path):
+            return self.hadoop.data_files(path)
+
+    def read_first_line(self, path: str) -> str:
+        """A text file's first line, without reading the rest (a CSV header)."""
+        with translated(path):
+            return self.hadoop.read_first_line(path)
 
     def children(self, directory: str) -> list[str]:
         """Names of the entries directly in `directory`."""

@@ -14,14 +14,14 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.dataset import Manifest
 from tfos_jobs.errors import OutputExistsError
 from tfos_jobs.jobs.prepare import rows, windows
-from tfos_jobs.storage import filesystem
+from tfos_jobs.storage import Storage
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
         log: Callable[[str], None] = print) -> Manifest:
     """Run the job; returns the manifest it wrote."""
     started = time.time()
-    fs = filesystem(spark)
+    fs = Storage.as_spark_sees(spark)
     out = fs.qualify(config.prepare.output.rstrip("/"))
     if fs.exists(out) and not (overwrite or config.prepare.overwrite):
         raise OutputExistsError(f"output directory {out!r} exists; pass --overwrite to replace it")

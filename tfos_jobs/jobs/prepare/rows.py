@@ -30,12 +30,12 @@ from tfos_jobs.errors import InputError
 from tfos_jobs.features import stats as stats_mod
 from tfos_jobs.features import vocab as vocab_mod
 from tfos_jobs.features.spec import FeatureSpec, NumericEncoding, NumericFeature
-from tfos_jobs.storage import FileSystem, filesystem, staging_beside
+from tfos_jobs.storage import Storage, staging_beside
 from tfos_jobs.tasks import Task
 from tfos_jobs import sessions
 
 
-def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: float,
+def run(spark: SparkSession, config: Config, fs: Storage, out: str, started: float,
         log: Callable[[str], None]) -> Manifest:
     """Called by `jobs.prepare.run` once the output is known to be free (or to be replaced)."""
     prep, spec = config.prepare, config.features
@@ -108,7 +108,7 @@ def dataframe_sources(spark: SparkSession, config: Config, tables: Mapping[str, 
             spark.catalog.dropTempView(view)
 
 
-def _write_records(fs: FileSystem, staging: str, table: DataFrame, imputed: DataFrame, spec: FeatureSpec,
+def _write_records(fs: Storage, staging: str, table: DataFrame, imputed: DataFrame, spec: FeatureSpec,
                    classes: tuple[str, ...], profile: dict[str, Any], prep, key: str | None
                    ) -> dict[str, list[tuple[str, int]]]:
     """Rejects and records into the staging directory; returns the files of each split."""
@@ -168,7 +168,7 @@ def _first_malformed(spark: SparkSession, table: DataFrame) -> str:
     assert row is not None  # called when the profile counted malformed rows
     record, path = row[columns.CORRUPT], row[columns.SOURCE_FILE]
     where = path
-    fs = filesystem(spark)
+    fs = Storage.as_spark_sees(spark)
     for number, line in enumerate(fs.read_text(path).splitlines(), start=1):
         if line == record.rstrip("\r\n"):
             where = f"{path}, line {number}"

@@ -28,13 +28,13 @@ from tfos_jobs.data import split as split_mod
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.features.stats import stable
-from tfos_jobs.storage import FileSystem, filesystem, staging_beside
+from tfos_jobs.storage import Storage, staging_beside
 from tfos_jobs import sessions
 
 DROPPED = (*windows.DROP_REASONS, split_mod.BOUNDARY)  # why a cut window is not written
 
 
-def run(spark: SparkSession, config: Config, fs: FileSystem, out: str, started: float,
+def run(spark: SparkSession, config: Config, fs: Storage, out: str, started: float,
         log: Callable[[str], None]) -> Manifest:
     """Called by `jobs.prepare.run` once the output is known to be free (or to be replaced)."""
     prep, spec = config.prepare, config.features

@@ -36,7 +36,7 @@ from tfos_jobs.errors import TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.serving import outputs as prediction_output
 from tfos_jobs.serving.scoring import with_predictions
-from tfos_jobs.storage import FileSystem, filesystem
+from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.registry import resolver
 from udfs import PredictionUdf, register
 from udfs.register import register_in, served_spec, served_version
@@ -127,7 +127,7 @@ def why_not_scored(df: DataFrame) -> Column:
 class FileSink:
     """Parquet files, one directory per micro-batch, moved into place whole."""
 
-    def __init__(self, fs: FileSystem, root: str):
+    def __init__(self, fs: Storage, root: str):
         self.fs, self.root = fs, fs.qualify(root)
 
     def committed(self, batch: int) -> bool:
@@ -146,7 +146,7 @@ class FileSink:
 class Batches:
     """The `foreachBatch` function; `report(batch)` reads what a micro-batch did."""
 
-    def __init__(self, config: Config, slot: ModelSlot, fs: FileSystem):
+    def __init__(self, config: Config, slot: ModelSlot, fs: Storage):
         self.config, self.slot = config, slot
         self.spec = slot.udf.spec
         self.scores = FileSink(fs, config.stream.output)

@@ -30,7 +30,7 @@ from tfos_jobs.serving.error_lines import PYTHON_ERROR_LINE, error_line
 from tfos_jobs.jobs.stream.driver import query
 from tfos_jobs.jobs.stream.driver.batches import BatchReport, Batches, ModelSlot
 from tfos_jobs.session import KAFKA_CONNECTOR
-from tfos_jobs.storage import FileSystem, filesystem
+from tfos_jobs.storage import Storage
 
 POLL_SECONDS = 1
 QUERY_NAME = "tfos_stream"
@@ -63,8 +63,8 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
                 f"org.apache.spark:{KAFKA_CONNECTOR}_2.13:<Spark version> (or its jars in spark.jars; "
                 "`make setup` puts them in tfos_jobs/jars/kafka/ of a source checkout)") from None
         raise TfosError(f"stream: {error_line(e)}") from None
-    batches = Batches(config, slot, filesystem(spark))
-    checkpoint = filesystem(spark).qualify(st.checkpoint)
+    batches = Batches(config, slot, Storage.as_spark_sees(spark))
+    checkpoint = Storage.as_spark_sees(spark).qualify(st.checkpoint)
     running = table.writeStream.queryName(QUERY_NAME).foreachBatch(batches) \
         .option("checkpointLocation", checkpoint).trigger(processingTime=f"{st.trigger_seconds} seconds").start()
     log(f"streaming {st.topic} ({st.bootstrap_servers}) -> {batches.scores.root}, quarantine {batches.quarantine.root}; "

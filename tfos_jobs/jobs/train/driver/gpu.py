@@ -36,8 +36,8 @@ def discovery_script(configured: str, shipped: str, executor_python: str) -> str
     if configured:
         return configured if configured.startswith("./") else os.path.abspath(configured)
     if executor_python.startswith("./") and executor_python.endswith("/bin/python"):
-        from tfos_jobs import env_archive
+        from tfos_jobs.contracts.packed_env import site_packages
 
         archive = Path(executor_python[2:-len("/bin/python")])
-        return "./" + str(env_archive.site_packages(archive) / "tfos_jobs" / "resources" / Path(shipped).name)
+        return "./" + str(site_packages(archive) / "tfos_jobs" / "resources" / Path(shipped).name)
     return os.path.abspath(shipped)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
+from tfos_jobs.contracts.packed_env import site_packages
 from tfos_jobs.errors import ConfigError
 
 PACKAGES = ("tfos_jobs", "udfs")  # this distribution's top-level packages
@@ -46,10 +47,6 @@ def venv_root() -> Path:
         raise ConfigError(f"pack-env packs a virtualenv, and {sys.executable} does not run in one: "
                           "create a venv, install this package into it and run its `tfos pack-env`")
     return Path(sys.prefix)
-
-
-def site_packages(root: Path) -> Path:
-    return root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
 def _package_dirs() -> dict[str, Path]:

@@ -16,7 +16,7 @@ the spark-submit command line:
 - on YARN, unless given: `spark.yarn.maxAppAttempts=1` (a failed run is resumed by the
   package's own attempts from its model directory, and rerunning a whole driver would only
   repeat the failure), and in cluster mode the driver's environment for TensorFlowOnSpark;
-- on Kubernetes (`k8s://`), what `tfos_jobs.kubernetes` sets and checks: the image's jar, job
+- on Kubernetes (`k8s://`), what `tfos_jobs.deploy.kubernetes` sets and checks: the image's jar, job
   script and Python, executors for every TF node, memory for TensorFlow beside the heap; and in
   cluster mode the driver pod followed to its end, its failure as the exit code with its last lines.
 
@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tfos_jobs import kubernetes, user_code
+from tfos_jobs import user_code
+from tfos_jobs.deploy import kubernetes
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.session import FIXED_ENV, tfrecord_jar
 from tfos_jobs.tasks import ModelKind
 
 ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)
-JOB_SCRIPT = Path(__file__).parent / "entrypoints" / "job.py"
+JOB_SCRIPT = Path(__file__).parent.parent / "entrypoints" / "job.py"
 # spark-submit options that take no value; every other `--option` takes one
 FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version", "--kill", "--status"})
 
