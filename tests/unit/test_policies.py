@@ -18,6 +18,8 @@ from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialStatus
 from tfos_jobs.search.trials import summarise, trial_result
 
+from tests.unit.test_search import line
+
 PEER_GONE = "Traceback ...\ntensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses"
 CODE_BUG = "Traceback ...\nValueError: could not broadcast input array"
 
@@ -108,8 +110,7 @@ def test_output_files_get_names_that_do_not_depend_on_the_job():
 
 
 def test_a_trial_is_summarised_from_its_progress():
-    lines = [{"epoch": 1, "epochs": 2, "loss": 0.5, "val_auc": 0.8, "seconds": 1.0, "time": 1.0},
-             {"epoch": 2, "epochs": 2, "loss": 0.4, "val_auc": 0.85, "seconds": 1.0, "time": 2.0}]
+    lines = [line(1, 2, loss=0.5, val_auc=0.8), line(2, 2, loss=0.4, val_auc=0.85)]
     done = summarise(lines, "val_auc", TrialStatus.COMPLETED, None)
     assert done == {"status": "completed", "value": 0.85, "error": None, "epochs_run": 2,
                     "metrics": {"loss": 0.4, "val_auc": 0.85}}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from tfos_jobs.contracts.epoch_line import LineJson
+
 
 class Anomaly(TypedDict):
     """A sensor autoencoder's score and threshold: each sensor's weight in the served
@@ -68,6 +70,6 @@ class Metrics(MetricsExtras):
     step_profile: dict[str, Any] | None
     eval: dict[str, float]  # `final`'s val_ metrics, without the prefix
     kept_epoch: int | None
-    history: list[dict[str, Any]]  # each epoch's progress line
+    history: list[LineJson]  # each epoch's line (progress_log.EpochLine.to_json)
     saved_model: str
     model: dict[str, Any]  # [train.model]: kind and params

@@ -19,6 +19,7 @@ from tfos_jobs import control_channel as cc
 # (epoch from 1, the epoch's metrics by name) -> whether a lone node stops there (a sweep's pruner)
 Judge = Callable[[int, dict[str, float]], bool]
 from tfos_jobs.cluster.driver.transfers import FILE_MESSAGES, Transfers
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.progress_log import ProgressLog
 
 LAUNCHED, RESERVED = "launched", "reserved"  # start-up steps the driver times itself; cc.FIRST_STEP the chief's
@@ -111,7 +112,11 @@ class RunState:
             line = message.get("line")
             if not isinstance(line, dict):
                 raise cc.ControlError("a progress report needs its line")
-            self.progress.add(line)
+            try:
+                epoch = EpochLine.from_json(line)
+            except ValueError as e:
+                raise cc.ControlError(f"a progress report needs its epoch line: {e}") from None
+            self.progress.add(epoch)
         return None
 
     def _should_prune(self, message: dict[str, Any]) -> bool:

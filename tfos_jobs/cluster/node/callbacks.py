@@ -10,7 +10,7 @@ import threading
 import time
 
 from tfos_jobs import control_channel as cc
-from tfos_jobs import progress_log
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.workspace import Workspace
 
 
@@ -153,7 +153,7 @@ def epoch_progress(link, epochs: int, steps: int, examples_per_step: int):
         def on_epoch_end(self, epoch, logs=None):
             end = time.time()
             trained = (self.eval_start or end) - self.start
-            link.progress(progress_log.epoch_line(
+            link.progress(EpochLine(
                 epoch + 1, epochs, seconds=round(end - self.start, 3), eval_seconds=round(end - (self.eval_start or end), 3),
                 examples_per_sec=round(steps * examples_per_step / max(trained, 1e-9), 1), time=end,
                 metrics={k: float(v) for k, v in (logs or {}).items()}))

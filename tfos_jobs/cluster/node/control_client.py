@@ -17,6 +17,7 @@ import time
 from typing import Any, Iterator
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.epoch_line import EpochLine
 
 CONNECT_SECONDS = 30.0
 POLL_SECONDS = 0.2
@@ -121,8 +122,8 @@ class DriverLink:
     def beat(self) -> None:
         self._send(cc.BEAT)
 
-    def progress(self, line: dict[str, Any]) -> None:
-        self._send(cc.PROGRESS, line=line)
+    def progress(self, line: EpochLine) -> None:
+        self._send(cc.PROGRESS, line=line.to_json())
 
     def failed(self, text: str) -> None:
         self._send(cc.FAILED, text=text)
