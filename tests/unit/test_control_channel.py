@@ -21,6 +21,7 @@ from tfos_jobs.cluster.driver.run_state import RunState
 from tfos_jobs.cluster.driver.transfers import Transfers
 from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
 from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import NodeRecord
 from tfos_jobs.progress_log import ProgressLog, parse
 from tfos_jobs.storage import Storage
 
@@ -160,10 +161,17 @@ def test_slow_and_idle_peers_do_not_block_others(server):
     idle.close()
 
 
+def record(role: str, pid: int) -> NodeRecord:
+    return NodeRecord(partition=pid - 11, host="h", pid=pid, python="p", cuda_visible_devices="", started=1e9, role=role,
+                      index=0, executor_id=pid - 11, manager_pid=None, cluster={}, threads=1)
+
+
 def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
     chief, worker = link(server, "chief-0"), link(server, "worker-0")
-    chief.started({"role": "chief", "index": 0, "pid": 11})
-    worker.started({"role": "worker", "index": 0, "pid": 12})
+    chief.started(record("chief", 11))
+    worker.started(record("worker", 12))
+    with pytest.raises(cc.ControlError, match="record"):  # the driver keeps whole records only
+        link(server, "worker-1").client.request(cc.STARTED, {cc.SENDER_NODE: "worker-1", "record": {"pid": 13}})
     assert server.run.last_beat() == 0.0
     chief.first_step()
     chief.beat()
@@ -176,7 +184,7 @@ def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
     chief.result({"final": {"loss": 0.4}})
     chief.done(cc.RUN_OK)
     run = server.run
-    assert list(run.records()) == ["chief-0", "worker-0"] and run.records()["worker-0"]["pid"] == 12
+    assert list(run.records()) == ["chief-0", "worker-0"] and run.records()["worker-0"] == record("worker", 12)
     assert run.last_beat() > 0 and "to_first_step_seconds" not in run.startup()  # not launched by a driver here
     assert run.progress.lines()[0] == first and [line.metrics["loss"] for line in run.progress.lines()] == [0.5, 0.4]
     storage = Storage(None)

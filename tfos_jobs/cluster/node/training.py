@@ -11,19 +11,20 @@ import contextlib
 import math
 import os
 import tempfile
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.dataset import Split
-from tfos_jobs.contracts.metrics import Anomaly, ChiefResult
+from tfos_jobs.contracts.metrics import Anomaly, ChiefResult, SamplePredictions
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
 from tfos_jobs.cluster.node import peers
 from tfos_jobs.cluster.node.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
                                                    first_step, heartbeat)
+from tfos_jobs.cluster.node.control_client import DriverLink
 from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
 
 
@@ -119,7 +120,7 @@ def model_fn_of(args: NodeArgs):
     return resolve_model_fn(args.model.kind)
 
 
-def pruning(link):
+def pruning(link: DriverLink):
     """A Keras callback that, after each epoch, sends the epoch and its metrics to the driver,
     where a sweep's study and pruner live, and stops a lone node, without exporting, when the
     driver says so (`skip_export`)."""
@@ -137,10 +138,10 @@ def pruning(link):
     return Pruning()
 
 
-def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
+def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link: DriverLink, workspace: Workspace,
                    extra_callbacks: tuple = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
-    and publishes it through `link` (an `cluster.node.control_client.DriverLink`).
+    and publishes it through `link`.
 
     A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
     early stopping) ends the run without an export."""
@@ -305,13 +306,13 @@ def _test_metrics(model, files: list[str], spec, compression: str, batch_size: i
     return {m.name: float(m.result()) for m in (loss, *metrics)}
 
 
-def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict[str, Any]:
+def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> SamplePredictions:
     """The trained model's outputs on a few eval rows, kept with the rows, so the exported
     SavedModel can be checked against the model that was actually trained."""
     features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
     outputs = model(features, training=False)
     decode = lambda t: [v.decode() if isinstance(v, bytes) else v for v in t.numpy().tolist()]
-    return {"rows": {name: decode(t) for name, t in features.items()}, "outputs": outputs.numpy().tolist()}
+    return SamplePredictions(rows={name: decode(t) for name, t in features.items()}, outputs=outputs.numpy().tolist())
 
 
 @contextlib.contextmanager

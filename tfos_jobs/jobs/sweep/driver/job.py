@@ -270,9 +270,9 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
         try:
             metrics = train.run(ctx.spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop,
                                 progress=trial.progress, launcher=launcher, judge=judge if lone else None)
-            node = (metrics["nodes"] or [{}])[0]
-            trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None, "host": node.get("host"),
-                                     "pid": node.get("pid")}
+            node = metrics["nodes"][0] if metrics["nodes"] else None
+            trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None,
+                                     "host": node["host"] if node else None, "pid": node["pid"] if node else None}
         except Pruned:
             trial.outcome["task"] = {"status": TrialStatus.PRUNED.value, "error": None}
         except Exception as e:

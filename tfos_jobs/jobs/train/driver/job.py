@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Callable, cast
+from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -32,7 +32,7 @@ from tfos_jobs.cluster.driver.transfers import Transfers, model_dir_targets
 from tfos_jobs.config import Config, TrainConfig
 from tfos_jobs.contracts.dataset import Split
 from tfos_jobs.contracts.epoch_line import EpochLine
-from tfos_jobs.contracts.metrics import ChiefResult, Metrics, MetricsExtras
+from tfos_jobs.contracts.metrics import Metrics, MetricsExtras, ModelSummary, control_report, node_summary
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
@@ -138,27 +138,24 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
     epochs = progress.lines()
     if state.done() == cc.RUN_PRUNED:
         raise Pruned(f"stopped by the sweep's pruner after epoch {len(epochs)}")
-    result = cast("ChiefResult | None", state.result())  # what the chief sent (cluster.node.training)
+    result = state.result()
     if result is None:
         raise TrainingError("the chief ended without reporting its result (see the executor logs)")
-    nodes = [{k: node.get(k) for k in ("role", "index", "host", "executor_id", "cuda_visible_devices", "pid", "python",
-                                       "manager_pid")}
-             for node in state.records().values()]
     evaluation = {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")}
     test, anomaly = result["test"], result["anomaly"]  # a held-out split, scored once; an autoencoder's threshold
     extras = MetricsExtras(test=test) if test else MetricsExtras()
     if anomaly:
         extras = MetricsExtras(**extras, anomaly=anomaly)
     metrics = Metrics(
-        strategy=tr.strategy, nodes=nodes, attempts=attempts,
+        strategy=tr.strategy, nodes=[node_summary(r) for r in state.records().values()], attempts=attempts,
         epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
         steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
         seconds=round(seconds, 1), startup=state.startup(), final=result["final"], lost_nodes=state.lost(),
-        control={"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
+        control=control_report(rejected),
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
                                     tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
         eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs], saved_model=model_dir.saved_model,
-        model={"kind": tr.model.kind, "params": dict(tr.model.params)},  # params: [train.model.params]
+        model=ModelSummary(kind=tr.model.kind, params=dict(tr.model.params)),
         **extras)
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import StepBreakdown, StepProfile
 from tfos_jobs.progress_log import ProgressLog
 
 SHOWN = ("loss", "auc", "accuracy", "rmse", "val_loss", "val_auc", "val_accuracy", "val_rmse")
@@ -42,8 +43,8 @@ class ProgressPrinter:
         self.seen = max(self.seen, len(epochs))
 
 
-def step_breakdown(epochs: list[EpochLine], profile: dict[str, Any] | None, steps_per_epoch: int,
-                   parallel_steps: int) -> dict[str, Any] | None:
+def step_breakdown(epochs: list[EpochLine], profile: StepProfile | None, steps_per_epoch: int,
+                   parallel_steps: int) -> StepBreakdown | None:
     """The nodes' step profile (cluster.node.step_profile) with the step time measured in training
     added: the mean over the epochs after the first (which traces the functions). A step is
     one batch on one worker; with `parallel_steps` workers taking steps independently
@@ -54,10 +55,10 @@ def step_breakdown(epochs: list[EpochLine], profile: dict[str, Any] | None, step
     seconds = sum(e.seconds - e.eval_seconds for e in steady) / len(steady)
     step_ms = 1000 * seconds / steps_per_epoch * parallel_steps
     other = step_ms - profile["compute_ms"] - profile["exchange_ms"]
-    return {**profile, "step_ms": round(step_ms, 3), "other_ms": round(other, 3)}
+    return StepBreakdown(**profile, step_ms=round(step_ms, 3), other_ms=round(other, 3))
 
 
-def format_breakdown(b: dict[str, Any]) -> str:
+def format_breakdown(b: StepBreakdown) -> str:
     how = f" ({b['gradient_exchange']})" if b.get("gradient_exchange") else ""
     return (f"per step (one batch on one worker): {b['step_ms']:.2f} ms = compute {b['compute_ms']:.2f} "
             f"+ exchange{how} {b['exchange_ms']:.2f} + other {b['other_ms']:.2f}; input alone {b['input_ms']:.2f} ms "
