@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator, Mapping
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.metrics import NodeRecord
@@ -79,15 +79,15 @@ def run_in_cluster(launch: Launch, node: Node, secret: bytes) -> None:
         node_fn(iter([node.partition]))
 
 
-def main_fun(node_args: dict[str, Any], ctx) -> None:
+def main_fun(node_args: Mapping[str, object], ctx) -> None:
     """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
     tensorflow(devices=False)  # quiet; its devices once CUDA_VISIBLE_DEVICES is settled below
     from tfos_jobs.cluster.node.training import configure_threads
 
     node = _current.get()
     args = NodeArgs.from_dict(node_args)
-    threads = configure_threads(args.threads)  # before TensorFlow starts its pools
-    strategy = args.strategy
+    threads = configure_threads(args.train.threads)  # before TensorFlow starts its pools
+    strategy = args.train.strategy
     role, index, cluster = assign_role(strategy, args.num_ps, ctx.job_name, ctx.task_index, ctx.cluster_spec)
     if role == Role.PS:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
@@ -124,7 +124,7 @@ def train_alone(launch: Launch, node: Node) -> None:
     from tfos_jobs.cluster.node import training
 
     args = launch.args
-    threads = training.configure_threads(args.threads)
+    threads = training.configure_threads(args.train.threads)
     gpus = _task_gpus()
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

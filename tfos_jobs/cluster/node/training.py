@@ -33,9 +33,9 @@ def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
 
     A multi-worker step consumes one batch on every worker; a parameter-server step one
     batch on one worker."""
-    if args.steps_per_epoch:
-        return int(args.steps_per_epoch)
-    return max(1, records // examples_per_step(args.strategy, args.batch_size, num_workers))
+    if args.train.steps_per_epoch:
+        return int(args.train.steps_per_epoch)
+    return max(1, records // examples_per_step(args.train.strategy, args.train.batch_size, num_workers))
 
 
 def configure_threads(threads: int) -> int:
@@ -85,10 +85,10 @@ def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> 
     """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where
     nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
     optimizer's own aggregation in place."""
-    if args.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
+    if args.train.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
         return ALL_REDUCE
     gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return choose_exchange(args.gradient_exchange, num_workers, gradient_bytes)
+    return choose_exchange(args.train.gradient_exchange, num_workers, gradient_bytes)
 
 
 @contextlib.contextmanager
@@ -110,14 +110,14 @@ def temp_files_in(directory: str) -> Iterator[None]:
 
 
 def model_fn_of(args: NodeArgs):
-    """The model function: the callable the driver pickled (`NodeArgs.model_fn`), else `model.kind`."""
+    """The model function: the callable the driver pickled (`NodeArgs.model_fn`), else `train.model.kind`."""
     if args.model_fn is not None:
         from pyspark import cloudpickle
 
         return cloudpickle.loads(args.model_fn)
     from tfos_jobs.model.builder import resolve_model_fn
 
-    return resolve_model_fn(args.model.kind)
+    return resolve_model_fn(args.train.model.kind)
 
 
 def pruning(link: DriverLink):
@@ -154,109 +154,109 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
     is_chief = role == Role.CHIEF
     # The same seed on every worker and every run: the same initial weights, so a rerun, or
     # the same data on another filesystem, learns the same model.
-    tf.keras.utils.set_random_seed(args.seed)
+    tf.keras.utils.set_random_seed(args.train.seed)
     meta = dataset.read(workspace.dataset)
     spec = meta.spec
-    strategy = make_strategy(args.strategy, num_workers)
+    strategy = make_strategy(args.train.strategy, num_workers)
     # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
-    crossing = args.strategy == Strategy.PARAMETER_SERVER or (args.strategy == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1)
-    model_cfg = args.model
+    crossing = args.train.strategy == Strategy.PARAMETER_SERVER or (args.train.strategy == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1)
+    model_cfg = args.train.model
     build = model_fn_of(args)
     with strategy.scope():
         model = build(spec, meta.vocab, meta.stats, model_cfg)
         gradient_exchange = gradient_exchange_for(args, num_workers, model.trainable_variables)
-        trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0, gradient_exchange)
-        compile_model(trainer, spec, args.optimizer, args.learning_rate,
-                      steps_per_execution=args.steps_per_execution)
+        trainer = steps_mod.wrap(model, args.train.dense_gradient_limit if crossing else 0, gradient_exchange)
+        compile_model(trainer, spec, args.train.optimizer, args.train.learning_rate,
+                      steps_per_execution=args.train.steps_per_execution)
 
     steps = steps_for(args, meta.records(Split.TRAIN), num_workers)
-    val_steps = max(1, math.ceil(meta.records(Split.EVAL) / args.batch_size))
+    val_steps = max(1, math.ceil(meta.records(Split.EVAL) / args.train.batch_size))
     train_files, eval_files = meta.files(Split.TRAIN), meta.files(Split.EVAL)
 
     def fits(split: str, shards: int, index: int) -> bool:
-        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= args.in_memory_mb * 2**20
+        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= args.train.in_memory_mb * 2**20
 
     def train_input(shards: int, index: int):
-        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args.shuffle_buffer,
-                                   seed=args.seed + index, repeat=True, num_shards=shards, shard_index=index,
+        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args.train.shuffle_buffer,
+                                   seed=args.train.seed + index, repeat=True, num_shards=shards, shard_index=index,
                                    in_memory=fits(Split.TRAIN, shards, index), spec=spec,
-                                   batch_size=args.batch_size, compression=meta.compression)
+                                   batch_size=args.train.batch_size, compression=meta.compression)
 
     def named():
         return _naming_corrupt_files(train_files + eval_files, meta.compression, workspace.dataset, args.dataset)
 
     with named():  # in-memory shards are read here
-        if args.strategy == Strategy.PARAMETER_SERVER:
+        if args.train.strategy == Strategy.PARAMETER_SERVER:
             train_data = tf.keras.utils.experimental.DatasetCreator(
                 lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
         else:
             train_data = _no_autoshard(train_input(num_workers, worker_index))
         # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
-        eval_data = _no_autoshard(reader.make_dataset(eval_files, spec, args.batch_size, compression=meta.compression,
+        eval_data = _no_autoshard(reader.make_dataset(eval_files, spec, args.train.batch_size, compression=meta.compression,
                                                       repeat=True, in_memory=fits(Split.EVAL, 1, 0)))
 
-    per_step = examples_per_step(args.strategy, args.batch_size, num_workers)
+    per_step = examples_per_step(args.train.strategy, args.train.batch_size, num_workers)
     publisher: Publisher | None = None  # the chief's
     # Backup first, then its publication, then the progress line: callbacks run in order, so an
     # epoch the driver shows is one a relaunch resumes after.
-    callbacks: list = [backup_and_restore(workspace.backup, args.strategy == Strategy.PARAMETER_SERVER)]
+    callbacks: list = [backup_and_restore(workspace.backup, args.train.strategy == Strategy.PARAMETER_SERVER)]
     if is_chief:
-        per_batch = args.strategy != Strategy.PARAMETER_SERVER
+        per_batch = args.train.strategy != Strategy.PARAMETER_SERVER
         publisher = Publisher(link, workspace)
-        callbacks += [publisher.callback(args.tensorboard),
-                      epoch_progress(link, args.epochs, steps, per_step),
+        callbacks += [publisher.callback(args.train.tensorboard),
+                      epoch_progress(link, args.train.epochs, steps, per_step),
                       first_step(link, per_batch=per_batch),
                       heartbeat(link, per_batch=per_batch)]
-    if args.tensorboard:
+    if args.train.tensorboard:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=workspace.logs))
     stopper = None
-    if args.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
-        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=args.early_stopping_patience,
+    if args.train.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
+        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=args.train.early_stopping_patience,
                                                    restore_best_weights=True)
         callbacks.append(stopper)
     callbacks.extend(extra_callbacks)
 
     try:
         with named():
-            history = trainer.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, validation_data=eval_data,
+            history = trainer.fit(train_data, epochs=args.train.epochs, steps_per_epoch=steps, validation_data=eval_data,
                                   validation_steps=val_steps, callbacks=callbacks, verbose=0)
     finally:
         if publisher is not None:
             publisher.finish()
     kept = _kept_epoch(history, stopper)
     final = {k: float(v[kept]) for k, v in history.history.items()}
-    if publisher is not None and args.tensorboard:
+    if publisher is not None and args.train.tensorboard:
         link.publish(cc.LOGS, workspace.logs)
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
         return final
-    parameter_server = args.strategy == Strategy.PARAMETER_SERVER
+    parameter_server = args.train.strategy == Strategy.PARAMETER_SERVER
     profile = None
-    if args.profile_steps and (is_chief or not parameter_server):
+    if args.train.profile_steps and (is_chief or not parameter_server):
         from tfos_jobs.cluster.node import step_profile
 
         def build_copy():
             copy = steps_mod.wrap(build(spec, meta.vocab, meta.stats, model_cfg), 0)
-            return compile_model(copy, spec, args.optimizer, args.learning_rate,
-                                 steps_per_execution=args.steps_per_execution)
+            return compile_model(copy, spec, args.train.optimizer, args.train.learning_rate,
+                                 steps_per_execution=args.train.steps_per_execution)
 
         workers = num_workers - 1 if parameter_server else num_workers  # PS: the chief only coordinates
         profile = step_profile.measure(
-            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.profile_steps,
+            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.train.profile_steps,
             make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
-            steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers,
+            steps_per_execution=args.train.steps_per_execution, parameter_server=parameter_server, workers=workers,
             gradient_exchange=gradient_exchange)
     anomaly: Anomaly | None = None
     if spec.is_sequence:  # weights and threshold are constants of the exported graph; only the chief's export is kept
         anomaly = _anomaly(model, train_files, spec, meta.compression, model_cfg, is_chief)
     export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief, anomaly=anomaly,
-                       io_device=CHIEF_DEVICE if args.strategy == Strategy.PARAMETER_SERVER else None)
+                       io_device=CHIEF_DEVICE if args.train.strategy == Strategy.PARAMETER_SERVER else None)
     if is_chief:
         link.publish(cc.SAVED_MODEL, workspace.saved_model)
         test = None
-        if meta.has_test and args.score_test and not spec.is_sequence:
+        if meta.has_test and args.train.score_test and not spec.is_sequence:
             test_files = meta.files(Split.TEST)
             with _naming_corrupt_files(test_files, meta.compression, workspace.dataset, args.dataset):
-                test = _test_metrics(model, test_files, spec, meta.compression, args.batch_size)
+                test = _test_metrics(model, test_files, spec, meta.compression, args.train.batch_size)
         link.result(ChiefResult(final=final, test=test, kept_epoch=history.epoch[kept] + 1 if history.epoch else None,
                                 epochs_run=len(history.epoch), steps_per_epoch=steps,
                                 gradient_exchange=gradient_exchange, step_profile=profile, anomaly=anomaly,
