@@ -30,11 +30,10 @@ from tfos_jobs import config as config_mod
 from tfos_jobs.config import Config, PrepareConfig, SparkConfig, SplitConfig, TrainConfig
 from tfos_jobs.config.loading import Table, build, build_spec, checked
 from tfos_jobs.contracts.dataset import Manifest, Split
-from tfos_jobs.contracts.metrics import Metrics
+from tfos_jobs.contracts.metrics import Metrics, NodeSummary
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary
 from tfos_jobs.contracts.trial import TrialResult
-from tfos_jobs.contracts.values import JsonObject
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.model.builder import CheckedModel, checked_model, kind_of
@@ -136,7 +135,7 @@ class TrainResult:
     epochs: int
     model_dir: str
     saved_model: str
-    nodes: tuple[JsonObject, ...]
+    nodes: tuple[NodeSummary, ...]
     seconds: float
     attempts: int
     strategy: str

@@ -24,7 +24,7 @@ from benchmarks.harness import Figure, Result, fmt, ratio
 from benchmarks.memory import DRIVER, Peaks
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.dataset import Split
-from tfos_jobs.progress_log import EXAMPLES_PER_SEC
+from tfos_jobs.contracts.epoch_line import EXAMPLES_PER_SEC
 from tfos_jobs.topology import Strategy
 
 NAME = "P14"  # its facts in the run, its plot in the report

@@ -11,7 +11,7 @@ from typing import Callable
 
 from benchmarks.context import Bench
 from benchmarks.harness import Figure, Result, Sample
-from tfos_jobs.progress_log import EXAMPLES_PER_SEC
+from tfos_jobs.contracts.epoch_line import EXAMPLES_PER_SEC
 from tfos_jobs.topology import ALL_REDUCE, AUTO, Role, Strategy
 
 

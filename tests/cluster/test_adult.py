@@ -130,7 +130,7 @@ values = [0.0]
          "--set", "spark.conf.spark.ui.showConsoleProgress=false")
     trial = TrialDir.of(str(sweep_dir), 1)
     result = json.loads(Path(trial.result).read_text())
-    lines = {int(line["epoch"]): line for line in parse(Path(trial.progress).read_text())}
+    lines = {line.epoch: line.metrics for line in parse(Path(trial.progress).read_text())}
     kept = min(lines, key=lambda e: (lines[e]["val_loss"], e))
     assert result["value"] == pytest.approx(lines[kept]["val_auc"])  # the epoch whose model the trial keeps
     assert result["metrics"]["val_loss"] == pytest.approx(lines[kept]["val_loss"])

@@ -4,6 +4,7 @@ unpickled; a node reports and hands over files through it and can name nothing o
 run's targets."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import socket
@@ -19,7 +20,9 @@ from tfos_jobs.cluster.driver.control_server import ControlServer, control_addre
 from tfos_jobs.cluster.driver.run_state import RunState
 from tfos_jobs.cluster.driver.transfers import Transfers
 from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
-from tfos_jobs.progress_log import ProgressLog
+from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import NodeRecord
+from tfos_jobs.progress_log import ProgressLog, parse
 from tfos_jobs.storage import Storage
 
 NODE = {"executor_id": 1, "host": "10.0.0.5", "job_name": "worker", "task_index": 0, "port": 40001}
@@ -158,25 +161,37 @@ def test_slow_and_idle_peers_do_not_block_others(server):
     idle.close()
 
 
+def record(role: str, pid: int) -> NodeRecord:
+    return NodeRecord(partition=pid - 11, host="h", pid=pid, python="p", cuda_visible_devices="", started=1e9, role=role,
+                      index=0, executor_id=pid - 11, manager_pid=None, cluster={}, threads=1)
+
+
 def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
     chief, worker = link(server, "chief-0"), link(server, "worker-0")
-    chief.started({"role": "chief", "index": 0, "pid": 11})
-    worker.started({"role": "worker", "index": 0, "pid": 12})
+    chief.started(record("chief", 11))
+    worker.started(record("worker", 12))
+    with pytest.raises(cc.ControlError, match="record"):  # the driver keeps whole records only
+        link(server, "worker-1").client.request(cc.STARTED, {cc.SENDER_NODE: "worker-1", "record": {"pid": 13}})
     assert server.run.last_beat() == 0.0
     chief.first_step()
     chief.beat()
-    chief.progress({"epoch": 1, "epochs": 2, "loss": 0.5})
-    chief.progress({"epoch": 2, "epochs": 2, "loss": 0.4})
+    first = EpochLine(1, 2, seconds=3.5, eval_seconds=0.5, examples_per_sec=1200.0, time=1e9, metrics={"loss": 0.5})
+    chief.progress(first)
+    chief.progress(EpochLine(2, 2, seconds=3.0, eval_seconds=0.5, examples_per_sec=1300.0, time=1e9 + 3,
+                             metrics={"loss": 0.4}))
     worker.failed("Traceback...\nValueError: bad shard")
     assert worker.status() is None
     chief.result({"final": {"loss": 0.4}})
     chief.done(cc.RUN_OK)
     run = server.run
-    assert list(run.records()) == ["chief-0", "worker-0"] and run.records()["worker-0"]["pid"] == 12
+    assert list(run.records()) == ["chief-0", "worker-0"] and run.records()["worker-0"] == record("worker", 12)
     assert run.last_beat() > 0 and "to_first_step_seconds" not in run.startup()  # not launched by a driver here
-    assert [line["loss"] for line in run.progress.lines()] == [0.5, 0.4]
+    assert run.progress.lines()[0] == first and [line.metrics["loss"] for line in run.progress.lines()] == [0.5, 0.4]
     storage = Storage(None)
-    assert [line["epoch"] for line in ProgressLog(storage, run.progress.path, resume=True).lines()] == [1, 2]
+    assert [line.epoch for line in ProgressLog(storage, run.progress.path, resume=True).lines()] == [1, 2]
+    with pytest.raises(cc.ControlError, match="examples_per_sec"):  # the driver keeps epoch lines only
+        chief.client.request(cc.PROGRESS, {cc.SENDER_NODE: "chief-0", "line": {"epoch": 3, "epochs": 2, "loss": 0.3}})
+    assert len(run.progress.lines()) == 2
     assert run.errors() == {"worker-0": "Traceback...\nValueError: bad shard"}
     assert run.result() == {"final": {"loss": 0.4}}
     assert worker.status() == cc.RUN_OK and run.done() == cc.RUN_OK
@@ -228,3 +243,24 @@ def test_an_upload_that_did_not_arrive_whole_is_not_published_and_the_node_hears
     assert not (tmp_path / "model" / "saved_model").exists()
     assert node.request(cc.STATUS) is None  # the connection stays open after an error the driver reports
     assert server.summary()["rejected_messages"] == 0
+
+
+# A line as progress.jsonl and metrics.json have always held it: the bookkeeping, then the metrics.
+WRITTEN = ('{"epoch": 2, "epochs": 5, "seconds": 4.187, "eval_seconds": 0.412, "examples_per_sec": 21034.5, '
+           '"time": 1795000000.25, "loss": 0.3571, "auc": 0.9012, "val_loss": 0.3622, "val_auc": 0.8977}')
+
+
+def test_an_epoch_line_reads_and_writes_as_it_always_has(tmp_path):
+    line = parse(WRITTEN + "\n" + WRITTEN[:40])[0]  # a line cut short ends the file
+    assert (line.epoch, line.epochs, line.seconds, line.eval_seconds, line.examples_per_sec, line.time) == (
+        2, 5, 4.187, 0.412, 21034.5, 1795000000.25)
+    assert line.metrics == {"loss": 0.3571, "auc": 0.9012, "val_loss": 0.3622, "val_auc": 0.8977}
+    storage = Storage(None)
+    log = ProgressLog(storage, storage.qualify(str(tmp_path / "progress.jsonl")))
+    log.add(line)
+    assert (tmp_path / "progress.jsonl").read_text() == WRITTEN + "\n"
+    older = parse(WRITTEN.replace('"eval_seconds": 0.412, ', ""))  # written before eval_seconds was kept
+    assert older[0].eval_seconds == 0.0 and older[0].metrics == line.metrics
+    for broken in ('{"epoch": 2, "epochs": 5}', WRITTEN.replace("0.3571", '"low"'), WRITTEN.replace(": 2,", ": 2.0,")):
+        with pytest.raises(ValueError):
+            EpochLine.from_json(json.loads(broken))

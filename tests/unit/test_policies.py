@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark import cloudpickle
 
 from tfos_jobs.config import ModelConfig, TrainConfig
-from tfos_jobs.contracts.node_args import NodeArgs
+from tfos_jobs.errors import ConfigError
+from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.cluster.driver.failure_policy import failure_message, retriable, task_traceback
 from tfos_jobs.data.dataset import stable_name
 from tfos_jobs.cluster.node.node import port_share
@@ -17,6 +19,8 @@ from tfos_jobs.cluster.node.training import steps_for
 from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialStatus
 from tfos_jobs.search.trials import summarise, trial_result
+
+from tests.unit.test_search import line
 
 PEER_GONE = "Traceback ...\ntensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses"
 CODE_BUG = "Traceback ...\nValueError: could not broadcast input array"
@@ -94,11 +98,29 @@ def test_steps_per_epoch_is_one_pass_over_the_train_split_unless_set():
 
 
 def test_node_args_cross_to_the_nodes_as_plain_data_and_come_back_equal():
-    a = args(model=ModelConfig(num_layers=2), strategy="parameter_server", ps=2)
+    model = ModelConfig(kind="mymodels:towers", num_layers=2, params={"towers": [8, 4], "act": "relu"})
+    a = args(model=model, strategy="parameter_server", ps=2, epochs=7, learning_rate=0.01)
     data = a.to_dict()
-    assert json.loads(json.dumps(data)) == data  # plain values only
-    assert NodeArgs.from_dict(data) == a and a.num_ps == 2 and a.model.num_layers == 2
+    text = json.dumps(data)  # plain values only
+    assert "train" in data and data["train"]["epochs"] == 7  # TensorFlowOnSpark looks inside with `in`
+    back = NodeArgs.from_dict(data)
+    assert back == a and back.num_ps == 2 and back.train.model.params["towers"] == (8, 4)
+    assert NodeArgs.from_dict(json.loads(text)) == a  # JSON lists read back as the config's tuples
     assert args(strategy="multi_worker_mirrored", ps=2).num_ps == 0
+    with pytest.raises(ConfigError, match="node args.train.epochs"):
+        NodeArgs.from_dict({**data, "train": {**data["train"], "epochs": "7"}})
+
+
+def test_a_launch_carries_a_pickled_model_function_as_json():
+    def model_fn(spec, vocab, stats, model_cfg):
+        return model_cfg.num_layers
+
+    a = NodeArgs.from_train_config(TrainConfig(strategy="local"), dataset="file:/d", model_fn=model_fn)
+    launch = Launch(run_id="r", strategy="local", nodes=1, num_ps=0, server=("10.0.0.1", 9000), relayed=False,
+                    tf_ports=[0], local_dir="", inputs=[{}], args=a)
+    back = Launch.from_json(launch.to_json())
+    assert back == launch and back.server == ("10.0.0.1", 9000)
+    assert cloudpickle.loads(back.args.model_fn)(None, None, None, ModelConfig(num_layers=3)) == 3
 
 
 def test_output_files_get_names_that_do_not_depend_on_the_job():
@@ -108,8 +130,7 @@ def test_output_files_get_names_that_do_not_depend_on_the_job():
 
 
 def test_a_trial_is_summarised_from_its_progress():
-    lines = [{"epoch": 1, "epochs": 2, "loss": 0.5, "val_auc": 0.8, "seconds": 1.0, "time": 1.0},
-             {"epoch": 2, "epochs": 2, "loss": 0.4, "val_auc": 0.85, "seconds": 1.0, "time": 2.0}]
+    lines = [line(1, 2, loss=0.5, val_auc=0.8), line(2, 2, loss=0.4, val_auc=0.85)]
     done = summarise(lines, "val_auc", TrialStatus.COMPLETED, None)
     assert done == {"status": "completed", "value": 0.85, "error": None, "epochs_run": 2,
                     "metrics": {"loss": 0.4, "val_auc": 0.85}}

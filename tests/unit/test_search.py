@@ -17,6 +17,7 @@ from tfos_jobs.storage import Storage
 from tfos_jobs.search import samplers, space
 from tfos_jobs.search.study import TRIAL_ATTR, StudyPlace, SweepStudy, default_name, mask
 from tfos_jobs.contracts.trial import TrialStatus
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.search.trials import metric_history, summarise
 
 from tests.conftest import CENSUS, ROOT
@@ -73,15 +74,20 @@ def test_a_value_the_training_config_refuses_is_named_before_spark_starts(tmp_pa
     assert "modle" in str(err.value)
 
 
+def line(epoch: int, epochs: int = 3, seconds: float = 1.0, **metrics: float) -> EpochLine:
+    """A finished epoch with these metrics (the bookkeeping as a short epoch's)."""
+    return EpochLine(epoch, epochs, seconds=seconds, eval_seconds=0.25, examples_per_sec=100.0, time=1e9 + epoch,
+                     metrics=metrics)
+
+
 def test_metric_history_counts_a_resumed_epoch_once():
-    lines = [{"epoch": 1, "val_auc": 0.7}, {"epoch": 2, "val_auc": 0.8}, {"epoch": 2, "val_auc": 0.81},
-             {"epoch": 3, "loss": 0.3}]
+    lines = [line(1, val_auc=0.7), line(2, val_auc=0.8), line(2, val_auc=0.81), line(3, loss=0.3)]
     assert metric_history(lines, "val_auc") == [0.7, 0.81]
 
 
 def test_a_trial_that_keeps_its_lowest_val_loss_epoch_is_ranked_by_that_epoch():
-    lines = [{"epoch": 1, "val_loss": 0.40, "val_auc": 0.80}, {"epoch": 2, "val_loss": 0.31, "val_auc": 0.86},
-             {"epoch": 3, "val_loss": 0.35, "val_auc": 0.88}, {"epoch": 3, "val_loss": 0.33, "val_auc": 0.87}]
+    lines = [line(1, val_loss=0.40, val_auc=0.80), line(2, val_loss=0.31, val_auc=0.86),
+             line(3, val_loss=0.35, val_auc=0.88), line(3, val_loss=0.33, val_auc=0.87)]
     last = summarise(lines, "val_auc", TrialStatus.COMPLETED, None)
     assert last["value"] == 0.87 and last["metrics"]["val_loss"] == 0.33  # a resumed epoch: its last line
     kept = summarise(lines, "val_auc", TrialStatus.COMPLETED, None, kept_at_lowest="val_loss")
@@ -269,7 +275,7 @@ def test_a_resumed_sweep_reuses_the_running_trials_and_teaches_a_new_study_the_f
     results = {1: row(1, "completed", 0.85, settings[1]), 2: row(2, "failed", None, settings[2]),
                3: row(3, "pruned", 0.1, settings[3])}
     fresh = open_study(tmp_path, s, name="elsewhere")
-    assert fresh.restore(results, {1: [{"epoch": 1, "val_auc": 0.8}]}) == 3
+    assert fresh.restore(results, {1: [line(1, val_auc=0.8)]}) == 3
     assert fresh.restore(results, {}) == 0
     assert [(t.user_attrs[TRIAL_ATTR], t.state.name) for t in fresh.study.trials] == [
         (1, "COMPLETE"), (2, "FAIL"), (3, "PRUNED")]
@@ -379,7 +385,7 @@ def test_an_observer_that_raises_is_a_warning(tmp_path):
     lines: list[str] = []
     notify = Guarded(Broken(), lines.append)
     notify(SweepObserver.trial_started, 1, {"train.learning_rate": 0.01})  # the base class's no-op
-    notify(SweepObserver.trial_epoch, 1, {"epoch": 1})
+    notify(SweepObserver.trial_epoch, 1, line(1, loss=0.5))
     assert lines == ["warning: the sweep observer's trial_epoch failed (RuntimeError: tracking server down); "
                      "the sweep goes on"]
     Guarded(None, lines.append)(SweepObserver.sweep_finished, None, [], None)  # no observer: nothing called

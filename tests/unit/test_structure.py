@@ -9,7 +9,7 @@ the layout             each folder holds one kind of thing (FOLDERS), the packag
                        modules ROOT_MODULES names; spark-submit's entry points are together in
                        entrypoints/; only storage/ reaches Hadoop's FileSystem, everyone else
                        goes through `Storage`; sweeps start trials only through the launcher seam
-size                   modules are small and hold code, not prose
+size                   modules and functions are small, and hold code, not prose
 """
 from __future__ import annotations
 
@@ -298,6 +298,42 @@ def test_modules_are_small_and_hold_code_not_prose():
     prose = [f"{rel(p)}: {n} lines of text" for p in sources() if (n := prose_lines(p.read_text())) > PROSE_LINES]
     assert too_long == [] and prose == []
     assert prose_lines('"""A docstring\nof three\nlines."""\nNOTES = """\none\ntwo\n"""\nerror = "a\\nb"\n') == 4
+
+
+MAX_FUNCTION_LINES = 80  # from `def` to the function's last line, docstring included
+
+
+def long_functions(module: str, source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function in `source` (methods and nested functions
+    too) longer than `limit` lines."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}.{child.name}"
+                lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                if not isinstance(child, ast.ClassDef) and lines > limit:
+                    found.append((name, lines))
+                visit(child, name)
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), module)
+    return found
+
+
+def test_no_function_is_over_80_lines():
+    found = {name: f"{rel(p)}: {name} ({lines} lines)" for p in sources()
+             for name, lines in long_functions(module_name(p), p.read_text())}
+    assert list(found.values()) == []
+
+    def body(indent: int, lines: int) -> str:
+        return "".join(f"{' ' * indent}x{i} = {i}\n" for i in range(lines))
+
+    planted = "def short():\n    return 1\n\n\nclass C:\n    def long(self):\n" + body(8, 79) + "        def inner():\n" + body(12, 80)
+    assert long_functions("m", planted) == [("m.C.long", 161), ("m.C.long.inner", 81)]
+    assert long_functions("m", "def f():\n" + body(4, 79)) == []  # 80 lines: within the limit
 
 
 def unresolved_imports(path: Path) -> list[str]:

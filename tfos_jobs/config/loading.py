@@ -204,6 +204,10 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)
+    if tp is bytes:  # no TOML value: a dataclass built from plain data that is not all text (NodeArgs.model_fn)
+        if not isinstance(value, bytes):
+            raise ConfigError(f"{where}: expected bytes, got {type(value).__name__}")
+        return value
     if tp is str:
         if isinstance(value, (dt.date, dt.time)):  # a TOML date or time (`as_of = 2026-01-01`): its ISO text
             return value.isoformat()

@@ -3,6 +3,8 @@ This list is the one the docs point to; tests/unit/test_docs.py checks that it n
 
 dataset       a prepared dataset's layout and manifest (prepare writes; training, serving read)
 model_dir     the files of a model directory (the driver writes them, wherever it lives)
+epoch_line    one finished epoch: the chief -> the driver -> progress.jsonl, the console, the sweep,
+              MLflow and metrics.json's history
 metrics       what training reports: the chief's result, metrics.json, `tfos evaluate`'s figures
 serving       what an exported model offers (signatures, outputs, assets) and what the UDF returns
 prediction    what `tfos predict` reports, and the summary file beside its output

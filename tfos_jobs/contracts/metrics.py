@@ -1,14 +1,74 @@
 """What a training reports, in one place for writers and readers:
 
+NodeRecord    each TF node -> the driver, over the control channel, when it starts; kept in the
+              model directory's run records, and in metrics.json's `nodes` as a `NodeSummary`
 ChiefResult   the chief node -> the driver, over the control channel, when training ends
 Metrics       the driver -> `<model_dir>/metrics.json`, read by the Python API (`TrainResult`),
               MLflow (`tracking.model_log`), sweeps and the benchmarks; `tfos evaluate` adds
               its `Evaluation` of a sensor model's anomaly scores to the same file
-Both travel as JSON: these are the dicts' keys and types, checked where they are built and read.
+All travel as JSON: these are the dicts' keys and types, checked where they are built and read.
 """
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Mapping, TypedDict
+
+from tfos_jobs.contracts.epoch_line import LineJson
+from tfos_jobs.contracts.values import Json, JsonObject
+
+
+class NodeSummary(TypedDict):
+    """What a TF node was given, as metrics.json's `nodes` keeps it."""
+
+    role: str  # topology.Role
+    index: int
+    host: str
+    executor_id: int  # the Spark executor (a lone node: its partition)
+    cuda_visible_devices: str  # the GPUs it saw ("" for none)
+    pid: int
+    python: str  # its interpreter
+    manager_pid: int | None  # TensorFlowOnSpark's node manager process, if any
+
+
+class NodeRecord(NodeSummary):
+    """What a TF node tells the driver of itself when it starts (cluster.node.node)."""
+
+    partition: int  # of the node job
+    started: float  # seconds since the epoch
+    cluster: dict[str, list[str]]  # the TF cluster spec it joined ({} alone)
+    threads: int  # TensorFlow's compute threads set (0: left as they were)
+
+
+def node_summary(record: NodeRecord) -> NodeSummary:
+    return NodeSummary(role=record["role"], index=record["index"], host=record["host"],
+                       executor_id=record["executor_id"], cuda_visible_devices=record["cuda_visible_devices"],
+                       pid=record["pid"], python=record["python"], manager_pid=record["manager_pid"])
+
+
+class StepProfile(TypedDict):
+    """Where a training step's time goes, measured on the nodes (cluster.node.step_profile): per
+    step of one batch on one worker."""
+
+    input_ms: float
+    compute_ms: float
+    exchange_ms: float
+    gradient_bytes: int
+    variables: int
+    profiled_steps: int
+    gradient_exchange: str  # topology.ALL_GATHER or ALL_REDUCE where gradients are summed across workers, else ""
+
+
+class StepBreakdown(StepProfile):
+    """metrics.json's `step_profile`: the nodes' profile with the step time training measured."""
+
+    step_ms: float
+    other_ms: float  # step - compute - exchange: dispatch, callbacks, waiting for the slowest worker
+
+
+class SamplePredictions(TypedDict):
+    """A few eval rows and the trained model's outputs on them (sample_predictions.json)."""
+
+    rows: dict[str, list[Json]]  # feature -> its values, row by row
+    outputs: Json  # the model's output tensor as nested lists
 
 
 class Anomaly(TypedDict):
@@ -28,9 +88,26 @@ class ChiefResult(TypedDict):
     epochs_run: int  # by this attempt
     steps_per_epoch: int
     gradient_exchange: str  # topology.ALL_GATHER or ALL_REDUCE
-    step_profile: dict[str, Any] | None  # cluster.node.step_profile, when train.profile_steps > 0
+    step_profile: StepProfile | None  # when train.profile_steps > 0
     anomaly: Anomaly | None  # sensor models only
-    sample: dict[str, Any]  # a few eval rows and the model's outputs on them (sample_predictions.json)
+    sample: SamplePredictions
+
+
+class Alerts(TypedDict):
+    """A sensor model's `is_anomaly` as alerts (data.anomaly_figures.alerts); a figure the judged
+    windows leave undefined is None."""
+
+    threshold: float | None  # the model's
+    flagged: int  # windows
+    precision: float | None  # by window
+    recall: float | None
+    incidents: int  # of the truth table, meeting a judged window
+    incidents_detected: int
+    event_recall: float | None
+    alerts: int  # runs of flagged windows
+    event_precision: float | None  # runs that meet a true anomaly
+    point_adjusted_f1: float | None
+    point_adjusted_f1_random: float | None  # a random score flagging as many windows
 
 
 class Evaluation(TypedDict):
@@ -40,9 +117,28 @@ class Evaluation(TypedDict):
     windows: dict[str, int]  # judged, anomalous, assets, baselines fitted per asset / on the fleet
     scores: dict[str, dict[str, float | None]]  # reconstruction_error and each baseline -> roc_auc, auprc
     per_asset: dict[str, dict[str, dict[str, float | None]]]  # asset -> score -> roc_auc, auprc
-    alerts: dict[str, Any]  # is_anomaly: threshold, window and event precision and recall, point-adjusted F1s
+    alerts: Alerts
     recall_by_kind: dict[str, float]
     not_computed: dict[str, str]  # figure -> why it could not be computed
+
+
+class ControlReport(TypedDict):
+    """Control messages the driver refused during the run, and from where."""
+
+    rejected_messages: int
+    rejected_from: list[str]  # the peers' hosts
+
+
+def control_report(rejected: Mapping[str, int]) -> ControlReport:
+    """`rejected`: the count of refused messages by peer host."""
+    return ControlReport(rejected_messages=sum(rejected.values()), rejected_from=sorted(rejected))
+
+
+class ModelSummary(TypedDict):
+    """[train.model] as metrics.json keeps it."""
+
+    kind: str
+    params: JsonObject  # [train.model.params]
 
 
 class MetricsExtras(TypedDict, total=False):
@@ -55,7 +151,7 @@ class MetricsExtras(TypedDict, total=False):
 
 class Metrics(MetricsExtras):
     strategy: str
-    nodes: list[dict[str, Any]]  # what each TF node was given: role, index, executor, GPUs, pid, Python
+    nodes: list[NodeSummary]
     attempts: int  # TF cluster launches, relaunches included
     epochs: int
     steps_per_epoch: int
@@ -64,10 +160,10 @@ class Metrics(MetricsExtras):
     startup: dict[str, float]  # seconds to every node reserved, and to the first step
     final: dict[str, float]
     lost_nodes: list[str]  # parameter-server workers lost with their executors
-    control: dict[str, Any]  # control messages refused, and from where
-    step_profile: dict[str, Any] | None
+    control: ControlReport
+    step_profile: StepBreakdown | None
     eval: dict[str, float]  # `final`'s val_ metrics, without the prefix
     kept_epoch: int | None
-    history: list[dict[str, Any]]  # each epoch's progress line
+    history: list[LineJson]  # each epoch's line (EpochLine.to_json)
     saved_model: str
-    model: dict[str, Any]  # [train.model]: kind and params
+    model: ModelSummary

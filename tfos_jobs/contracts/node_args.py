@@ -12,11 +12,12 @@ import base64
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 from pyspark import cloudpickle
 
-from tfos_jobs.config import ModelConfig, TrainConfig
+from tfos_jobs.config import TrainConfig
+from tfos_jobs.config.loading import build
 from tfos_jobs.topology import parameter_servers
 
 MAX_NODE_SECONDS = 7 * 24 * 3600  # no TF node outlives this, whatever happens to the driver
@@ -29,49 +30,30 @@ STOPPING_METRIC = "val_loss"
 
 @dataclass(frozen=True)
 class NodeArgs:
-    strategy: str
-    num_ps: int
+    """The run's `[train]` section as the driver holds it, which the nodes read their settings
+    from, and what the driver derives or adds to it."""
+
+    train: TrainConfig
+    num_ps: int  # parameter servers (topology.parameter_servers of train.strategy and train.ps)
     dataset: str  # where the dataset lives (a node trains from its local copy; this names files in messages)
-    epochs: int
-    steps_per_epoch: int | None
-    batch_size: int
-    optimizer: str
-    learning_rate: float
-    early_stopping_patience: int
-    shuffle_buffer: int
-    seed: int
-    in_memory_mb: int
-    tensorboard: bool
-    model: ModelConfig
-    steps_per_execution: int
-    dense_gradient_limit: int
-    gradient_exchange: str
-    threads: int
-    profile_steps: int
-    score_test: bool = True
     max_node_seconds: float = MAX_NODE_SECONDS
     # A model function given as a Python callable (`tfos_jobs.api.train(model=fn)`), pickled by
-    # value with cloudpickle, so one defined in a script or notebook reaches the nodes; None: `model.kind`.
+    # value with cloudpickle, so one defined in a script or notebook reaches the nodes; None: `train.model.kind`.
     model_fn: bytes | None = None
 
     @classmethod
     def from_train_config(cls, tr: TrainConfig, *, dataset: str, model_fn: Callable | None = None) -> "NodeArgs":
-        return cls(
-            strategy=tr.strategy, num_ps=parameter_servers(tr.strategy, tr.ps), dataset=dataset,
-            epochs=tr.epochs, steps_per_epoch=tr.steps_per_epoch, batch_size=tr.batch_size,
-            optimizer=tr.optimizer, learning_rate=tr.learning_rate, early_stopping_patience=tr.early_stopping_patience,
-            shuffle_buffer=tr.shuffle_buffer, seed=tr.seed, in_memory_mb=tr.in_memory_mb, tensorboard=tr.tensorboard,
-            model=tr.model, steps_per_execution=tr.steps_per_execution,
-            dense_gradient_limit=tr.dense_gradient_limit, gradient_exchange=tr.gradient_exchange, threads=tr.threads, profile_steps=tr.profile_steps,
-            score_test=tr.score_test, model_fn=None if model_fn is None else cloudpickle.dumps(model_fn),
-        )
+        return cls(train=tr, num_ps=parameter_servers(tr.strategy, tr.ps), dataset=dataset,
+                   model_fn=None if model_fn is None else cloudpickle.dumps(model_fn))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """Plain values: `train` a table of its keys, as in a config file, `model_fn` bytes."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "NodeArgs":
-        return cls(**{**data, "model": ModelConfig(**data["model"])})
+    def from_dict(cls, data: Mapping[str, object]) -> "NodeArgs":
+        """Built and checked as the config loader builds `[train]` from its table."""
+        return build(cls, data, "node args")
 
 
 @dataclass(frozen=True)

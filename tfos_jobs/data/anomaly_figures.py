@@ -7,13 +7,11 @@ with the reason in `not_computed`.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.contracts.metrics import Evaluation
+from tfos_jobs.contracts.metrics import Alerts, Evaluation
 from tfos_jobs.data import baselines, columns
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 
@@ -69,7 +67,7 @@ def _undefined(windows: pd.DataFrame) -> str:
     return f"every one of the {len(windows):,} judged windows overlaps a true anomaly"
 
 
-def alerts(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, threshold: float | None) -> dict[str, Any]:
+def alerts(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, threshold: float | None) -> Alerts:
     """The model's `is_anomaly` as alerts: by window, by incident, by run of flagged windows,
     and point-adjusted (beside a random score flagging as many windows)."""
     flagged, actual = rows[contract.IS_ANOMALY].astype(bool).to_numpy(), rows[ANOMALOUS].astype(bool).to_numpy()
@@ -99,17 +97,17 @@ def alerts(rows: pd.DataFrame, intervals: pd.DataFrame, key: str, threshold: flo
             adjusted_random[index[segment]] = random_flags[index][segment].any()
     adjusted_model |= flagged
     adjusted_random |= random_flags
-    return {
-        "threshold": threshold,
-        "flagged": int(flagged.sum()),
-        "precision": round(hits / int(flagged.sum()), 4) if flagged.any() else None,
-        "recall": round(hits / int(actual.sum()), 4) if actual.any() else None,
-        "incidents": incidents, "incidents_detected": detected,
-        "event_recall": round(detected / incidents, 4) if incidents else None,
-        "alerts": runs, "event_precision": round(true_runs / runs, 4) if runs else None,
-        "point_adjusted_f1": _f1(adjusted_model, actual),
-        "point_adjusted_f1_random": _f1(adjusted_random, actual) if flagged.any() else None,
-    }
+    return Alerts(
+        threshold=threshold,
+        flagged=int(flagged.sum()),
+        precision=round(hits / int(flagged.sum()), 4) if flagged.any() else None,
+        recall=round(hits / int(actual.sum()), 4) if actual.any() else None,
+        incidents=incidents, incidents_detected=detected,
+        event_recall=round(detected / incidents, 4) if incidents else None,
+        alerts=runs, event_precision=round(true_runs / runs, 4) if runs else None,
+        point_adjusted_f1=_f1(adjusted_model, actual),
+        point_adjusted_f1_random=_f1(adjusted_random, actual) if flagged.any() else None,
+    )
 
 
 def _runs(mask: np.ndarray) -> list[slice]:

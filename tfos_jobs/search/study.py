@@ -22,6 +22,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.search import samplers
@@ -158,7 +159,7 @@ class SweepStudy:
                     out[t.user_attrs[TRIAL_ATTR]] = t
             return out
 
-    def restore(self, results: dict[int, TrialResult], lines: dict[int, list[dict[str, Any]]]) -> int:
+    def restore(self, results: dict[int, TrialResult], lines: dict[int, list[EpochLine]]) -> int:
         """Teach the study the finished trials it does not know as finished (a new storage, or
         a run stopped between a trial's result and telling it); returns how many it learned."""
         learned = 0

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from tfos_jobs.config.tracking import TrackingConfig
-from tfos_jobs.progress_log import EPOCH, EXAMPLES_PER_SEC, SECONDS, metrics_of
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.tracking.params import redact
 
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag that nests a run under another
@@ -154,11 +154,10 @@ class TrackedRun:
 
             self.tracking.submit(send)
 
-    def epoch(self, line: Mapping[str, Any]) -> None:
-        """One progress line: the model's metrics and the epoch's speed, at step = the epoch."""
-        values = {k: v for k, v in metrics_of(dict(line)).items() if isinstance(v, (int, float))}
-        values.update({"examples_per_sec": line.get(EXAMPLES_PER_SEC, 0.0), "epoch_seconds": line.get(SECONDS, 0.0)})
-        self.metrics(values, step=int(line[EPOCH]))
+    def epoch(self, line: EpochLine) -> None:
+        """One epoch line: the model's metrics and the epoch's speed, at step = the epoch."""
+        self.metrics({**line.metrics, "examples_per_sec": line.examples_per_sec, "epoch_seconds": line.seconds},
+                     step=line.epoch)
 
     def tags(self, values: Mapping[str, str]) -> None:
         for key, value in values.items():

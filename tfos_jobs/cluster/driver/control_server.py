@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any, Callable, cast
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.metrics import ControlReport, control_report
 
 Handler = Callable[[str, dict[str, Any]], Any]  # (message type, message) -> reply data
 
@@ -105,8 +106,8 @@ class Endpoint:
                      "(further rejections from this address are counted, not shown)")
         return Rejected(cc.frame(cc.REJECTED + reason.split(" (")[0].encode()[:200]))
 
-    def summary(self) -> dict[str, Any]:
-        return {"rejected_messages": sum(self.rejected.values()), "rejected_from": sorted(self.rejected)}
+    def summary(self) -> ControlReport:
+        return control_report(self.rejected)
 
     def start(self) -> tuple[str, int]:
         raise NotImplementedError

@@ -56,8 +56,8 @@ class LocalLauncher:
 
             def target() -> None:
                 try:
-                    if args.threads:
-                        training.configure_threads(args.threads)
+                    if args.train.threads:
+                        training.configure_threads(args.train.threads)
                     training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link,
                                             workspace=workspace)
                 except BaseException as e:  # reported below, in the caller's thread

@@ -12,13 +12,15 @@ import json
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from tfos_jobs import control_channel as cc
 
 # (epoch from 1, the epoch's metrics by name) -> whether a lone node stops there (a sweep's pruner)
 Judge = Callable[[int, dict[str, float]], bool]
 from tfos_jobs.cluster.driver.transfers import FILE_MESSAGES, Transfers
+from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import ChiefResult, NodeRecord
 from tfos_jobs.progress_log import ProgressLog
 
 LAUNCHED, RESERVED = "launched", "reserved"  # start-up steps the driver times itself; cc.FIRST_STEP the chief's
@@ -50,10 +52,10 @@ class RunState:
         self._reservations: list[dict[str, Any]] = []
         self._times: dict[str, float] = {}
         self._last_beat = 0.0
-        self._records: dict[str, dict[str, Any]] = {}
+        self._records: dict[str, NodeRecord] = {}
         self._errors: dict[str, str] = {}
         self._lost: list[str] = []
-        self._result: dict[str, Any] | None = None
+        self._result: ChiefResult | None = None
         self._done: str | None = None
         self._stopped = False  # the driver ended the run: its nodes' reports are refused
 
@@ -85,9 +87,9 @@ class RunState:
         with self._lock:
             if kind == cc.STARTED:
                 record = message.get("record")
-                if not isinstance(record, dict):
-                    raise cc.ControlError("a started report needs the node's record")
-                self._records[node] = record
+                if not isinstance(record, dict) or not NodeRecord.__required_keys__ <= record.keys():
+                    raise cc.ControlError("a started report needs the node's record (contracts.metrics.NodeRecord)")
+                self._records[node] = cast(NodeRecord, record)
             elif kind == cc.FIRST_STEP:
                 self._times.setdefault(cc.FIRST_STEP, time.time())
             elif kind == cc.BEAT:
@@ -98,7 +100,10 @@ class RunState:
                 if node not in self._lost:
                     self._lost.append(node)
             elif kind == cc.RESULT:
-                self._result = message.get("result")
+                result = message.get("result")
+                if not isinstance(result, dict):
+                    raise cc.ControlError("a result report needs the chief's result")
+                self._result = cast(ChiefResult, result)  # as the chief built it (cluster.node.training)
             elif kind == cc.DONE:
                 self._done = self._done or str(message.get("status"))
             elif kind != cc.PROGRESS:
@@ -111,7 +116,11 @@ class RunState:
             line = message.get("line")
             if not isinstance(line, dict):
                 raise cc.ControlError("a progress report needs its line")
-            self.progress.add(line)
+            try:
+                epoch = EpochLine.from_json(line)
+            except ValueError as e:
+                raise cc.ControlError(f"a progress report needs its epoch line: {e}") from None
+            self.progress.add(epoch)
         return None
 
     def _should_prune(self, message: dict[str, Any]) -> bool:
@@ -156,7 +165,7 @@ class RunState:
         with self._lock:
             return self._last_beat
 
-    def records(self) -> dict[str, dict[str, Any]]:
+    def records(self) -> dict[str, NodeRecord]:
         """Node name -> what it was given, in name order."""
         with self._lock:
             return dict(sorted(self._records.items()))
@@ -179,7 +188,7 @@ class RunState:
         with self._lock:
             return sorted(self._lost)
 
-    def result(self) -> dict[str, Any] | None:
+    def result(self) -> ChiefResult | None:
         with self._lock:
             return self._result
 

@@ -10,7 +10,8 @@ import threading
 import time
 
 from tfos_jobs import control_channel as cc
-from tfos_jobs import progress_log
+from tfos_jobs.cluster.node.control_client import DriverLink
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.workspace import Workspace
 
 
@@ -68,7 +69,7 @@ class Publisher:
     thread of their own while the next epoch trains (when that falls behind, only the newest
     copy waits)."""
 
-    def __init__(self, link, workspace: Workspace):
+    def __init__(self, link: DriverLink, workspace: Workspace):
         self.link, self.workspace = link, workspace
         self._pending: str | None = None
         self._cond = threading.Condition()
@@ -131,7 +132,7 @@ class Publisher:
         self._thread.join()
 
 
-def epoch_progress(link, epochs: int, steps: int, examples_per_step: int):
+def epoch_progress(link: DriverLink, epochs: int, steps: int, examples_per_step: int):
     """A callback with which the chief reports one line per finished epoch to the driver, which
     shows it at once and keeps it in `progress.jsonl`.
 
@@ -153,7 +154,7 @@ def epoch_progress(link, epochs: int, steps: int, examples_per_step: int):
         def on_epoch_end(self, epoch, logs=None):
             end = time.time()
             trained = (self.eval_start or end) - self.start
-            link.progress(progress_log.epoch_line(
+            link.progress(EpochLine(
                 epoch + 1, epochs, seconds=round(end - self.start, 3), eval_seconds=round(end - (self.eval_start or end), 3),
                 examples_per_sec=round(steps * examples_per_step / max(trained, 1e-9), 1), time=end,
                 metrics={k: float(v) for k, v in (logs or {}).items()}))
@@ -161,7 +162,7 @@ def epoch_progress(link, epochs: int, steps: int, examples_per_step: int):
     return EpochProgress()
 
 
-def first_step(link, per_batch: bool = True):
+def first_step(link: DriverLink, per_batch: bool = True):
     """Reports the first finished training step, once: the driver reports cluster start-up as
     reservation to first step. Without batch callbacks (parameter servers) it is the end of
     the first epoch."""
@@ -184,7 +185,7 @@ def first_step(link, per_batch: bool = True):
     return FirstStep()
 
 
-def heartbeat(link, every: float = 2.0, per_batch: bool = True):
+def heartbeat(link: DriverLink, every: float = 2.0, per_batch: bool = True):
     """Beats at most every `every` seconds while steps finish: the driver declares the run hung
     when the beats stop (train.step_timeout). ParameterServerStrategy allows no batch-level
     callbacks, so there it beats once per epoch."""

@@ -14,9 +14,11 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import ChiefResult, NodeRecord
 
 CONNECT_SECONDS = 30.0
 POLL_SECONDS = 0.2
@@ -106,13 +108,13 @@ class DriverLink:
     """What a TF node or sweep trial tells the driver, and the files it exchanges with the
     run's storage. `sender` names it in every report (control_channel.SENDER_*)."""
 
-    def __init__(self, client: ControlClient, sender: dict[str, Any]):
+    def __init__(self, client: ControlClient, sender: dict[str, str]):
         self.client, self.sender = client, sender
 
     def _send(self, kind: str, **data: Any) -> Any:
         return self.client.request(kind, {**self.sender, **data})
 
-    def started(self, record: dict[str, Any]) -> None:
+    def started(self, record: NodeRecord) -> None:
         self._send(cc.STARTED, record=record)
 
     def first_step(self) -> None:
@@ -121,8 +123,8 @@ class DriverLink:
     def beat(self) -> None:
         self._send(cc.BEAT)
 
-    def progress(self, line: dict[str, Any]) -> None:
-        self._send(cc.PROGRESS, line=line)
+    def progress(self, line: EpochLine) -> None:
+        self._send(cc.PROGRESS, line=line.to_json())
 
     def failed(self, text: str) -> None:
         self._send(cc.FAILED, text=text)
@@ -130,7 +132,7 @@ class DriverLink:
     def lost(self) -> None:
         self._send(cc.LOST)
 
-    def result(self, result: dict[str, Any]) -> None:
+    def result(self, result: ChiefResult) -> None:
         self._send(cc.RESULT, result=result)
 
     def done(self, status: str) -> None:
@@ -139,7 +141,7 @@ class DriverLink:
     def status(self) -> str | None:
         return self._send(cc.STATUS)
 
-    def should_prune(self, epoch: int, metrics: dict[str, float]) -> bool:
+    def should_prune(self, epoch: int, metrics: Mapping[str, float]) -> bool:
         """A lone node's epoch and its metrics to the driver, where a sweep's pruner decides."""
         return bool(self._send(cc.SHOULD_PRUNE, epoch=epoch, metrics=metrics))
 

@@ -7,13 +7,14 @@ import subprocess
 import sys
 import time
 
+from tfos_jobs.cluster.node.control_client import DriverLink
 from tfos_jobs.contracts.workspace import Workspace
 
 POLL_SECONDS = 0.5
 TIMEOUT = "timeout"
 
 
-def wait_until_done(link, max_seconds: float) -> str:
+def wait_until_done(link: DriverLink, max_seconds: float) -> str:
     """Block a serving-only node until the driver says the run ended (its status), or
     TIMEOUT: a node never outlives `max_seconds`. A driver that went away ends the wait
     with the control channel's error."""

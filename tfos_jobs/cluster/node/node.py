@@ -18,12 +18,14 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator, Mapping
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs.contracts.metrics import NodeRecord
 from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.cluster.node import lifecycle
+from tfos_jobs.cluster.node.control_client import DriverLink
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role, Strategy, assign_role, training_workers, worker_rank
 
@@ -33,15 +35,17 @@ class Node:
     """What the node's process knows of itself beside its launch: its line to the driver, its
     workspace and its partition of the node job."""
 
-    link: Any  # cluster.node.control_client.DriverLink
+    link: DriverLink
     workspace: Workspace
     partition: int
 
-    def record(self, **fields: Any) -> dict[str, Any]:
+    def record(self, *, role: str, index: int, executor_id: int, manager_pid: int | None,
+               cluster: dict[str, list[str]], threads: int) -> NodeRecord:
         """What the node tells the driver of itself when it starts (kept in the model directory)."""
-        return {"partition": self.partition, "host": socket.gethostname(), "pid": os.getpid(),
-                "python": sys.executable, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                "started": time.time(), **fields}
+        return NodeRecord(partition=self.partition, host=socket.gethostname(), pid=os.getpid(), python=sys.executable,
+                          cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""), started=time.time(),
+                          role=role, index=index, executor_id=executor_id, manager_pid=manager_pid, cluster=cluster,
+                          threads=threads)
 
 
 _current: contextvars.ContextVar[Node] = contextvars.ContextVar("tfos_node")
@@ -75,15 +79,15 @@ def run_in_cluster(launch: Launch, node: Node, secret: bytes) -> None:
         node_fn(iter([node.partition]))
 
 
-def main_fun(node_args: dict[str, Any], ctx) -> None:
+def main_fun(node_args: Mapping[str, object], ctx) -> None:
     """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
     tensorflow(devices=False)  # quiet; its devices once CUDA_VISIBLE_DEVICES is settled below
     from tfos_jobs.cluster.node.training import configure_threads
 
     node = _current.get()
     args = NodeArgs.from_dict(node_args)
-    threads = configure_threads(args.threads)  # before TensorFlow starts its pools
-    strategy = args.strategy
+    threads = configure_threads(args.train.threads)  # before TensorFlow starts its pools
+    strategy = args.train.strategy
     role, index, cluster = assign_role(strategy, args.num_ps, ctx.job_name, ctx.task_index, ctx.cluster_spec)
     if role == Role.PS:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
@@ -120,7 +124,7 @@ def train_alone(launch: Launch, node: Node) -> None:
     from tfos_jobs.cluster.node import training
 
     args = launch.args
-    threads = training.configure_threads(args.threads)
+    threads = training.configure_threads(args.train.threads)
     gpus = _task_gpus()
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
@@ -164,7 +168,7 @@ def free_port(ports: list[int]) -> int:
     raise RuntimeError(f"no free port for the TF server among this node's share of train.tf_ports ({shown})")
 
 
-def serve(cluster: dict[str, list[str]], role: str, index: int, link, max_seconds: float) -> None:
+def serve(cluster: dict[str, list[str]], role: str, index: int, link: DriverLink, max_seconds: float) -> None:
     """A parameter server or PS-mode worker: serve the chief until the run is done."""
     import tensorflow as tf
 

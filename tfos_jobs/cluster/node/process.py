@@ -19,6 +19,7 @@ from typing import Any
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.cluster.node import local_disk
+from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
 from tfos_jobs.contracts.node_args import Launch
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.topology import Role, Strategy, node_name, roles
@@ -36,8 +37,6 @@ def main() -> int:
     secret = bytes.fromhex(spec["secret"])
     role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
     name = node_name(role, index)
-    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
-
     try:
         client = ControlClient(launch.server, secret, relayed=launch.relayed)
     except cc.ControlError:
@@ -69,7 +68,7 @@ def _preload() -> None:
     import tensorflowonspark.TFSparkNode  # noqa: F401
 
 
-def run(launch: Launch, partition: int, link: Any, workspace: Workspace, spec: dict[str, Any]) -> None:
+def run(launch: Launch, partition: int, link: DriverLink, workspace: Workspace, spec: dict[str, Any]) -> None:
     from tfos_jobs.cluster.node import node
 
     role, _ = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]

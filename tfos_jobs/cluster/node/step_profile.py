@@ -23,13 +23,14 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from tfos_jobs.contracts.metrics import StepProfile
 from tfos_jobs.model.exchange import summed
 from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE
 
 
 def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_input: Callable[[], Any],
             steps: int, steps_per_execution: int, parameter_server: bool, workers: int,
-            gradient_exchange: str = ALL_REDUCE) -> dict[str, Any]:
+            gradient_exchange: str = ALL_REDUCE) -> StepProfile:
     """`build_copy()`: the same model, compiled, outside any distribution strategy;
     `make_input()`: this node's training batches."""
     batches = make_input()
@@ -44,9 +45,9 @@ def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_
     else:
         exchange_ms = 0.0
     gradient_bytes = sum(s.num_elements() * d.size for s, d in shapes)
-    return {"input_ms": round(input_ms, 3), "compute_ms": round(compute_ms, 3), "exchange_ms": round(exchange_ms, 3),
-            "gradient_bytes": int(gradient_bytes), "variables": len(shapes), "profiled_steps": steps,
-            "gradient_exchange": gradient_exchange if workers > 1 and not parameter_server else ""}
+    return StepProfile(input_ms=round(input_ms, 3), compute_ms=round(compute_ms, 3), exchange_ms=round(exchange_ms, 3),
+                       gradient_bytes=int(gradient_bytes), variables=len(shapes), profiled_steps=steps,
+                       gradient_exchange=gradient_exchange if workers > 1 and not parameter_server else "")
 
 
 def _input_ms(batches: Any, steps: int) -> float:

@@ -11,19 +11,21 @@ import contextlib
 import math
 import os
 import tempfile
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.dataset import Split
-from tfos_jobs.contracts.metrics import Anomaly, ChiefResult
+from tfos_jobs.contracts.metrics import Anomaly, ChiefResult, StepProfile
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
-from tfos_jobs.cluster.node import peers
+from tfos_jobs.cluster.node import peers, trained
 from tfos_jobs.cluster.node.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
                                                    first_step, heartbeat)
+from tfos_jobs.cluster.node.control_client import DriverLink
 from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
 
 
@@ -32,9 +34,9 @@ def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
 
     A multi-worker step consumes one batch on every worker; a parameter-server step one
     batch on one worker."""
-    if args.steps_per_epoch:
-        return int(args.steps_per_epoch)
-    return max(1, records // examples_per_step(args.strategy, args.batch_size, num_workers))
+    if args.train.steps_per_epoch:
+        return int(args.train.steps_per_epoch)
+    return max(1, records // examples_per_step(args.train.strategy, args.train.batch_size, num_workers))
 
 
 def configure_threads(threads: int) -> int:
@@ -84,10 +86,10 @@ def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> 
     """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where
     nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
     optimizer's own aggregation in place."""
-    if args.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
+    if args.train.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
         return ALL_REDUCE
     gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return choose_exchange(args.gradient_exchange, num_workers, gradient_bytes)
+    return choose_exchange(args.train.gradient_exchange, num_workers, gradient_bytes)
 
 
 @contextlib.contextmanager
@@ -109,17 +111,17 @@ def temp_files_in(directory: str) -> Iterator[None]:
 
 
 def model_fn_of(args: NodeArgs):
-    """The model function: the callable the driver pickled (`NodeArgs.model_fn`), else `model.kind`."""
+    """The model function: the callable the driver pickled (`NodeArgs.model_fn`), else `train.model.kind`."""
     if args.model_fn is not None:
         from pyspark import cloudpickle
 
         return cloudpickle.loads(args.model_fn)
     from tfos_jobs.model.builder import resolve_model_fn
 
-    return resolve_model_fn(args.model.kind)
+    return resolve_model_fn(args.train.model.kind)
 
 
-def pruning(link):
+def pruning(link: DriverLink):
     """A Keras callback that, after each epoch, sends the epoch and its metrics to the driver,
     where a sweep's study and pruner live, and stops a lone node, without exporting, when the
     driver says so (`skip_export`)."""
@@ -137,181 +139,230 @@ def pruning(link):
     return Pruning()
 
 
-def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link, workspace: Workspace,
-                   extra_callbacks: tuple = ()) -> dict[str, float]:
+@dataclass(frozen=True)
+class NodeTraining:
+    """What every step of one node's training reads: its arguments, its place in the cluster,
+    its line to the driver, its workspace and the dataset's metadata."""
+
+    args: NodeArgs
+    is_chief: bool
+    worker_index: int  # among the workers that take training steps
+    num_workers: int
+    link: DriverLink
+    workspace: Workspace
+    meta: dataset.DatasetMeta
+
+    @property
+    def parameter_server(self) -> bool:
+        return self.args.train.strategy == Strategy.PARAMETER_SERVER
+
+    def naming_corrupt_files(self, files: list[str]) -> contextlib.AbstractContextManager[None]:
+        return _naming_corrupt_files(files, self.meta.compression, self.workspace.dataset, self.args.dataset)
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    """The model as the run's strategy built it, and what fitting, profiling and export use of it."""
+
+    strategy: Any
+    model: Any  # what is exported
+    trainer: Any  # the model with the run's training step (model.steps), compiled
+    gradient_exchange: str  # topology.ALL_GATHER or ALL_REDUCE
+    build: Callable[..., Any]  # the model function, for the step profile's copy
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """This worker's input pipelines, and a maker of train shards for the step profile."""
+
+    train: Any  # a tf.data.Dataset, or under PS a DatasetCreator
+    eval: Any
+    train_shard: Callable[[int, int], Any]  # (shards, index) -> that shard's training batches
+    train_files: list[str]
+    eval_files: list[str]
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """Keras's callbacks in the order they run, and those read again once fit returns."""
+
+    all: list
+    publisher: Publisher | None  # the chief's
+    stopper: Any  # early stopping, when train.early_stopping_patience is set
+
+
+def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link: DriverLink,
+                   workspace: Workspace, extra_callbacks: tuple = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
-    and publishes it through `link` (an `cluster.node.control_client.DriverLink`).
+    and publishes it through `link`. Returns the metrics of the epoch whose model is kept.
 
     A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
     early stopping) ends the run without an export."""
     import tensorflow as tf
 
-    from tfos_jobs.model import steps as steps_mod
-    from tfos_jobs.model.builder import compile_model
-    from tfos_jobs.model.export import export_saved_model
-
-    is_chief = role == Role.CHIEF
     # The same seed on every worker and every run: the same initial weights, so a rerun, or
     # the same data on another filesystem, learns the same model.
-    tf.keras.utils.set_random_seed(args.seed)
-    meta = dataset.read(workspace.dataset)
-    spec = meta.spec
-    strategy = make_strategy(args.strategy, num_workers)
-    # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
-    crossing = args.strategy == Strategy.PARAMETER_SERVER or (args.strategy == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1)
-    model_cfg = args.model
-    build = model_fn_of(args)
-    with strategy.scope():
-        model = build(spec, meta.vocab, meta.stats, model_cfg)
-        gradient_exchange = gradient_exchange_for(args, num_workers, model.trainable_variables)
-        trainer = steps_mod.wrap(model, args.dense_gradient_limit if crossing else 0, gradient_exchange)
-        compile_model(trainer, spec, args.optimizer, args.learning_rate,
-                      steps_per_execution=args.steps_per_execution)
-
-    steps = steps_for(args, meta.records(Split.TRAIN), num_workers)
-    val_steps = max(1, math.ceil(meta.records(Split.EVAL) / args.batch_size))
-    train_files, eval_files = meta.files(Split.TRAIN), meta.files(Split.EVAL)
-
-    def fits(split: str, shards: int, index: int) -> bool:
-        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= args.in_memory_mb * 2**20
-
-    def train_input(shards: int, index: int):
-        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=args.shuffle_buffer,
-                                   seed=args.seed + index, repeat=True, num_shards=shards, shard_index=index,
-                                   in_memory=fits(Split.TRAIN, shards, index), spec=spec,
-                                   batch_size=args.batch_size, compression=meta.compression)
-
-    def named():
-        return _naming_corrupt_files(train_files + eval_files, meta.compression, workspace.dataset, args.dataset)
-
-    with named():  # in-memory shards are read here
-        if args.strategy == Strategy.PARAMETER_SERVER:
-            train_data = tf.keras.utils.experimental.DatasetCreator(
-                lambda ctx: train_input(ctx.num_input_pipelines, ctx.input_pipeline_id))
-        else:
-            train_data = _no_autoshard(train_input(num_workers, worker_index))
-        # Every worker evaluates the whole eval split: metrics stay exact whatever the sharding.
-        eval_data = _no_autoshard(reader.make_dataset(eval_files, spec, args.batch_size, compression=meta.compression,
-                                                      repeat=True, in_memory=fits(Split.EVAL, 1, 0)))
-
-    per_step = examples_per_step(args.strategy, args.batch_size, num_workers)
-    publisher: Publisher | None = None  # the chief's
-    # Backup first, then its publication, then the progress line: callbacks run in order, so an
-    # epoch the driver shows is one a relaunch resumes after.
-    callbacks: list = [backup_and_restore(workspace.backup, args.strategy == Strategy.PARAMETER_SERVER)]
-    if is_chief:
-        per_batch = args.strategy != Strategy.PARAMETER_SERVER
-        publisher = Publisher(link, workspace)
-        callbacks += [publisher.callback(args.tensorboard),
-                      epoch_progress(link, args.epochs, steps, per_step),
-                      first_step(link, per_batch=per_batch),
-                      heartbeat(link, per_batch=per_batch)]
-    if args.tensorboard:
-        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=workspace.logs))
-    stopper = None
-    if args.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
-        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=args.early_stopping_patience,
-                                                   restore_best_weights=True)
-        callbacks.append(stopper)
-    callbacks.extend(extra_callbacks)
-
-    try:
-        with named():
-            history = trainer.fit(train_data, epochs=args.epochs, steps_per_epoch=steps, validation_data=eval_data,
-                                  validation_steps=val_steps, callbacks=callbacks, verbose=0)
-    finally:
-        if publisher is not None:
-            publisher.finish()
-    kept = _kept_epoch(history, stopper)
+    tf.keras.utils.set_random_seed(args.train.seed)
+    node = NodeTraining(args, role == Role.CHIEF, worker_index, num_workers, link, workspace,
+                        dataset.read(workspace.dataset))
+    built = build_model(node)
+    steps = steps_for(args, node.meta.records(Split.TRAIN), num_workers)
+    inputs = input_pipelines(node)
+    callbacks = training_callbacks(node, steps, extra_callbacks)
+    history = fit(node, built, inputs, callbacks, steps)
+    kept = trained.kept_epoch(history, callbacks.stopper)
     final = {k: float(v[kept]) for k, v in history.history.items()}
-    if publisher is not None and args.tensorboard:
+    if node.is_chief and args.train.tensorboard:
         link.publish(cc.LOGS, workspace.logs)
     if any(getattr(cb, "skip_export", False) for cb in extra_callbacks):
         return final
-    parameter_server = args.strategy == Strategy.PARAMETER_SERVER
-    profile = None
-    if args.profile_steps and (is_chief or not parameter_server):
-        from tfos_jobs.cluster.node import step_profile
-
-        def build_copy():
-            copy = steps_mod.wrap(build(spec, meta.vocab, meta.stats, model_cfg), 0)
-            return compile_model(copy, spec, args.optimizer, args.learning_rate,
-                                 steps_per_execution=args.steps_per_execution)
-
-        workers = num_workers - 1 if parameter_server else num_workers  # PS: the chief only coordinates
-        profile = step_profile.measure(
-            strategy=strategy, trainer=trainer, build_copy=build_copy, steps=args.profile_steps,
-            make_input=lambda: train_input(workers, 0 if parameter_server else worker_index),
-            steps_per_execution=args.steps_per_execution, parameter_server=parameter_server, workers=workers,
-            gradient_exchange=gradient_exchange)
-    anomaly: Anomaly | None = None
-    if spec.is_sequence:  # weights and threshold are constants of the exported graph; only the chief's export is kept
-        anomaly = _anomaly(model, train_files, spec, meta.compression, model_cfg, is_chief)
-    export_saved_model(model, meta, workspace.saved_model, is_chief=is_chief, anomaly=anomaly,
-                       io_device=CHIEF_DEVICE if args.strategy == Strategy.PARAMETER_SERVER else None)
-    if is_chief:
+    profile = profile_steps(node, built, inputs)
+    anomaly = export(node, built, inputs)
+    if node.is_chief:
         link.publish(cc.SAVED_MODEL, workspace.saved_model)
-        test = None
-        if meta.has_test and args.score_test and not spec.is_sequence:
-            test_files = meta.files(Split.TEST)
-            with _naming_corrupt_files(test_files, meta.compression, workspace.dataset, args.dataset):
-                test = _test_metrics(model, test_files, spec, meta.compression, args.batch_size)
+        test = score_test_split(node, built)
         link.result(ChiefResult(final=final, test=test, kept_epoch=history.epoch[kept] + 1 if history.epoch else None,
                                 epochs_run=len(history.epoch), steps_per_epoch=steps,
-                                gradient_exchange=gradient_exchange, step_profile=profile, anomaly=anomaly,
-                                sample=_sample_predictions(model, eval_files, spec, meta.compression)))
+                                gradient_exchange=built.gradient_exchange, step_profile=profile, anomaly=anomaly,
+                                sample=trained.sample_predictions(built.model, inputs.eval_files, node.meta.spec,
+                                                                  node.meta.compression)))
     return final
 
 
-def _anomaly(model, train_files: list[str], spec, compression: str, model_cfg, is_chief: bool) -> Anomaly:
-    """An autoencoder's sensor weights and threshold, from the train windows (on the chief; the
-    other nodes' exports only need the graph's shape)."""
-    from tfos_jobs.model.sequence import error_quantile, scoring_model, sensor_scale
+def build_model(node: NodeTraining) -> BuiltModel:
+    """The model built and compiled under the run's strategy, with its training step."""
+    from tfos_jobs.model import steps as steps_mod
+    from tfos_jobs.model.builder import compile_model
 
-    sensors = [f.name for f in spec.sequences]
-    quantile, per_sensor = model_cfg.anomaly_quantile, model_cfg.error_scale == "per_sensor"
-    if not is_chief:
-        return Anomaly(quantile=quantile, threshold=0.0, sensor_scale=dict.fromkeys(sensors, 1.0) if per_sensor else None)
-    scale = sensor_scale(model, train_files, spec, compression) if per_sensor else None
-    scorer = scoring_model(model, scale)
-    threshold = error_quantile(scorer, train_files, spec, compression, quantile)
-    return Anomaly(quantile=quantile, threshold=threshold,
-                   sensor_scale=dict(zip(sensors, scale)) if scale is not None else None)
-
-
-def _kept_epoch(history, stopper) -> int:
-    """The index in `history` of the epoch whose weights the model holds: the last, or the one
-    early stopping restored. A relaunched run's early stopping knows the epochs since the resume
-    only (Keras keeps no stopping state in its backup)."""
-    if stopper is None or stopper.best_weights is None or stopper.best_epoch not in history.epoch:
-        return -1
-    return history.epoch.index(stopper.best_epoch)
+    tr, meta = node.args.train, node.meta
+    strategy = make_strategy(tr.strategy, node.num_workers)
+    # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
+    crossing = node.parameter_server or (tr.strategy == Strategy.MULTI_WORKER_MIRRORED and node.num_workers > 1)
+    build = model_fn_of(node.args)
+    with strategy.scope():
+        model = build(meta.spec, meta.vocab, meta.stats, tr.model)
+        gradient_exchange = gradient_exchange_for(node.args, node.num_workers, model.trainable_variables)
+        trainer = steps_mod.wrap(model, tr.dense_gradient_limit if crossing else 0, gradient_exchange)
+        compile_model(trainer, meta.spec, tr.optimizer, tr.learning_rate, steps_per_execution=tr.steps_per_execution)
+    return BuiltModel(strategy, model, trainer, gradient_exchange, build)
 
 
-def _test_metrics(model, files: list[str], spec, compression: str, batch_size: int) -> dict[str, float]:
-    """Loss and metrics of the trained model on the held-out test split, on the chief alone
-    (read once, after every choice was made on eval)."""
+def input_pipelines(node: NodeTraining) -> Inputs:
+    """This worker's shard of the train split, and the whole eval split: every worker evaluates
+    all of it, so the metrics stay exact whatever the sharding."""
     import tensorflow as tf
 
-    from tfos_jobs.model.builder import loss_and_metrics
+    tr, meta = node.args.train, node.meta
+    train_files, eval_files = meta.files(Split.TRAIN), meta.files(Split.EVAL)
 
-    loss_fn, metrics = loss_and_metrics(spec)
-    loss = tf.keras.metrics.Mean(name="loss")
-    for features, labels in reader.make_dataset(files, spec, max(batch_size, 1024), compression=compression):
-        outputs = model(features, training=False)  # eager, as _sample_predictions: any strategy's variables
-        loss.update_state(loss_fn(labels, outputs), sample_weight=tf.shape(labels)[0])
-        for metric in metrics:
-            metric.update_state(labels, outputs)
-    return {m.name: float(m.result()) for m in (loss, *metrics)}
+    def fits(split: str, shards: int, index: int) -> bool:
+        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= tr.in_memory_mb * 2**20
+
+    def train_shard(shards: int, index: int):
+        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=tr.shuffle_buffer,
+                                   seed=tr.seed + index, repeat=True, num_shards=shards, shard_index=index,
+                                   in_memory=fits(Split.TRAIN, shards, index), spec=meta.spec,
+                                   batch_size=tr.batch_size, compression=meta.compression)
+
+    with node.naming_corrupt_files(train_files + eval_files):  # in-memory shards are read here
+        if node.parameter_server:
+            train_data = tf.keras.utils.experimental.DatasetCreator(
+                lambda ctx: train_shard(ctx.num_input_pipelines, ctx.input_pipeline_id))
+        else:
+            train_data = _no_autoshard(train_shard(node.num_workers, node.worker_index))
+        eval_data = _no_autoshard(reader.make_dataset(eval_files, meta.spec, tr.batch_size, compression=meta.compression,
+                                                      repeat=True, in_memory=fits(Split.EVAL, 1, 0)))
+    return Inputs(train_data, eval_data, train_shard, train_files, eval_files)
 
 
-def _sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> dict[str, Any]:
-    """The trained model's outputs on a few eval rows, kept with the rows, so the exported
-    SavedModel can be checked against the model that was actually trained."""
-    features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
-    outputs = model(features, training=False)
-    decode = lambda t: [v.decode() if isinstance(v, bytes) else v for v in t.numpy().tolist()]
-    return {"rows": {name: decode(t) for name, t in features.items()}, "outputs": outputs.numpy().tolist()}
+def training_callbacks(node: NodeTraining, steps: int, extra_callbacks: tuple) -> Callbacks:
+    """Backup first, then its publication, then the progress line: callbacks run in order, so an
+    epoch the driver shows is one a relaunch resumes after."""
+    import tensorflow as tf
+
+    tr, link = node.args.train, node.link
+    per_step = examples_per_step(tr.strategy, tr.batch_size, node.num_workers)
+    publisher: Publisher | None = None
+    callbacks: list = [backup_and_restore(node.workspace.backup, node.parameter_server)]
+    if node.is_chief:
+        per_batch = not node.parameter_server
+        publisher = Publisher(link, node.workspace)
+        callbacks += [publisher.callback(tr.tensorboard),
+                      epoch_progress(link, tr.epochs, steps, per_step),
+                      first_step(link, per_batch=per_batch),
+                      heartbeat(link, per_batch=per_batch)]
+    if tr.tensorboard:
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=node.workspace.logs))
+    stopper = None
+    if tr.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
+        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=tr.early_stopping_patience,
+                                                   restore_best_weights=True)
+        callbacks.append(stopper)
+    callbacks.extend(extra_callbacks)
+    return Callbacks(callbacks, publisher, stopper)
+
+
+def fit(node: NodeTraining, built: BuiltModel, inputs: Inputs, callbacks: Callbacks, steps: int):
+    """Keras's fit, to the end or to a stop; returns its History. The chief's publisher ends with it."""
+    tr = node.args.train
+    val_steps = max(1, math.ceil(node.meta.records(Split.EVAL) / tr.batch_size))
+    try:
+        with node.naming_corrupt_files(inputs.train_files + inputs.eval_files):
+            return built.trainer.fit(inputs.train, epochs=tr.epochs, steps_per_epoch=steps, validation_data=inputs.eval,
+                                     validation_steps=val_steps, callbacks=callbacks.all, verbose=0)
+    finally:
+        if callbacks.publisher is not None:
+            callbacks.publisher.finish()
+
+
+def profile_steps(node: NodeTraining, built: BuiltModel, inputs: Inputs) -> StepProfile | None:
+    """With train.profile_steps, where a step's time goes (cluster.node.step_profile): every
+    MultiWorkerMirrored node takes part; under PS the chief, which coordinates."""
+    tr, meta = node.args.train, node.meta
+    if not tr.profile_steps or not (node.is_chief or not node.parameter_server):
+        return None
+    from tfos_jobs.cluster.node import step_profile
+    from tfos_jobs.model import steps as steps_mod
+    from tfos_jobs.model.builder import compile_model
+
+    def build_copy():
+        copy = steps_mod.wrap(built.build(meta.spec, meta.vocab, meta.stats, tr.model), 0)
+        return compile_model(copy, meta.spec, tr.optimizer, tr.learning_rate,
+                             steps_per_execution=tr.steps_per_execution)
+
+    parameter_server = node.parameter_server
+    workers = node.num_workers - 1 if parameter_server else node.num_workers  # PS: the chief only coordinates
+    return step_profile.measure(
+        strategy=built.strategy, trainer=built.trainer, build_copy=build_copy, steps=tr.profile_steps,
+        make_input=lambda: inputs.train_shard(workers, 0 if parameter_server else node.worker_index),
+        steps_per_execution=tr.steps_per_execution, parameter_server=parameter_server, workers=workers,
+        gradient_exchange=built.gradient_exchange)
+
+
+def export(node: NodeTraining, built: BuiltModel, inputs: Inputs) -> Anomaly | None:
+    """The SavedModel into the workspace, on every worker (multi-worker saving is collective);
+    a sensor model's anomaly threshold with it (None for other models)."""
+    from tfos_jobs.model.export import export_saved_model
+
+    meta = node.meta
+    anomaly: Anomaly | None = None
+    if meta.spec.is_sequence:  # weights and threshold are constants of the exported graph; only the chief's export is kept
+        anomaly = trained.anomaly(built.model, inputs.train_files, meta.spec, meta.compression, node.args.train.model,
+                           node.is_chief)
+    export_saved_model(built.model, meta, node.workspace.saved_model, is_chief=node.is_chief, anomaly=anomaly,
+                       io_device=CHIEF_DEVICE if node.parameter_server else None)
+    return anomaly
+
+
+def score_test_split(node: NodeTraining, built: BuiltModel) -> dict[str, float] | None:
+    """The held-out test split scored once, on the chief, when the dataset has one and
+    train.score_test asks (sensor models are judged by `tfos evaluate` instead)."""
+    meta = node.meta
+    if not (meta.has_test and node.args.train.score_test and not meta.spec.is_sequence):
+        return None
+    files = meta.files(Split.TEST)
+    with node.naming_corrupt_files(files):
+        return trained.split_metrics(built.model, files, meta.spec, meta.compression, node.args.train.batch_size)
 
 
 @contextlib.contextmanager

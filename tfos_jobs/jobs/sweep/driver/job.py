@@ -37,7 +37,7 @@ from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
 from tfos_jobs.jobs.sweep.driver import report as sweep_report
 from tfos_jobs.jobs.sweep.driver.observer import Guarded, SweepObserver
-from tfos_jobs.progress_log import EPOCH, ProgressLog, read_progress
+from tfos_jobs.progress_log import ProgressLog, read_progress
 from tfos_jobs.search import samplers
 from tfos_jobs.search.names import Algorithm, Pruner
 from tfos_jobs.search.space import model_kinds
@@ -270,9 +270,9 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
         try:
             metrics = train.run(ctx.spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop,
                                 progress=trial.progress, launcher=launcher, judge=judge if lone else None)
-            node = (metrics["nodes"] or [{}])[0]
-            trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None, "host": node.get("host"),
-                                     "pid": node.get("pid")}
+            node = metrics["nodes"][0] if metrics["nodes"] else None
+            trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None,
+                                     "host": node["host"] if node else None, "pid": node["pid"] if node else None}
         except Pruned:
             trial.outcome["task"] = {"status": TrialStatus.PRUNED.value, "error": None}
         except Exception as e:
@@ -292,12 +292,11 @@ def _watch_epochs(ctx: Context, trial: Running) -> None:
     for line in lines[trial.epochs_shown:]:
         ctx.log(sweep_report.epoch_line(ctx.sweep, trial.number, line))
         ctx.notify(SweepObserver.trial_epoch, trial.number, line)
-        value = line.get(ctx.sweep.metric)
-        value = float(value) if isinstance(value, (int, float)) else None
+        value = line.metrics.get(ctx.sweep.metric)
         if ctx.sweep.workers_per_trial == 1:
-            ctx.study.report(trial.number, int(line[EPOCH]), value)
-        elif ctx.study.should_prune(trial.number, int(line[EPOCH]), value) and not trial.stop.is_set():
-            ctx.log(f"  trial {trial.number:03d} pruned after epoch {line[EPOCH]}: stopping its cluster")
+            ctx.study.report(trial.number, line.epoch, value)
+        elif ctx.study.should_prune(trial.number, line.epoch, value) and not trial.stop.is_set():
+            ctx.log(f"  trial {trial.number:03d} pruned after epoch {line.epoch}: stopping its cluster")
             trial.pruned = True
             trial.stop.set()
     trial.epochs_shown = max(trial.epochs_shown, len(lines))

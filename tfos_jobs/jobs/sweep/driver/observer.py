@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Concatenate, ParamSpec
 
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.search.space import SweepConfig
 
@@ -20,8 +21,8 @@ class SweepObserver:
     def trial_started(self, number: int, settings: dict[str, Any]) -> None:
         """Trial `number` (from 1) starts, or starts again after a stop, with these settings by config key."""
 
-    def trial_epoch(self, number: int, line: dict[str, Any]) -> None:
-        """One finished epoch of a trial (a progress line: progress_log's fields and the metrics), once each."""
+    def trial_epoch(self, number: int, line: EpochLine) -> None:
+        """One finished epoch of a trial, once each."""
 
     def trial_finished(self, number: int, result: TrialResult) -> None:
         """A trial's row of the results, `status` included: completed,

@@ -8,9 +8,9 @@ import os
 import tempfile
 from typing import Any, Callable
 
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.progress_log import EPOCH, EPOCHS, EXAMPLES_PER_SEC
 from tfos_jobs.search.space import SweepConfig
 from tfos_jobs.contracts.trial import FINISHED, TrialResult, TrialStatus
 from tfos_jobs.search.names import Goal
@@ -179,12 +179,12 @@ def export_best(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list
     return top
 
 
-def epoch_line(sweep: SweepConfig, number: int, line: dict[str, Any]) -> str:
+def epoch_line(sweep: SweepConfig, number: int, line: EpochLine) -> str:
     """A trial's finished epoch, as the sweep prints it."""
-    value = line.get(sweep.metric)
-    shown = f"{sweep.metric} {value:.4f}" if isinstance(value, (int, float)) else ""
-    return (f"  trial {number:03d} epoch {line[EPOCH]}/{line[EPOCHS]}  {shown}  "
-            f"loss {line.get('loss', float('nan')):.4f}  {line.get(EXAMPLES_PER_SEC, 0):,.0f} ex/s")
+    value = line.metrics.get(sweep.metric)
+    shown = f"{sweep.metric} {value:.4f}" if value is not None else ""
+    return (f"  trial {number:03d} epoch {line.epoch}/{line.epochs}  {shown}  "
+            f"loss {line.metrics.get('loss', float('nan')):.4f}  {line.examples_per_sec:,.0f} ex/s")
 
 
 def finished_line(sweep: SweepConfig, result: TrialResult, rows: list[TrialResult], total: int,

@@ -9,6 +9,7 @@ import tempfile
 from typing import Any, Callable
 
 from tfos_jobs.config import Config
+from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.jobs.sweep.driver.observer import SweepObserver
 from tfos_jobs.search.space import SweepConfig
@@ -62,7 +63,7 @@ class MlflowSweepObserver(SweepObserver):
         run.params({key: str(value) for key, value in settings.items()})
         self.trials[number] = run
 
-    def trial_epoch(self, number: int, line: dict[str, Any]) -> None:
+    def trial_epoch(self, number: int, line: EpochLine) -> None:
         if number in self.trials:
             self.trials[number].epoch(line)
 

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, cast
+from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -31,14 +31,15 @@ from tfos_jobs.cluster.driver.run_state import Judge, RunState, new_run_id
 from tfos_jobs.cluster.driver.transfers import Transfers, model_dir_targets
 from tfos_jobs.config import Config, TrainConfig
 from tfos_jobs.contracts.dataset import Split
-from tfos_jobs.contracts.metrics import ChiefResult, Metrics, MetricsExtras
+from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import Metrics, MetricsExtras, ModelSummary, control_report, node_summary
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
 from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import CheckedModel, resolve_model_fn
-from tfos_jobs.progress_log import EPOCH, ProgressLog
+from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Strategy
 
@@ -47,7 +48,7 @@ __all__ = ["run", "TrainingError"]
 
 def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: bool = False,
         log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
-        on_epoch: Callable[[dict[str, Any]], None] | None = None, model: CheckedModel | None = None,
+        on_epoch: Callable[[EpochLine], None] | None = None, model: CheckedModel | None = None,
         meta: DatasetMeta | None = None, launcher: Launcher | None = None, judge: Judge | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
@@ -140,27 +141,24 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
     epochs = progress.lines()
     if state.done() == cc.RUN_PRUNED:
         raise Pruned(f"stopped by the sweep's pruner after epoch {len(epochs)}")
-    result = cast("ChiefResult | None", state.result())  # what the chief sent (cluster.node.training)
+    result = state.result()
     if result is None:
         raise TrainingError("the chief ended without reporting its result (see the executor logs)")
-    nodes = [{k: node.get(k) for k in ("role", "index", "host", "executor_id", "cuda_visible_devices", "pid", "python",
-                                       "manager_pid")}
-             for node in state.records().values()]
     evaluation = {k.removeprefix("val_"): v for k, v in result["final"].items() if k.startswith("val_")}
     test, anomaly = result["test"], result["anomaly"]  # a held-out split, scored once; an autoencoder's threshold
     extras = MetricsExtras(test=test) if test else MetricsExtras()
     if anomaly:
         extras = MetricsExtras(**extras, anomaly=anomaly)
     metrics = Metrics(
-        strategy=tr.strategy, nodes=nodes, attempts=attempts,
-        epochs=max((e[EPOCH] for e in epochs), default=result["epochs_run"]),
+        strategy=tr.strategy, nodes=[node_summary(r) for r in state.records().values()], attempts=attempts,
+        epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
         steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
         seconds=round(seconds, 1), startup=state.startup(), final=result["final"], lost_nodes=state.lost(),
-        control={"rejected_messages": sum(rejected.values()), "rejected_from": sorted(rejected)},
+        control=control_report(rejected),
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
                                     tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
-        eval=evaluation, kept_epoch=result["kept_epoch"], history=epochs, saved_model=model_dir.saved_model,
-        model={"kind": tr.model.kind, "params": dict(tr.model.params)},  # params: [train.model.params]
+        eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs], saved_model=model_dir.saved_model,
+        model=ModelSummary(kind=tr.model.kind, params=dict(tr.model.params)),
         **extras)
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows

@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Callable
 
-from tfos_jobs.progress_log import EPOCH, EPOCHS, EVAL_SECONDS, EXAMPLES_PER_SEC, SECONDS, ProgressLog
+from tfos_jobs.contracts.epoch_line import EpochLine
+from tfos_jobs.contracts.metrics import StepBreakdown, StepProfile
+from tfos_jobs.progress_log import ProgressLog
 
 SHOWN = ("loss", "auc", "accuracy", "rmse", "val_loss", "val_auc", "val_accuracy", "val_rmse")
 BAR = 24
 
 
-def format_epoch(e: dict[str, Any]) -> str:
-    done = round(BAR * e[EPOCH] / e[EPOCHS])
-    metrics = "  ".join(f"{k} {e[k]:.4f}" for k in SHOWN if k in e)
-    return (f"epoch {e[EPOCH]:>3}/{e[EPOCHS]} [{'#' * done}{'.' * (BAR - done)}] {metrics}  "
-            f"{e[EXAMPLES_PER_SEC]:,.0f} ex/s  {e[SECONDS]:.1f} s")
+def format_epoch(e: EpochLine) -> str:
+    done = round(BAR * e.epoch / e.epochs)
+    metrics = "  ".join(f"{k} {e.metrics[k]:.4f}" for k in SHOWN if k in e.metrics)
+    return (f"epoch {e.epoch:>3}/{e.epochs} [{'#' * done}{'.' * (BAR - done)}] {metrics}  "
+            f"{e.examples_per_sec:,.0f} ex/s  {e.seconds:.1f} s")
 
 
 EARLIER = "  (trained before the resume)"
@@ -26,7 +28,7 @@ class ProgressPrinter:
     by the run it resumes, and say so."""
 
     def __init__(self, progress: ProgressLog, log: Callable[[str], None] = print,
-                 on_epoch: Callable[[dict[str, Any]], None] | None = None):
+                 on_epoch: Callable[[EpochLine], None] | None = None):
         self.progress, self.log, self.on_epoch, self.seen = progress, log, on_epoch, 0
         self.earlier = len(progress.lines())
 
@@ -41,8 +43,8 @@ class ProgressPrinter:
         self.seen = max(self.seen, len(epochs))
 
 
-def step_breakdown(epochs: list[dict[str, Any]], profile: dict[str, Any] | None, steps_per_epoch: int,
-                   parallel_steps: int) -> dict[str, Any] | None:
+def step_breakdown(epochs: list[EpochLine], profile: StepProfile | None, steps_per_epoch: int,
+                   parallel_steps: int) -> StepBreakdown | None:
     """The nodes' step profile (cluster.node.step_profile) with the step time measured in training
     added: the mean over the epochs after the first (which traces the functions). A step is
     one batch on one worker; with `parallel_steps` workers taking steps independently
@@ -50,20 +52,20 @@ def step_breakdown(epochs: list[dict[str, Any]], profile: dict[str, Any] | None,
     if not profile or not epochs:
         return None
     steady = epochs[1:] or epochs
-    seconds = sum(e[SECONDS] - e.get(EVAL_SECONDS, 0.0) for e in steady) / len(steady)
+    seconds = sum(e.seconds - e.eval_seconds for e in steady) / len(steady)
     step_ms = 1000 * seconds / steps_per_epoch * parallel_steps
     other = step_ms - profile["compute_ms"] - profile["exchange_ms"]
-    return {**profile, "step_ms": round(step_ms, 3), "other_ms": round(other, 3)}
+    return StepBreakdown(**profile, step_ms=round(step_ms, 3), other_ms=round(other, 3))
 
 
-def format_breakdown(b: dict[str, Any]) -> str:
+def format_breakdown(b: StepBreakdown) -> str:
     how = f" ({b['gradient_exchange']})" if b.get("gradient_exchange") else ""
     return (f"per step (one batch on one worker): {b['step_ms']:.2f} ms = compute {b['compute_ms']:.2f} "
             f"+ exchange{how} {b['exchange_ms']:.2f} + other {b['other_ms']:.2f}; input alone {b['input_ms']:.2f} ms "
             f"(overlaps the step)")
 
 
-def plot_learning_curve(epochs: list[dict[str, Any]], path: str, title: str) -> None:
+def plot_learning_curve(epochs: list[EpochLine], path: str, title: str) -> None:
     """Loss and the main quality metric per epoch, train and eval, as a PNG."""
     import matplotlib
 
@@ -71,14 +73,14 @@ def plot_learning_curve(epochs: list[dict[str, Any]], path: str, title: str) -> 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    x = [e[EPOCH] for e in epochs]
-    metric = next((m for m in ("auc", "accuracy", "rmse") if m in epochs[0]), None)
+    x = [e.epoch for e in epochs]
+    metric = next((m for m in ("auc", "accuracy", "rmse") if m in epochs[0].metrics), None)
     panels = [("loss", "loss")] + ([(metric, metric)] if metric else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
     for ax, (key, label) in zip(axes[0], panels):
-        ax.plot(x, [e[key] for e in epochs], marker="o", label=f"train {label}")
-        if f"val_{key}" in epochs[0]:
-            ax.plot(x, [e[f"val_{key}"] for e in epochs], marker="o", label=f"eval {label}")
+        ax.plot(x, [e.metrics[key] for e in epochs], marker="o", label=f"train {label}")
+        if f"val_{key}" in epochs[0].metrics:
+            ax.plot(x, [e.metrics[f"val_{key}"] for e in epochs], marker="o", label=f"eval {label}")
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(label)

@@ -1,0 +1,58 @@
+"""The trained model, judged on the chief before it reports (`cluster.node.training`): the epoch
+whose weights it holds, a split's metrics, its outputs on a few eval rows, and a sensor
+model's anomaly threshold."""
+from __future__ import annotations
+
+from tfos_jobs.contracts.metrics import Anomaly, SamplePredictions
+from tfos_jobs.data import reader
+
+
+def anomaly(model, train_files: list[str], spec, compression: str, model_cfg, is_chief: bool) -> Anomaly:
+    """An autoencoder's sensor weights and threshold, from the train windows (on the chief; the
+    other nodes' exports only need the graph's shape)."""
+    from tfos_jobs.model.sequence import error_quantile, scoring_model, sensor_scale
+
+    sensors = [f.name for f in spec.sequences]
+    quantile, per_sensor = model_cfg.anomaly_quantile, model_cfg.error_scale == "per_sensor"
+    if not is_chief:
+        return Anomaly(quantile=quantile, threshold=0.0, sensor_scale=dict.fromkeys(sensors, 1.0) if per_sensor else None)
+    scale = sensor_scale(model, train_files, spec, compression) if per_sensor else None
+    scorer = scoring_model(model, scale)
+    threshold = error_quantile(scorer, train_files, spec, compression, quantile)
+    return Anomaly(quantile=quantile, threshold=threshold,
+                   sensor_scale=dict(zip(sensors, scale)) if scale is not None else None)
+
+
+def kept_epoch(history, stopper) -> int:
+    """The index in `history` of the epoch whose weights the model holds: the last, or the one
+    early stopping restored. A relaunched run's early stopping knows the epochs since the resume
+    only (Keras keeps no stopping state in its backup)."""
+    if stopper is None or stopper.best_weights is None or stopper.best_epoch not in history.epoch:
+        return -1
+    return history.epoch.index(stopper.best_epoch)
+
+
+def split_metrics(model, files: list[str], spec, compression: str, batch_size: int) -> dict[str, float]:
+    """Loss and metrics of the trained model on the held-out test split, on the chief alone
+    (read once, after every choice was made on eval)."""
+    import tensorflow as tf
+
+    from tfos_jobs.model.builder import loss_and_metrics
+
+    loss_fn, metrics = loss_and_metrics(spec)
+    loss = tf.keras.metrics.Mean(name="loss")
+    for features, labels in reader.make_dataset(files, spec, max(batch_size, 1024), compression=compression):
+        outputs = model(features, training=False)  # eager, as sample_predictions: any strategy's variables
+        loss.update_state(loss_fn(labels, outputs), sample_weight=tf.shape(labels)[0])
+        for metric in metrics:
+            metric.update_state(labels, outputs)
+    return {m.name: float(m.result()) for m in (loss, *metrics)}
+
+
+def sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> SamplePredictions:
+    """The trained model's outputs on a few eval rows, kept with the rows, so the exported
+    SavedModel can be checked against the model that was actually trained."""
+    features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
+    outputs = model(features, training=False)
+    decode = lambda t: [v.decode() if isinstance(v, bytes) else v for v in t.numpy().tolist()]
+    return SamplePredictions(rows={name: decode(t) for name, t in features.items()}, outputs=outputs.numpy().tolist())
