@@ -248,17 +248,9 @@ def cmd_generate(cfg, args) -> int:
 
 
 def cmd_evaluate(cfg, args) -> int:
-    from tfos_jobs.data.fleet import ANOMALIES_DIR
-    from tfos_jobs.jobs.serve import evaluate as anomaly_report
-    from tfos_jobs.tracking.registry import resolver
-    from udfs.register import served_spec
+    from tfos_jobs import api
 
-    spark = _session(cfg)
-    spec = served_spec(spark, cfg.predict.model, resolve=resolver(cfg.tracking.uri or None))
-    if not spec.is_sequence:
-        raise ConfigError(f"{cfg.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
-    truth = args.truth or f"{cfg.fleet.output}/{ANOMALIES_DIR}"
-    anomaly_report.evaluate(spark, cfg, spec, args.scores or cfg.predict.output, truth)
+    api.evaluate(_session(cfg), config=cfg, scores=args.scores, truth=args.truth)
     return 0
 
 
@@ -288,6 +280,7 @@ def cmd_predict(cfg, args) -> int:
 
 
 def cmd_sql(cfg, args) -> int:
+    from tfos_jobs import api
     from tfos_jobs.jobs.serve import sql
 
     if args.file and config_mod.is_url(args.file):  # e.g. hdfs://...: read with the session's Hadoop settings
@@ -308,7 +301,8 @@ def cmd_sql(cfg, args) -> int:
         else:
             script = args.sql
         spark = _session(cfg)
-    sql.run(spark, cfg, script, model=args.model, name=args.name, output=args.output, rows=args.rows)
+    result = api.sql(spark, config=cfg, script=script, model=args.model, name=args.name)
+    sql.show(spark, result, output=args.output, rows=args.rows)
     return 0
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tfos_jobs import api, config
+from tfos_jobs.api import serving, training
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary, summary_file
 from tfos_jobs.errors import ConfigError
@@ -88,28 +89,28 @@ def test_the_steps_take_what_the_step_before_returned():
     result = api.TrainResult(metrics={}, kept_epoch=None, epochs=1, model_dir="hdfs://nn/model",
                              saved_model="hdfs://nn/model/saved_model", nodes=(), seconds=1.0, attempts=1,
                              strategy="local")
-    assert api._model_dir(result) == "hdfs://nn/model" and api._model_dir("models:/income@champion") == "models:/income@champion"
+    assert serving._model_dir(result) == "hdfs://nn/model" and serving._model_dir("models:/income@champion") == "models:/income@champion"
     assert set(api.__all__) <= set(dir(api)) and "predict" in api.__all__
 
 
 def test_each_training_setting_comes_one_way():
     from tfos_jobs.config import ModelConfig, TrainConfig
 
-    given = api._with_handles(TrainConfig(epochs=3), dataset="hdfs://nn/d", model_dir="hdfs://nn/m", kind=None,
+    given = training._with_handles(TrainConfig(epochs=3), dataset="hdfs://nn/d", model_dir="hdfs://nn/m", kind=None,
                               from_config=True, where="train()")
     assert (given.dataset, given.model_dir, given.model.kind, given.epochs) == ("hdfs://nn/d", "hdfs://nn/m",
                                                                                  "wide_deep", 3)
     own = TrainConfig(dataset="d1", model_dir="m1", model=ModelConfig(kind="mymodels:build"))
-    taken = api._with_handles(own, dataset=None, model_dir=None, kind=None, from_config=True, where="train")
+    taken = training._with_handles(own, dataset=None, model_dir=None, kind=None, from_config=True, where="train")
     assert (taken.dataset, taken.model_dir, taken.model.kind) == ("d1", "m1", "mymodels:build")
-    assert api._with_handles(own, dataset="d1", model_dir="m1", kind="mymodels:build", from_config=True,
+    assert training._with_handles(own, dataset="d1", model_dir="m1", kind="mymodels:build", from_config=True,
                              where="train") == taken  # the same value both ways is one value
     with pytest.raises(ConfigError, match=r"train\(\): dataset is given twice, 'd2' as an argument and 'd1'"):
-        api._with_handles(own, dataset="d2", model_dir=None, kind=None, from_config=True, where="train()")
+        training._with_handles(own, dataset="d2", model_dir=None, kind=None, from_config=True, where="train()")
     with pytest.raises(ConfigError, match="model.kind is given twice, 'other:build' as an argument"):
-        api._with_handles(own, dataset=None, model_dir=None, kind="other:build", from_config=True, where="train()")
+        training._with_handles(own, dataset=None, model_dir=None, kind="other:build", from_config=True, where="train()")
     with pytest.raises(ConfigError, match=r"train\(\): give model_dir= \(or a config= that names it\)"):
-        api._with_handles(TrainConfig(), dataset="d", model_dir=None, kind=None, from_config=False, where="train()")
+        training._with_handles(TrainConfig(), dataset="d", model_dir=None, kind=None, from_config=False, where="train()")
 
 
 def test_a_setting_built_in_code_is_checked_as_a_file_is():

@@ -150,7 +150,7 @@ def test_the_layout_names_real_paths_and_every_package():
 
 def test_the_layout_check_finds_what_is_wrong():
     planted = ("tfos_jobs/        the package\n"
-               "  cli.py          the command; api.py, gone.py: more\n"
+               "  cli.py          the command; errors.py, gone.py: more\n"
                "  jobs/           the jobs\n"
                "    train/        training\n"
                "      executor/   moved away\n"

@@ -89,7 +89,8 @@ OTHER_MEANINGS = {
     ("tfos_jobs/deploy/kubernetes.py", "train"): "a command whose executors host TensorFlow",
     ("tfos_jobs/jobs/train/driver/tracked.py", "train"): "the command, as the run's tag and name",
     ("tfos_jobs/jobs/sweep/driver/job.py", "train"): "the [train] section of the config, kept in sweep.json",
-    ("tfos_jobs/api.py", "train"): "the [train] section of the config, named in errors",
+    ("tfos_jobs/api/training.py", "train"): "the [train] section of the config, named in errors",
+    ("tfos_jobs/api/__init__.py", "train"): "the API's function of that name, in __all__",
     ("tfos_jobs/jobs/train/driver/job.py", "test"): "the chief's result's key (contracts.metrics.ChiefResult)",
     ("tfos_jobs/config/serve_sql.py", "binary"): "HiveServer2's binary (TCP) transport, beside http",
 }
@@ -395,6 +396,7 @@ FOLDERS = {
     "tfos_jobs.jobs.stream.executor": "the stream job, on the executors",
     "tfos_jobs.serving": "the serving library the serving jobs and the stream share",
     "tfos_jobs.tracking": "MLflow",
+    "tfos_jobs.api": "the Python API, one module per kind of step",
     "tfos_jobs.demos": "the demos",
     "tfos_jobs.deploy": "getting the jobs onto a cluster",
     "tfos_jobs.entrypoints": "spark-submit's entry points",
@@ -403,7 +405,7 @@ FOLDERS = {
 }
 # The package's root: the front door, and the plain names and rules every part shares.
 ROOT_MODULES = {
-    "api", "cli",  # the Python API, the command line
+    "cli",  # the command line (the Python API is api/)
     "errors", "names", "tasks", "topology", "control_channel", "progress_log",  # names, rules, messages
     "session", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
     "tf_import", "python_daemon",  # TensorFlow and pyspark, imported the one way every process does

@@ -33,7 +33,7 @@ def run(cfg: Config, session: Session) -> int:
     query = resources.demo_query()
     print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() registered")
     with open(query, encoding="utf-8") as fh:
-        sql.run(spark, cfg, fh.read(), rows=20)
+        sql.show(spark, api.sql(spark, config=cfg, script=fh.read()), rows=20)
     print(f"== predict: into {cfg.predict.output}")
     api.predict(spark, config=cfg, overwrite=True)
     model_dir = ModelDir(cfg.train.model_dir)
@@ -46,10 +46,7 @@ def run(cfg: Config, session: Session) -> int:
 def _fleet(cfg: Config, session: Session) -> int:
     from tfos_jobs import api
     from tfos_jobs.data.dataset import summary
-    from tfos_jobs.jobs.serve import evaluate as anomaly_report
     from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.tracking.registry import resolver
-    from udfs.register import served_spec
 
     fl = cfg.fleet
     print(f"== generate: {fl.assets:,} assets x {fl.steps:,} steps into {fl.output}")
@@ -64,12 +61,11 @@ def _fleet(cfg: Config, session: Session) -> int:
     query = resources.demo_query("windows")
     print(f"== SQL: {os.path.relpath(query)}, with {cfg.predict.name}() and the windows view")
     with open(query, encoding="utf-8") as fh:
-        sql.run(spark, cfg, fh.read(), rows=10)
+        sql.show(spark, api.sql(spark, config=cfg, script=fh.read()), rows=10)
     print(f"== predict: one row per window into {cfg.predict.output}")
     api.predict(spark, config=cfg, overwrite=True)
     print("== evaluate: scores against the true anomaly intervals")
-    spec = served_spec(spark, cfg.predict.model, resolve=resolver(cfg.tracking.uri or None))
-    anomaly_report.evaluate(spark, cfg, spec, cfg.predict.output, f"{fl.output}/{fleet.ANOMALIES_DIR}")
+    api.evaluate(spark, config=cfg, scores=cfg.predict.output, truth=f"{fl.output}/{fleet.ANOMALIES_DIR}")
     model_dir = ModelDir(cfg.train.model_dir)
     _artifacts((("raw sensors", fl.output), ("dataset", cfg.prepare.output), ("model", model_dir.path),
                 ("SavedModel", model_dir.saved_model), ("metrics", model_dir.metrics),

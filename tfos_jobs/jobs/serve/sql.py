@@ -62,6 +62,17 @@ def open_views(spark: SparkSession, config: Config, spec) -> list[str]:
 
 def run(spark: SparkSession, config: Config, script: str, *, model: str | None = None, name: str | None = None,
         output: str | None = None, rows: int = 50, log: Callable[[str], None] = print) -> DataFrame:
+    """`tfos sql`: the script's statements run (`query`), the last one's result printed or written."""
+    result = query(spark, config, script, model=model, name=name, log=log)
+    show(spark, result, output=output, rows=rows, log=log)
+    return result
+
+
+def query(spark: SparkSession, config: Config, script: str, *, model: str | None = None, name: str | None = None,
+          log: Callable[[str], None] = print) -> DataFrame:
+    """The prediction function registered (`name`, default `predict.name`, on `model`, default
+    `predict.model`) and the config's sources as views, then every statement of `script` run;
+    the last one's result, not yet computed. Without a model the views can still be queried."""
     fn = name or config.predict.name
     try:
         udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size,
@@ -84,6 +95,12 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
         with query_errors(f"statement {n} of {len(todo)}: " if len(todo) > 1 else ""):
             result = spark.sql(text)
     assert result is not None  # there was a statement
+    return result
+
+
+def show(spark: SparkSession, result: DataFrame, *, output: str | None = None, rows: int = 50,
+         log: Callable[[str], None] = print) -> None:
+    """A query's result printed (its first `rows`), or written as Parquet to `output`."""
     with query_errors():
         if output:
             try:
@@ -97,4 +114,3 @@ def run(spark: SparkSession, config: Config, script: str, *, model: str | None =
             print(table)
     if output:
         log(f"wrote {spark.read.parquet(output).count():,} rows to {output}")
-    return result

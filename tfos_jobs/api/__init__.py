@@ -1,0 +1,30 @@
+"""The Python API: prepare, train, sweep and serve from a notebook or a script, one call each.
+
+Every function is keyword-only and typed, checks its settings before any Spark job runs (an
+error names the argument or config key), and returns a typed result. The `tfos` commands are
+thin clients of these functions. Example (docs/python_api.md, examples/python_api.py)::
+
+    from tfos_jobs import api, config
+    from tfos_jobs.config import TrainConfig
+
+    spark = api.session(master="local[2]")
+    census = config.load("conf/census.toml")
+    manifest = api.prepare(spark, config=census, output="out/dataset", tables={"people": people_df})
+    result = api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=2))
+    predict = api.register(spark, name="predict_income", model=result)
+    spark.sql("SELECT predict_income(struct(*)) FROM people").show()
+
+Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location;
+settings come one way, a typed config (`Config`, or one of its sections). Stable: `__all__`,
+the keyword arguments, the results' fields (added to, never changed without a release note).
+"""
+from __future__ import annotations
+
+from tfos_jobs.api.data import DatasetManifest, prepare, session
+from tfos_jobs.api.serving import evaluate, predict, register, replay, sql, stream
+from tfos_jobs.api.training import SweepResult, TrainResult, config_tables, sweep, train
+from tfos_jobs.contracts.prediction import PredictionSummary
+from udfs.register import PredictionUdf
+
+__all__ = ["session", "prepare", "train", "sweep", "register", "sql", "predict", "evaluate", "stream", "replay",
+           "config_tables", "DatasetManifest", "TrainResult", "SweepResult", "PredictionUdf", "PredictionSummary"]
