@@ -61,7 +61,7 @@ def main() -> None:
     print(f"prepared: train {manifest.splits['train'].records} eval {manifest.splits['eval'].records} records")
 
     settings = TrainConfig(workers=2, epochs=4, batch_size=64, learning_rate=0.01, model=ModelConfig(params={"units": 16}))
-    result = api.train(spark, dataset=manifest, model_dir=f"{OUT}/model", model=build, config=settings, overwrite=True)
+    result = api.train(spark, dataset=manifest, model_dir=f"{OUT}/model", build=build, config=settings, overwrite=True)
     print(f"trained: {len(result.nodes)} nodes, {result.epochs} epochs, eval auc {result.metrics['eval']['auc']:.4f}")
 
     predict = api.register(spark, name="predict_income", model=result)

@@ -268,7 +268,7 @@ def cmd_train(cfg, args) -> int:
     from tfos_jobs.model.builder import check_model
 
     model = check_model(model_cfg=cfg.train.model, spec=cfg.features)  # a wrong model fails here, before Spark starts
-    api.train(_session(cfg), model=model, config=cfg, overwrite=args.overwrite)
+    api.train(_session(cfg), build=model, config=cfg, overwrite=args.overwrite)
     return 0
 
 

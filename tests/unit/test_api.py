@@ -36,7 +36,7 @@ def test_a_callable_of_an_importable_module_goes_by_name_one_of_a_script_by_valu
 
     kind, fn = kind_of(local_build)
     assert fn is local_build and kind.endswith("local_build")
-    with pytest.raises(ConfigError, match="model= must be"):
+    with pytest.raises(ConfigError, match="build= must be"):
         kind_of(42)
 
 

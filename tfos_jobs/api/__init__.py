@@ -10,7 +10,7 @@ thin clients of these functions. Example (docs/python_api.md, examples/python_ap
     spark = api.session(master="local[2]")
     census = config.load("conf/census.toml")
     manifest = api.prepare(spark, config=census, output="out/dataset", tables={"people": people_df})
-    result = api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=2))
+    result = api.train(spark, dataset=manifest, model_dir="out/model", build=my_build, config=TrainConfig(epochs=2))
     predict = api.register(spark, name="predict_income", model=result)
     spark.sql("SELECT predict_income(struct(*)) FROM people").show()
 

@@ -50,7 +50,7 @@ class TrainResult:
 
 
 def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_dir: str | None = None,
-          model: str | Callable[..., Any] | CheckedModel | None = None, config: Config | TrainConfig | None = None,
+          build: str | Callable[..., Any] | CheckedModel | None = None, config: Config | TrainConfig | None = None,
           overwrite: bool = False, log: Log = print) -> TrainResult:
     """Train on `dataset` and export a SavedModel into `model_dir`; the model is built from the
     dataset's own feature spec.
@@ -59,10 +59,11 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     ----------
     dataset : the `Manifest` that `prepare` returned, or where it wrote the dataset.
     model_dir : where the model goes (local, hdfs://, s3a://).
-    model : "wide_deep" (the default), "sequence_autoencoder", "module:function", or a callable
-        `build(spec, vocab, stats, model_cfg) -> tf.keras.Model` (docs/training.md); one defined in a
-        script or notebook reaches the TF nodes by value. Its settings (`params`, layers) are
-        `config`'s `model`.
+    build : how the model is built (a config's `train.model.kind`): "wide_deep" (the default),
+        "sequence_autoencoder", "module:function", or a callable `build(spec, vocab, stats, model_cfg)
+        -> tf.keras.Model` (docs/training.md); one defined in a script or notebook reaches the TF nodes
+        by value. The model's settings (`params`, layers) are `config`'s `model`. (`model`, in `register`
+        and `predict`, is a trained model.)
     config : every other setting: a `TrainConfig` (the `[train]` table), or a loaded `Config`, whose
         `[train]` applies and whose `[tracking]` logs the run to MLflow (what `tfos train` does).
         Default: `TrainConfig()`. The three above may come from it instead (its `dataset`,
@@ -79,7 +80,7 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
         on the driver first).
     TrainingError : the run failed; the failing node's own error.
 
-    Stable (its settings in one `config` since this release). Example: ``api.train(spark, dataset=manifest, model_dir="out/model", model=build, config=TrainConfig(epochs=3))``"""
+    Stable (its settings in one `config` since this release). Example: ``api.train(spark, dataset=manifest, model_dir="out/model", build=my_build, config=TrainConfig(epochs=3))``"""
     from tfos_jobs.cluster.driver import node_inputs
     from tfos_jobs.jobs.train.driver import job, tracked
     from tfos_jobs.storage import Storage
@@ -89,14 +90,14 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     where = "train" if whole is not None else "train()"
     storage = Storage(spark)
     tr = _with_handles(settings, dataset=dataset.output if isinstance(dataset, Manifest) else dataset,
-                       model_dir=model_dir, kind=None if model is None else kind_of(model)[0],
+                       model_dir=model_dir, kind=None if build is None else kind_of(build)[0],
                        from_config=config is not None, where=where,
                        same=lambda a, b: a == b or storage.qualify(a) == storage.qualify(b))
     meta = node_inputs.read_dataset(storage, "train.dataset" if whole is not None else "dataset", tr.dataset)
     errors = tr.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
-    definition = checked_model(model, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
+    definition = checked_model(build, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
     check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,

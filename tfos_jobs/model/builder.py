@@ -156,7 +156,7 @@ def kind_of(model: str | Callable[..., Any] | CheckedModel) -> tuple[str, ModelF
     if isinstance(model, str):
         return model, None
     if not callable(model):
-        raise ConfigError(f"train(): model= must be a model kind, 'module:function' or a callable, got {model!r}")
+        raise ConfigError(f"train(): build= must be a model kind, 'module:function' or a callable, got {model!r}")
     module, name = getattr(model, "__module__", None) or "__main__", getattr(model, "__qualname__", "model")
     kind = f"{module}:{name}"
     if module == "__main__" or "<" in name or "." in name:
