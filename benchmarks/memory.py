@@ -40,6 +40,16 @@ def _executor_id(pid: int) -> str | None:
     return f"executor {args[args.index(flag) + 1].decode()}" if flag in args else "executor"
 
 
+def executor_of(pid: int) -> int:
+    """The executor JVM above process `pid` (a TF node's Python, say)."""
+    while pid > 1:
+        if _executor_id(pid) is not None:
+            return pid
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+    raise LookupError("no executor JVM above the process")
+
+
 def groups(root: int) -> dict[str, int]:
     """Bytes resident now, per group: the driver (`root` and what is under it outside any
     executor) and each executor (its JVM and everything under it)."""

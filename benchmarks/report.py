@@ -55,7 +55,7 @@ def write(output: str, run: Run, machine: Mapping[str, str], *, command: str, da
 
 
 def _goal(r: Result) -> str:
-    return f"{'≥' if r.goal_op == '>=' else '≤'} {fmt(r.goal)}" + (" s" if r.baseline is None else "")
+    return f"{'≥' if r.goal_op == '>=' else '≤'} {fmt(r.goal)}" + (f" {r.measured.unit}" if r.baseline is None else "")
 
 
 def _figure(f: Figure | None) -> str:
@@ -66,7 +66,8 @@ def _figure(f: Figure | None) -> str:
 
 def _value(r: Result) -> str:
     if r.baseline is None:
-        return f"{fmt(r.value)} s" + (" (slowest run)" if r.worst and len(r.measured.samples) > 1 else "")
+        worst = " (slowest run)" if r.measured.unit == "s" else " (the most of any run)"
+        return f"{fmt(r.value)} {r.measured.unit}" + (worst if r.worst and len(r.measured.samples) > 1 else "")
     pairs = r.pair_ratios
     shown = f"**{fmt(r.value)}**"
     if len(pairs) > 1:
@@ -249,6 +250,11 @@ def _details(run: Run) -> list[str]:
         lines.append(f"- **P16a** with `train.node_inputs = \"chunks\"` (each file's bytes through Arrow to the "
                      f"node's task): {_figure(chunks)}, {fmt(ratio(chunks.median, d['P16a'].baseline.median))}× the "
                      "whole-file path.")
+    if "P18a" in d and "P18 epoch checkpoints loss" in run.details:
+        loss, again = run.details["P18 epoch checkpoints loss"], run.details["P18 epoch checkpoints again"]
+        lines.append(f"- **P18** with epoch checkpoints only (`train.checkpoint_steps = 0`, as training was before "
+                     f"step checkpoints): the next training step {fmt(loss.median)} s after the loss (range "
+                     f"{loss.spread()}), {fmt(again.median)} steps trained again.")
     lines.append("")
     lines += serving.p4_cpu(run)
     lines += serving.batch_sizes(run)

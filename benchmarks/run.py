@@ -17,13 +17,16 @@ Three Spark sessions, one after the other, in this one process:
      can also run alone (`--only P14`);
   5. `local-cluster[2,1,1024]`: a TF node's input files, at 1 GiB of executor heap: the chunk path
      against the whole-file one, and training on 1.5 GB files against 50 MB ones (P16; alone:
-     `--only P16`, after the data it needs).
+     `--only P16`, after the data it needs);
+  6. `local-cluster[3,1,1536]`: an executor killed in a two-worker training, with step checkpoints
+     and with epoch checkpoints only, and what step checkpoints cost (P18; alone: `--only P18`).
 Every figure of one comparison comes from the same session, alternating repeat by repeat.
 """
 from __future__ import annotations
 
 from benchmarks.context import Bench, Run
-from benchmarks.stages import data, hundredfold, node_inputs, serving, sql_endpoint, streaming, training, writes
+from benchmarks.stages import (data, hundredfold, node_inputs, recovery, serving, sql_endpoint, streaming, training,
+                               writes)
 from tfos_jobs.jobs.serve import sql_server
 
 
@@ -31,6 +34,7 @@ P14 = "P14 100x the people"
 P15 = "P15 tfos stream"
 P16 = "P16 node inputs at any file size"
 P17 = "P17 wide sensor tables"
+P18 = "P18 a lost executor"
 TRAINING = "P3 P6 P7 P8 training and scaling"
 
 
@@ -70,6 +74,16 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         finally:
             bench.stop()
         return bench.run
+    if only == "P18":
+        try:
+            bench.session(bench.spark_master)
+            bench.stage("generate", lambda: data.generate(bench, scales=("1x",)))
+            bench.stage("P18 data", lambda: data.prepare_once(bench, scales=("1x",)))
+            bench.session(recovery.MASTER)
+            bench.stage(P18, lambda: recovery.recovery(bench))
+        finally:
+            bench.stop()
+        return bench.run
     if only == "P17":
         try:
             bench.session(bench.spark_master)
@@ -105,6 +119,8 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         bench.stage(P14, lambda: hundredfold.hundredfold(bench))
         bench.session(node_inputs.MASTER, node_inputs.SESSION_CONF)
         bench.stage(P16, lambda: node_inputs.node_inputs(bench))
+        bench.session(recovery.MASTER)
+        bench.stage(P18, lambda: recovery.recovery(bench))
     finally:
         bench.stop()
     bench.run.results.sort(key=lambda r: r.id)

@@ -54,8 +54,12 @@ NODE_FIELDS = {"executor_id": int, "host": str, "job_name": str, "task_index": i
 # What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1").
 SENDER_NODE = "node"
 STARTED = "started"  # data: {"record": what the node was given (role, executor, pid, GPUs, ...)}
-FIRST_STEP = "first_step"  # the chief's first training step finished (the driver times it on arrival)
-BEAT = "beat"  # the chief is finishing steps: silence longer than train.step_timeout is a hang
+# The chief's first training step finished (the driver times it on arrival); data: {"resumed_at":
+# the steps trained before it, by earlier attempts (0 on a fresh run)}
+FIRST_STEP = "first_step"
+# The chief is finishing steps (silence longer than train.step_timeout is a hang); data: {"steps":
+# the steps done so far, across attempts}
+BEAT = "beat"
 PROGRESS = "progress"  # data: {"line": one finished epoch (`progress_log.EpochLine.to_json`)}
 FAILED = "failed"  # data: {"text": the node's traceback}
 LOST = "lost"  # a parameter-server worker lost with its executor (sent by its task's retry)

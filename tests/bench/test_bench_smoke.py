@@ -17,7 +17,9 @@ from tests.conftest import CENSUS, ROOT
 P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
 P15 = ("P15a", "P15b", "P15c")
 P16 = ("P16a", "P16b")
-ROWS = ("P1", "P2", "P3", "P4", "P4f", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16, "P17")
+P18 = ("P18a", "P18b", "P18c")
+ROWS = ("P1", "P2", "P3", "P4", "P4f", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16, "P17",
+        *P18)
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, P15 or P16 alone), at tiny sizes
 
@@ -132,3 +134,14 @@ def test_p17_runs_alone_and_reports_only_itself(tmp_path):
     assert "== P17 wide sensor tables" in stdout and "== P10" not in stdout
     assert_rows(text, ("P17",))
     assert re.search(r"wide sensor table \(38 vs 8 sensors\) \| [0-9,]+ rows", text), text
+
+
+def test_p18_runs_alone_and_reports_only_itself(tmp_path):
+    """A lost executor's cost with step checkpoints and with epoch checkpoints only, and what step
+    checkpoints cost a run without faults."""
+    stdout, text = bench(tmp_path, "--only", "P18")
+    assert "== P18 a lost executor" in stdout and "== P3" not in stdout
+    assert_rows(text, P18)
+    assert stdout.count("relaunching the TF cluster") == 2  # one killed run per checkpoint setting
+    assert re.search(rf"epoch checkpoints only \(.*\): the next training step {NUMBER} s after the loss", text), text
+    assert re.search(rf"\| P18b \|.*\| {NUMBER} steps \| ≤ 500 steps \|", text), text

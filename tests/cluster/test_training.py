@@ -20,6 +20,7 @@ from tfos_jobs.jobs import prepare
 from tfos_jobs.cluster.node.lifecycle import alive
 from tfos_jobs import topology
 
+from tests.commands import kill_group, start
 from tests.conftest import CENSUS, ROOT, prepared_dataset
 
 BIN = Path(sys.executable).parent
@@ -215,6 +216,55 @@ def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
     assert m["eval"]["auc"] > 0.8
     assert sum(line.startswith("epoch ") for line in lines) == 2
     assert_exported_model_matches_trained(tmp_path / "model")
+
+
+def checkpoint_position(backup: Path) -> tuple[int, int] | None:
+    """(epoch, step) after which the run's published resume state was written, or None."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(backup / "chief"))
+    if latest is None:
+        return None
+    reader = tf.train.load_checkpoint(latest)
+    return tuple(int(reader.get_tensor(f"ckpt_saved_{n}/.ATTRIBUTES/VARIABLE_VALUE")) for n in ("epoch", "batch"))
+
+
+def test_a_run_killed_mid_epoch_resumes_at_its_last_step_checkpoint_and_learns_the_same_model(dataset, tmp_path):
+    """A `tfos train` killed in its second epoch, just after a step checkpoint, then run again:
+    it resumes at that step with the batches an unbroken run would have had there, so the last
+    epoch's metrics equal an unbroken run's."""
+    steps = 200
+    sets = ["train.strategy=local", "train.steps_per_epoch=200", "train.batch_size=64", "train.checkpoint_steps=40",
+            "train.model.dropout=0", "train.score_test=false", "train.tensorboard=false"]
+    train(dataset, tmp_path / "whole", *sets)
+    whole = metrics(tmp_path / "whole")
+    assert whole["checkpoint_steps"] == 40 and whole["resumed_at_steps"] == 0
+
+    cut = tmp_path / "cut"
+    proc = start([str(BIN / "tfos"), "train", "--config", str(CENSUS), *[
+        a for s in [f"train.dataset={dataset}", f"train.model_dir={cut}", *FAST, *sets] for a in ("--set", s)]])
+    position, deadline = None, time.monotonic() + 600
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            position = checkpoint_position(cut / "backup") if (cut / "backup" / "chief").is_dir() else None
+            if position is not None and position[0] == 1 and 0 <= position[1] < steps - 1:  # in the second epoch
+                break
+            time.sleep(0.05)
+    finally:
+        kill_group(proc)
+    assert position is not None and position[0] == 1, f"never saw a checkpoint in epoch 2: {position}"
+    resumed = checkpoint_position(cut / "backup")  # the newest published, maybe one after `position`
+    assert resumed is not None and resumed[0] == 1 and resumed[1] < steps - 1, resumed
+
+    rerun, _ = train(dataset, cut, *sets)
+    m = metrics(cut)
+    assert f"resuming the unfinished run in file:{cut} from its last checkpoint" in rerun.stdout
+    assert m["resumed_at_steps"] == steps + resumed[1] + 1 and m["attempts"] == 1
+    assert [e["epoch"] for e in m["history"]] == [1, 2, 3]
+    last, expected = m["final"], whole["final"]  # the last epoch's, as Keras reported them
+    assert sorted(last) == sorted(expected) and "val_auc" in last
+    for name, value in expected.items():
+        assert last[name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
 
 
 def test_training_refuses_an_unprepared_dataset_and_a_trained_model_dir(spark, dataset, tmp_path):

@@ -16,7 +16,7 @@ from tests.conftest import CENSUS, census_overrides
 from tests.hadoop.fixtures import isolated_cluster, minidfs, s3_server  # noqa: F401
 from tests.hadoop.isolated import IsolatedCluster
 from tests.hadoop.test_pipeline import PEOPLE, TRAIN, sets
-from tests.reliability.test_training_faults import executor_jvm_of
+from benchmarks.memory import executor_of as executor_jvm_of
 from tfos_jobs.storage import Storage
 
 pytestmark = pytest.mark.slow

@@ -224,7 +224,7 @@ def test_a_killed_driver_run_again_resumes_from_the_state_on_hdfs(spark, dfs, hd
     second = train(hdfs_dataset, model, *overrides)
     out = finish(second, 900)
     resumed_in = time.time() - killed_at
-    assert f"resuming the unfinished run in {model} from its last finished epoch: epochs 1-2 are not " \
+    assert f"resuming the unfinished run in {model} from its last checkpoint: epochs 1-2 are not " \
            "trained again" in out
     lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert [line.endswith("(trained before the resume)") for line in lines] == [True, True, False, False, False]

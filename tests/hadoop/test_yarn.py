@@ -15,7 +15,7 @@ import pytest
 from tests.hadoop import support
 from tests.hadoop.fixtures import yarn_cluster, yarn_env_archive  # noqa: F401
 from tests.hadoop.test_pipeline import TRAIN, sets
-from tests.reliability.test_training_faults import executor_jvm_of
+from benchmarks.memory import executor_of as executor_jvm_of
 from tfos_jobs import config, resources
 from tfos_jobs.data import synthetic
 from tfos_jobs.session import UI_RACE_RETRY

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -16,6 +17,8 @@ from tfos_jobs.cluster.node.lifecycle import alive
 
 pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
 
+from benchmarks.memory import executor_of as executor_jvm_of
+from tests.cluster.test_training import checkpoint_position
 from tests.commands import kill_started, start, tfos_command
 from tests.conftest import ROOT, prepared_dataset
 
@@ -56,20 +59,10 @@ def start_ps_train(dataset: Path, model_dir: Path, workers: int, max_attempts: i
                        f"train.max_attempts={max_attempts}")
 
 
-def executor_jvm_of(pid: int) -> int:
-    """Walk up from a TF node's Python process to the executor JVM that runs it."""
-    while pid > 1:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            if b"CoarseGrainedExecutorBackend" in fh.read():
-                return pid
-        with open(f"/proc/{pid}/stat") as fh:
-            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
-    raise LookupError("no executor JVM above the TF node")
-
-
-def run_killing_executor_of(proc: subprocess.Popen, model_dir: Path, node: str) -> tuple[str, str, list[int]]:
-    """Let `proc` train; once an epoch is done, SIGKILL the executor JVM of TF node `node`
-    (e.g. "worker-0"). Returns stdout, stderr and the killed JVM's pid (if any)."""
+def run_killing_executor_of(proc: subprocess.Popen, model_dir: Path, node: str,
+                            ready: Callable[[], bool] = lambda: True) -> tuple[str, str, list[int]]:
+    """Let `proc` train; once an epoch is done and `ready()`, SIGKILL the executor JVM of TF node
+    `node` (e.g. "worker-0"). Returns stdout, stderr and the killed JVM's pid (if any)."""
     killed: list[int] = []
 
     def kill_after_first_epoch():
@@ -77,12 +70,12 @@ def run_killing_executor_of(proc: subprocess.Popen, model_dir: Path, node: str) 
         while time.monotonic() < deadline and proc.poll() is None:
             progress = model_dir / "progress.jsonl"
             nodes = list(model_dir.glob(f"_run/*/nodes/{node}.json"))
-            if progress.exists() and progress.read_text().count("\n") >= 1 and nodes:
+            if progress.exists() and progress.read_text().count("\n") >= 1 and nodes and ready():
                 jvm = executor_jvm_of(json.loads(nodes[0].read_text())["pid"])
                 os.kill(jvm, signal.SIGKILL)
                 killed.append(jvm)
                 return
-            time.sleep(0.5)
+            time.sleep(0.05)
 
     killer = threading.Thread(target=kill_after_first_epoch)
     killer.start()
@@ -92,18 +85,35 @@ def run_killing_executor_of(proc: subprocess.Popen, model_dir: Path, node: str) 
 
 
 def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
+    """Killed after epoch 1, once a step checkpoint published early in an epoch shows: the
+    relaunch resumes at the last step checkpoint, and trains again at most the steps since then
+    (100, plus those done while that checkpoint was being published)."""
     model_dir = tmp_path / "model"
-    proc = start_train(dataset, model_dir, "train.epochs=4", "train.max_attempts=3")
-    out, err, killed = run_killing_executor_of(proc, model_dir, "worker-0")
+    checkpoint_position(tmp_path)  # TensorFlow imported before the run: the checks below are quick
+
+    def early_in_an_epoch() -> bool:
+        try:
+            position = checkpoint_position(model_dir / "backup")
+        except Exception:  # the driver is replacing it
+            return False
+        return position is not None and position[0] >= 1 and position[1] < 400
+
+    proc = start_train(dataset, model_dir, "train.epochs=4", "train.max_attempts=3", "train.checkpoint_steps=100")
+    out, err, killed = run_killing_executor_of(proc, model_dir, "worker-0", early_in_an_epoch)
     assert killed, "the executor was never killed"
     assert proc.returncode == 0, out[-3000:] + err[-5000:]
-    assert "attempt 1 of 3 failed" in out and "relaunching the TF cluster" in out
+    assert "attempt 1 of 3 failed after " in out and "relaunching the TF cluster" in out
     m = json.loads((model_dir / "metrics.json").read_text())
     assert m["attempts"] == 2
     assert m["epochs"] == 4
     epochs = [e["epoch"] for e in m["history"]]
     assert sorted(set(epochs)) == [1, 2, 3, 4] and epochs[0] == 1  # resumed, not restarted
     assert epochs.count(1) == 1
+    [recovery] = m["recoveries"]
+    assert recovery["attempt"] == 2 and recovery["resumed_at_steps"] > 600
+    assert recovery["resumed_at_steps"] % 100 == 0  # a step checkpoint's (or an epoch's end)
+    assert recovery["trained_again"] <= 200
+    assert f"attempt 2 resumed at step {recovery['resumed_at_steps']:,} of the " in out
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert sorted(p.name for p in model_dir.iterdir()) == [
         "learning_curve.png", "logs", "metrics.json", "progress.jsonl", "sample_predictions.json", "saved_model"]
@@ -157,8 +167,8 @@ def test_a_lost_parameter_server_worker_is_tolerated(dataset, tmp_path):
 
 def test_a_killed_driver_run_again_resumes_after_its_last_finished_epoch(dataset, tmp_path):
     """SIGKILL to the driver of `tfos train` once its second epoch is shown, then the same command
-    again: epochs 1-2 are shown as trained before, training goes on from epoch 3, each epoch
-    trained once in all, one export."""
+    again: epochs 1-2 are shown as trained before, training goes on from epoch 3 (or from a step
+    checkpoint in it), each epoch shown once in all, one export."""
     model_dir = tmp_path / "model"
     first = start_train(dataset, model_dir, "train.epochs=5")
     shown: list[str] = []
@@ -174,7 +184,7 @@ def test_a_killed_driver_run_again_resumes_after_its_last_finished_epoch(dataset
     second = start_train(dataset, model_dir, "train.epochs=5")
     out, err = second.communicate(timeout=900)
     assert second.returncode == 0, out[-3000:] + err[-5000:]
-    assert f"resuming the unfinished run in file:{model_dir} from its last finished epoch: epochs 1-2 are not " \
+    assert f"resuming the unfinished run in file:{model_dir} from its last checkpoint: epochs 1-2 are not " \
            "trained again" in out
     lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert [line.endswith("(trained before the resume)") for line in lines] == [True, True, False, False, False]

@@ -173,8 +173,12 @@ def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
     with pytest.raises(cc.ControlError, match="record"):  # the driver keeps whole records only
         link(server, "worker-1").client.request(cc.STARTED, {cc.SENDER_NODE: "worker-1", "record": {"pid": 13}})
     assert server.run.last_beat() == 0.0
-    chief.first_step()
-    chief.beat()
+    chief.first_step(0)
+    chief.beat(40)
+    with pytest.raises(cc.ControlError, match="steps must be a count of steps, got -1"):
+        chief.beat(-1)
+    chief.beat(20)  # an older beat that arrives late does not move the count back
+    assert server.run.steps() == 40 and server.run.first_step()[1] == 0
     first = EpochLine(1, 2, seconds=3.5, eval_seconds=0.5, examples_per_sec=1200.0, time=1e9, metrics={"loss": 0.5})
     chief.progress(first)
     chief.progress(EpochLine(2, 2, seconds=3.0, eval_seconds=0.5, examples_per_sec=1300.0, time=1e9 + 3,

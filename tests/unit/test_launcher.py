@@ -49,7 +49,7 @@ class FakeNodes:
                                                      "task_index": i, "port": 2000 + i}})
 
     def finish(self) -> None:
-        self.send(cc.BEAT, "chief-0")
+        self.send(cc.BEAT, "chief-0", steps=10)
         self.send(cc.RESULT, "chief-0", result={"epochs_run": 1})
         self.send(cc.DONE, "chief-0", status=cc.RUN_OK)
 
@@ -133,9 +133,44 @@ def test_a_peer_failure_is_relaunched_and_the_next_attempt_finishes():
     assert finished.number == 2 and finished.state.id == "run-2"
     assert lines == ["attempt 1 of 3 failed: TF node worker-1 failed: tensorflow.python.framework.errors_impl."
                      "UnavailableError: peer gone\n  full traceback: /model/_run/run-1/worker-1.error\n"
-                     "relaunching the TF cluster; training resumes from the last finished epoch"]
+                     "relaunching the TF cluster; training resumes from the last checkpoint"]
     first = launcher.launched[0]
     assert first.cancelled.is_set() and first.state.done() == cc.RUN_FAILED  # its other nodes were ended
+
+
+def test_a_relaunch_says_where_it_resumed_and_what_it_trained_again():
+    def steps_then_peer_gone(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=0)
+        for steps in (200, 430):
+            nodes.send(cc.BEAT, "chief-0", steps=steps)
+        peer_gone_then_hold(nodes)
+
+    def resumes_at_400(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=400)
+        nodes.finish()
+
+    watch = Watch(log=(lines := []).append)
+    finished = run_attempts(FakeLauncher(steps_then_peer_gone, resumes_at_400), max_attempts=3, attempt=attempts(MWM),
+                            watch=watch)
+    assert finished.number == 2
+    [recovery] = watch.recoveries
+    assert {k: v for k, v in recovery.items() if k not in ("seconds_without_steps", "resumed_time")} == {
+        "attempt": 2, "failed_at_steps": 430, "resumed_at_steps": 400, "trained_again": 30}
+    assert 0 <= recovery["seconds_without_steps"] < 60
+    assert lines[0].startswith("attempt 1 of 3 failed after 430 steps: TF node worker-1 failed")
+    assert lines[1].startswith("attempt 2 resumed at step 400 of the 430 done before the failure (30 trained again); "
+                               "no step was trained for ")
+
+
+def test_an_attempt_that_never_trained_costs_no_recovery_of_its_own():
+    def fails_before_a_step(nodes: FakeNodes) -> None:
+        peer_gone_then_hold(nodes)
+
+    watch = Watch(log=(lines := []).append)
+    run_attempts(FakeLauncher(fails_before_a_step, trains_well), max_attempts=3, attempt=attempts(MWM), watch=watch)
+    assert watch.recoveries == [] and lines[0].startswith("attempt 1 of 3 failed: ")
 
 
 def test_a_code_error_fails_the_job_without_a_relaunch():
@@ -202,7 +237,7 @@ def test_a_lost_parameter_server_worker_is_tolerated_and_training_goes_on():
         nodes.register("chief-0", "worker-0", "worker-1", "ps-0")
         nodes.task_failures = 1
         nodes.send(cc.LOST, "worker-1")
-        nodes.send(cc.BEAT, "chief-0")
+        nodes.send(cc.BEAT, "chief-0", steps=10)
         assert not nodes.cancelled.wait(2)  # the supervisor keeps the run going
         nodes.finish()
 
@@ -216,7 +251,7 @@ def test_stop_ends_the_attempt_and_is_not_relaunched():
 
     def trains_until_stopped(nodes: FakeNodes) -> None:
         nodes.register("chief-0", "worker-1")
-        nodes.send(cc.BEAT, "chief-0")
+        nodes.send(cc.BEAT, "chief-0", steps=10)
         stop.set()
         nodes.hold()
 

@@ -92,7 +92,7 @@ def lone_trial(aucs: dict[int, list[float]]) -> Script:
         values = aucs[trial_of(attempt)]
         for i, auc in enumerate(values, 1):
             nodes.send(cc.PROGRESS, "chief-0", line=epoch(i, auc))
-            nodes.send(cc.BEAT, "chief-0")
+            nodes.send(cc.BEAT, "chief-0", steps=10)
             if nodes.state.handle(cc.SHOULD_PRUNE, {cc.SENDER_NODE: "chief-0", "epoch": i, "metrics": {"val_auc": auc}}):
                 nodes.send(cc.DONE, "chief-0", status=cc.RUN_PRUNED)
                 return
@@ -151,7 +151,7 @@ def test_the_driver_stops_a_cluster_trial_the_pruner_judges_hopeless(tmp_path):
         aucs = [0.7, 0.8, 0.9] if n == 1 else [0.3, 0.3, 0.3]
         for i, auc in enumerate(aucs, 1):
             nodes.send(cc.PROGRESS, "chief-0", line=epoch(i, auc))
-            nodes.send(cc.BEAT, "chief-0")
+            nodes.send(cc.BEAT, "chief-0", steps=10)
             if nodes.cancelled.wait(1.0):  # the driver ended the run: the nodes stop
                 stopped.append(n)
                 return
@@ -173,7 +173,7 @@ def test_the_time_budget_stops_running_trials_which_a_resumed_sweep_runs_again(t
     def holds(nodes: FakeNodes, attempt: Attempt) -> None:
         start(nodes)
         nodes.send(cc.PROGRESS, "chief-0", line=epoch(1, 0.7))
-        nodes.send(cc.BEAT, "chief-0")
+        nodes.send(cc.BEAT, "chief-0", steps=10)
         holding.set()
         nodes.hold()
 

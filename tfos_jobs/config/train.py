@@ -155,7 +155,10 @@ class TrainConfig:
     seed: int = 42
     reservation_timeout: int = 120  # seconds to wait for executors and TF nodes to start
     step_timeout: int = 600  # seconds without a finished step before the run is declared hung
-    max_attempts: int = 3  # TF cluster launches; a relaunch resumes from the last finished epoch
+    max_attempts: int = 3  # TF cluster launches; a relaunch resumes from the last checkpoint
+    # steps between resume checkpoints, besides every epoch's end (rounded up to steps_per_execution);
+    # 0 = at epoch ends only, as always under parameter_server (its coordinator allows no step callbacks)
+    checkpoint_steps: int = 500
     steps_per_execution: int = 20  # training steps per call into TensorFlow (per scheduled function under PS)
     dense_gradient_limit: int = 262_144  # embedding tables of up to this many values send dense gradients
     # multi_worker_mirrored: how the gradients are summed across workers (model/exchange.py);
@@ -176,6 +179,13 @@ class TrainConfig:
     node_inputs: DeliveryName = "spool"
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
+
+    def checkpoint_interval(self) -> int:
+        """Steps between resume checkpoints as training takes them (a whole number of calls of
+        `steps_per_execution` steps); 0: at epoch ends only."""
+        if self.strategy == Strategy.PARAMETER_SERVER or self.checkpoint_steps <= 0 or self.steps_per_execution < 1:
+            return 0
+        return -(-self.checkpoint_steps // self.steps_per_execution) * self.steps_per_execution
 
     def nodes(self) -> int:
         """Processes the run takes (topology.node_count): the TF cluster's nodes, or 1 for `local`."""
@@ -203,7 +213,7 @@ class TrainConfig:
         if self.learning_rate <= 0:
             errs.append(f"train.learning_rate: must be > 0, got {self.learning_rate}")
         for key in ("gpus_per_worker", "early_stopping_patience", "dense_gradient_limit", "threads", "profile_steps",
-                    "in_memory_mb"):
+                    "in_memory_mb", "checkpoint_steps"):
             if getattr(self, key) < 0:
                 errs.append(f"train.{key}: must be >= 0, got {getattr(self, key)}")
         return errs + self.model.errors(spec)

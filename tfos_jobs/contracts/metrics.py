@@ -134,6 +134,19 @@ def control_report(rejected: Mapping[str, int]) -> ControlReport:
     return ControlReport(rejected_messages=sum(rejected.values()), rejected_from=sorted(rejected))
 
 
+class Recovery(TypedDict):
+    """A relaunch after a failed attempt, as metrics.json keeps it: how far the failed attempt
+    got (as of the chief's last heartbeat), where the relaunch resumed (its last checkpoint),
+    and how long no step was trained."""
+
+    attempt: int  # the relaunch's number
+    failed_at_steps: int  # steps done as of the failed attempt's last heartbeat (or its last checkpoint, if later)
+    resumed_at_steps: int  # steps trained before the relaunch's first step
+    trained_again: int  # steps the failed attempt did that the relaunch trained again (at least this many)
+    seconds_without_steps: float  # the failed attempt's last heartbeat to the relaunch's first step
+    resumed_time: float  # when the relaunch's first step finished (seconds since the epoch)
+
+
 class ModelSummary(TypedDict):
     """[train.model] as metrics.json keeps it."""
 
@@ -153,6 +166,9 @@ class Metrics(MetricsExtras):
     strategy: str
     nodes: list[NodeSummary]
     attempts: int  # TF cluster launches, relaunches included
+    checkpoint_steps: int  # steps between resume checkpoints (0: at epoch ends only)
+    recoveries: list[Recovery]  # one per relaunch that trained
+    resumed_at_steps: int  # steps trained before this run started (a rerun of an unfinished run)
     epochs: int
     steps_per_epoch: int
     gradient_exchange: str

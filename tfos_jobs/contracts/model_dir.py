@@ -4,8 +4,9 @@
       saved_model/        the SavedModel, published whole by the chief through the driver
       metrics.json  sample_predictions.json  learning_curve.png  anomalies.png
       progress.jsonl      one line per finished epoch (the driver writes what the chief reports)
-      backup/             Keras BackupAndRestore's state after the last epoch: what a relaunch,
-                          or running the job again, resumes from
+      backup/             Keras BackupAndRestore's state after the last epoch or step checkpoint
+                          (cluster.node.checkpoints): what a relaunch, or running the job again,
+                          resumes from
       logs/               TensorBoard event files
       _run/<run id>/nodes/        one attempt's nodes, as they reported to the driver (kept
                           until the run ends well):

@@ -13,6 +13,7 @@ and the resume state over the control channel, and publishes what it hands back.
         backup/         resume state (Keras BackupAndRestore), fetched from the model directory
         logs/           TensorBoard event files
         saved_model/    the export, before it is published
+        backup-<n>/ logs-<n>/  copies of the above on their way to the driver
         tmp/            the temporary files of its training (TensorFlow's autograph sources)
 
 The driver names the dataset files a node gets by their place under `dataset/` (DATASET).

@@ -32,11 +32,15 @@ def make_dataset(
     with_key: bool = False,
     cycle_length: int = 4,
     in_memory: bool = False,
+    skip_batches: int = 0,
 ):
     """(features, label) batches; features is {name: tensor of shape [batch]}.
 
     Both paths read the same rows for the same shard; `in_memory` shuffles fully (each epoch
-    a permutation seeded by `seed` and the epoch) where streaming shuffles in a buffer."""
+    a permutation seeded by `seed` and the epoch) where streaming shuffles in a buffer.
+    `skip_batches` starts after that many batches (a resumed run's): in memory, exactly where
+    an unbroken pass would be; streaming, after as many records, read but not parsed (a
+    streamed order is not fixed: files are interleaved as they become ready)."""
     import tensorflow as tf
 
     files = sorted(files)
@@ -44,8 +48,8 @@ def make_dataset(
         raise ValueError("no TFRecord files to read")
     parse = batch_parser(spec, with_key)
     if in_memory:
-        return _in_memory(files, parse, batch_size, num_shards=num_shards, spec=spec,
-                          shard_index=shard_index, shuffle=shuffle, seed=seed, repeat=repeat, compression=compression)
+        return _in_memory(files, parse, batch_size, num_shards=num_shards, spec=spec, shard_index=shard_index,
+                          shuffle=shuffle, seed=seed, repeat=repeat, compression=compression, skip_batches=skip_batches)
     by_file = len(files) >= num_shards
     if by_file:
         ds = tf.data.Dataset.from_tensor_slices(files)
@@ -65,6 +69,8 @@ def make_dataset(
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
+    if skip_batches:
+        ds = ds.skip(skip_batches * batch_size)
     ds = ds.batch(batch_size)
     return ds.map(lambda serialized: split_label(spec, parse(serialized)),
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
@@ -131,7 +137,7 @@ def _records(files: list[str], num_shards: int, shard_index: int, compression: s
 
 
 def _in_memory(files: list[str], parse, batch_size: int, *, num_shards: int, spec: FeatureSpec,
-               shard_index: int, shuffle: bool, seed: int | None, repeat: bool, compression: str):
+               shard_index: int, shuffle: bool, seed: int | None, repeat: bool, compression: str, skip_batches: int):
     import tensorflow as tf
 
     records = _records(files, num_shards, shard_index, compression)
@@ -150,7 +156,8 @@ def _in_memory(files: list[str], parse, batch_size: int, *, num_shards: int, spe
     def gather(index):
         return split_label(spec, {name: tf.gather(column, index) for name, column in table.items()})
 
-    return order.rebatch(batch_size).map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    batches = order.rebatch(batch_size).skip(skip_batches)  # indices only: skipping gathers nothing
+    return batches.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 class CorruptRecordsError(ValueError):

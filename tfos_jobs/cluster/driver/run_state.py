@@ -52,6 +52,8 @@ class RunState:
         self._reservations: list[dict[str, Any]] = []
         self._times: dict[str, float] = {}
         self._last_beat = 0.0
+        self._steps = 0  # done, as the chief last said (across attempts)
+        self._resumed_at: int | None = None  # the steps earlier attempts trained, as the chief said
         self._records: dict[str, NodeRecord] = {}
         self._errors: dict[str, str] = {}
         self._lost: list[str] = []
@@ -91,9 +93,12 @@ class RunState:
                     raise cc.ControlError("a started report needs the node's record (contracts.metrics.NodeRecord)")
                 self._records[node] = cast(NodeRecord, record)
             elif kind == cc.FIRST_STEP:
-                self._times.setdefault(cc.FIRST_STEP, time.time())
+                resumed_at = _count(message, "resumed_at")
+                if cc.FIRST_STEP not in self._times:
+                    self._times[cc.FIRST_STEP], self._resumed_at = time.time(), resumed_at
             elif kind == cc.BEAT:
-                self._last_beat = time.time()
+                steps = _count(message, "steps")
+                self._last_beat, self._steps = time.time(), max(self._steps, steps)
             elif kind == cc.FAILED:
                 self._errors[node] = str(message.get("text", ""))
             elif kind == cc.LOST:
@@ -165,6 +170,17 @@ class RunState:
         with self._lock:
             return self._last_beat
 
+    def steps(self) -> int:
+        """The steps done as of the chief's last beat (across attempts): how far this attempt got."""
+        with self._lock:
+            return self._steps
+
+    def first_step(self) -> tuple[float, int] | None:
+        """When the chief's first step finished, and the steps earlier attempts trained before it."""
+        with self._lock:
+            at = self._times.get(cc.FIRST_STEP)
+            return None if at is None else (at, self._resumed_at or 0)
+
     def records(self) -> dict[str, NodeRecord]:
         """Node name -> what it was given, in name order."""
         with self._lock:
@@ -203,3 +219,10 @@ class RunState:
     def done(self) -> str | None:
         with self._lock:
             return self._done
+
+
+def _count(message: dict[str, Any], key: str) -> int:
+    value = message.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise cc.ControlError(f"{key} must be a count of steps, got {value!r}")
+    return value

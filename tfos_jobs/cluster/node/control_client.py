@@ -117,11 +117,11 @@ class DriverLink:
     def started(self, record: NodeRecord) -> None:
         self._send(cc.STARTED, record=record)
 
-    def first_step(self) -> None:
-        self._send(cc.FIRST_STEP)
+    def first_step(self, resumed_at: int) -> None:
+        self._send(cc.FIRST_STEP, resumed_at=resumed_at)
 
-    def beat(self) -> None:
-        self._send(cc.BEAT)
+    def beat(self, steps: int) -> None:
+        self._send(cc.BEAT, steps=steps)
 
     def progress(self, line: EpochLine) -> None:
         self._send(cc.PROGRESS, line=line.to_json())

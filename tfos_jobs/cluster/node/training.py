@@ -22,9 +22,9 @@ from tfos_jobs.contracts.metrics import Anomaly, ChiefResult, StepProfile
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
-from tfos_jobs.cluster.node import peers, trained
-from tfos_jobs.cluster.node.callbacks import (CHIEF_DEVICE, Publisher, backup_and_restore, epoch_progress,
-                                                   first_step, heartbeat)
+from tfos_jobs.cluster.node import checkpoints, peers, trained
+from tfos_jobs.cluster.node.callbacks import Publisher, epoch_progress, first_step, heartbeat
+from tfos_jobs.cluster.node.checkpoints import CHIEF_DEVICE, Position
 from tfos_jobs.cluster.node.control_client import DriverLink
 from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
 
@@ -156,6 +156,12 @@ class NodeTraining:
     def parameter_server(self) -> bool:
         return self.args.train.strategy == Strategy.PARAMETER_SERVER
 
+    @property
+    def checkpoint_calls(self) -> int:
+        """Keras callback calls between step checkpoints (0: at epoch ends only)."""
+        tr = self.args.train
+        return tr.checkpoint_interval() // tr.steps_per_execution
+
     def naming_corrupt_files(self, files: list[str]) -> contextlib.AbstractContextManager[None]:
         return _naming_corrupt_files(files, self.meta.compression, self.workspace.dataset, self.args.dataset)
 
@@ -207,8 +213,9 @@ def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers:
                         dataset.read(workspace.dataset))
     built = build_model(node)
     steps = steps_for(args, node.meta.records(Split.TRAIN), num_workers)
-    inputs = input_pipelines(node)
-    callbacks = training_callbacks(node, steps, extra_callbacks)
+    resumed = checkpoints.resume_position(workspace.backup, steps, step_checkpoints=node.checkpoint_calls > 0)
+    inputs = input_pipelines(node, skip=0 if node.parameter_server else resumed.batches(steps))
+    callbacks = training_callbacks(node, steps, resumed, extra_callbacks)
     history = fit(node, built, inputs, callbacks, steps)
     kept = trained.kept_epoch(history, callbacks.stopper)
     final = {k: float(v[kept]) for k, v in history.history.items()}
@@ -247,9 +254,10 @@ def build_model(node: NodeTraining) -> BuiltModel:
     return BuiltModel(strategy, model, trainer, gradient_exchange, build)
 
 
-def input_pipelines(node: NodeTraining) -> Inputs:
-    """This worker's shard of the train split, and the whole eval split: every worker evaluates
-    all of it, so the metrics stay exact whatever the sharding."""
+def input_pipelines(node: NodeTraining, skip: int = 0) -> Inputs:
+    """This worker's shard of the train split, from its `skip`th batch (what a resumed run
+    trained already), and the whole eval split: every worker evaluates all of it, so the
+    metrics stay exact whatever the sharding."""
     import tensorflow as tf
 
     tr, meta = node.args.train, node.meta
@@ -258,39 +266,40 @@ def input_pipelines(node: NodeTraining) -> Inputs:
     def fits(split: str, shards: int, index: int) -> bool:
         return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= tr.in_memory_mb * 2**20
 
-    def train_shard(shards: int, index: int):
+    def train_shard(shards: int, index: int, skip: int = 0):
         return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=tr.shuffle_buffer,
                                    seed=tr.seed + index, repeat=True, num_shards=shards, shard_index=index,
                                    in_memory=fits(Split.TRAIN, shards, index), spec=meta.spec,
-                                   batch_size=tr.batch_size, compression=meta.compression)
+                                   batch_size=tr.batch_size, compression=meta.compression, skip_batches=skip)
 
     with node.naming_corrupt_files(train_files + eval_files):  # in-memory shards are read here
         if node.parameter_server:
             train_data = tf.keras.utils.experimental.DatasetCreator(
                 lambda ctx: train_shard(ctx.num_input_pipelines, ctx.input_pipeline_id))
         else:
-            train_data = _no_autoshard(train_shard(node.num_workers, node.worker_index))
+            train_data = _no_autoshard(train_shard(node.num_workers, node.worker_index, skip))
         eval_data = _no_autoshard(reader.make_dataset(eval_files, meta.spec, tr.batch_size, compression=meta.compression,
                                                       repeat=True, in_memory=fits(Split.EVAL, 1, 0)))
     return Inputs(train_data, eval_data, train_shard, train_files, eval_files)
 
 
-def training_callbacks(node: NodeTraining, steps: int, extra_callbacks: tuple) -> Callbacks:
+def training_callbacks(node: NodeTraining, steps: int, resumed: Position, extra_callbacks: tuple) -> Callbacks:
     """Backup first, then its publication, then the progress line: callbacks run in order, so an
     epoch the driver shows is one a relaunch resumes after."""
     import tensorflow as tf
 
     tr, link = node.args.train, node.link
     per_step = examples_per_step(tr.strategy, tr.batch_size, node.num_workers)
-    publisher: Publisher | None = None
-    callbacks: list = [backup_and_restore(node.workspace.backup, node.parameter_server)]
-    if node.is_chief:
-        per_batch = not node.parameter_server
-        publisher = Publisher(link, node.workspace)
+    publisher = Publisher(link, node.workspace) if node.is_chief else None
+    callbacks: list = [checkpoints.backup_and_restore(
+        node.workspace.backup, parameter_server=node.parameter_server, every_calls=node.checkpoint_calls,
+        steps_per_epoch=steps, saved=publisher.step_checkpoint if publisher is not None else None)]
+    if publisher is not None:
+        per_batch, done = not node.parameter_server, resumed.batches(steps)
         callbacks += [publisher.callback(tr.tensorboard),
-                      epoch_progress(link, tr.epochs, steps, per_step),
-                      first_step(link, per_batch=per_batch),
-                      heartbeat(link, per_batch=per_batch)]
+                      epoch_progress(link, tr.epochs, steps, per_step, resumed),
+                      first_step(link, done, per_batch=per_batch),
+                      heartbeat(link, steps, done, per_batch=per_batch)]
     if tr.tensorboard:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=node.workspace.logs))
     stopper = None

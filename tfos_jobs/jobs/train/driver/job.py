@@ -3,7 +3,7 @@
 Each attempt trains either in this process (`local`) or on TF nodes started on the executors
 (a TF cluster, or a sweep trial's lone node), through the launcher seam of
 `tfos_jobs.cluster.driver.launcher`. A cluster failure that a relaunch can fix (a lost executor,
-a hang) starts a new attempt, which resumes from the last finished epoch; anything else
+a hang) starts a new attempt, which resumes from the last checkpoint; anything else
 fails the job with the failing node's own message.
 
 The dataset and the model directory may be on any filesystem the session reaches (local,
@@ -16,7 +16,6 @@ import json
 import tempfile
 import threading
 import time
-from collections import Counter
 from typing import Callable
 
 from pyspark.sql import SparkSession
@@ -83,7 +82,7 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     if resuming:
         done = len(progress.lines())
         kept = f": epochs 1-{done} are not trained again" if done else ""
-        log(f"resuming the unfinished run in {model_dir.path} from its last finished epoch{kept}")
+        log(f"resuming the unfinished run in {model_dir.path} from its last checkpoint{kept}")
     log(f"training {tr.strategy} on {meta.records(Split.TRAIN):,} records "
         f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
     started = time.time()
@@ -103,7 +102,7 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     finally:
         transfers.close()
     printer.poll()
-    return _finish(storage, model_dir, finished, progress, time.time() - started, log, watch.rejected)
+    return _finish(storage, model_dir, finished, progress, time.time() - started, log, watch)
 
 
 def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:
@@ -136,7 +135,7 @@ def _keeper(storage: Storage, model_dir: ModelDir, run_id: str) -> Callable[[str
 
 
 def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: ProgressLog, seconds: float,
-            log: Callable[[str], None], rejected: Counter[str]) -> Metrics:
+            log: Callable[[str], None], watch: Watch) -> Metrics:
     tr, state, attempts = finished.tr, finished.state, finished.number
     epochs = progress.lines()
     if state.done() == cc.RUN_PRUNED:
@@ -151,10 +150,12 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
         extras = MetricsExtras(**extras, anomaly=anomaly)
     metrics = Metrics(
         strategy=tr.strategy, nodes=[node_summary(r) for r in state.records().values()], attempts=attempts,
+        checkpoint_steps=tr.checkpoint_interval(), recoveries=list(watch.recoveries),
+        resumed_at_steps=watch.resumed_at or 0,
         epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
         steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
         seconds=round(seconds, 1), startup=state.startup(), final=result["final"], lost_nodes=state.lost(),
-        control=control_report(rejected),
+        control=control_report(watch.rejected),
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
                                     tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
         eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs], saved_model=model_dir.saved_model,
