@@ -219,14 +219,24 @@ def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
 
 
 def checkpoint_position(backup: Path) -> tuple[int, int] | None:
-    """(epoch, step) after which the run's published resume state was written, or None."""
+    """(epoch, step) after which the run's published resume state was written, or None; where
+    a publication is between its renames (or was killed there), the state moved aside."""
     import tensorflow as tf
 
-    latest = tf.train.latest_checkpoint(str(backup / "chief"))
-    if latest is None:
+    for place in (backup, *sorted(backup.parent.glob(f"{backup.name}.old-*"))):
+        latest = tf.train.latest_checkpoint(str(place / "chief"))
+        if latest is not None:
+            reader = tf.train.load_checkpoint(latest)
+            return tuple(int(reader.get_tensor(f"ckpt_saved_{n}/.ATTRIBUTES/VARIABLE_VALUE")) for n in ("epoch", "batch"))
+    return None
+
+
+def published_position(backup: Path) -> tuple[int, int] | None:
+    """`checkpoint_position` while the driver may be publishing: None when the read raced it."""
+    try:
+        return checkpoint_position(backup)
+    except Exception:  # a publication moved the files as they were read
         return None
-    reader = tf.train.load_checkpoint(latest)
-    return tuple(int(reader.get_tensor(f"ckpt_saved_{n}/.ATTRIBUTES/VARIABLE_VALUE")) for n in ("epoch", "batch"))
 
 
 def test_a_run_killed_mid_epoch_resumes_at_its_last_step_checkpoint_and_learns_the_same_model(dataset, tmp_path):
@@ -246,7 +256,7 @@ def test_a_run_killed_mid_epoch_resumes_at_its_last_step_checkpoint_and_learns_t
     position, deadline = None, time.monotonic() + 600
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            position = checkpoint_position(cut / "backup") if (cut / "backup" / "chief").is_dir() else None
+            position = published_position(cut / "backup")
             if position is not None and position[0] == 1 and 0 <= position[1] < steps - 1:  # in the second epoch
                 break
             time.sleep(0.05)

@@ -18,7 +18,7 @@ from tfos_jobs.cluster.node.lifecycle import alive
 pytestmark = pytest.mark.slow  # about 3 minutes: run by `make test-all`
 
 from benchmarks.memory import executor_of as executor_jvm_of
-from tests.cluster.test_training import checkpoint_position
+from tests.cluster.test_training import checkpoint_position, published_position
 from tests.commands import kill_started, start, tfos_command
 from tests.conftest import ROOT, prepared_dataset
 
@@ -92,10 +92,7 @@ def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
     checkpoint_position(tmp_path)  # TensorFlow imported before the run: the checks below are quick
 
     def early_in_an_epoch() -> bool:
-        try:
-            position = checkpoint_position(model_dir / "backup")
-        except Exception:  # the driver is replacing it
-            return False
+        position = published_position(model_dir / "backup")
         return position is not None and position[0] >= 1 and position[1] < 400
 
     proc = start_train(dataset, model_dir, "train.epochs=4", "train.max_attempts=3", "train.checkpoint_steps=100")

@@ -113,3 +113,20 @@ def test_with_epoch_checkpoints_only_a_resume_starts_at_the_next_epoch(records, 
         train(records, tmp_path / "cut", every_calls=0, callbacks=(StopAt(STEPS + 5),))
     assert resume_position(str(tmp_path / "cut"), STEPS, step_checkpoints=False) == Position(1, 0)
     assert resume_position(str(tmp_path / "none"), STEPS, step_checkpoints=False) == Position()
+
+
+def test_a_backup_whose_publication_was_killed_between_its_renames_is_resumed(tmp_path):
+    """The driver killed after moving the old backup aside, before renaming the new one into
+    place: run again, it puts the old one back and resumes from it."""
+    from tfos_jobs.contracts.model_dir import ModelDir
+    from tfos_jobs.jobs.train.driver.job import _prepare_model_dir
+    from tfos_jobs.storage import Storage
+
+    model_dir = ModelDir(f"file:{tmp_path}/model")
+    aside = tmp_path / "model" / "backup.old-0123456789" / "chief"
+    aside.mkdir(parents=True)
+    (aside / "checkpoint").write_text("model_checkpoint_path: \"ckpt-3\"\n")
+    (tmp_path / "model" / "progress.jsonl").write_text("{}\n")
+    assert _prepare_model_dir(Storage(None), model_dir, overwrite=False) is True
+    assert (tmp_path / "model" / "backup" / "chief" / "checkpoint").exists()
+    assert not list((tmp_path / "model").glob("backup.old-*")) and (tmp_path / "model" / "progress.jsonl").exists()

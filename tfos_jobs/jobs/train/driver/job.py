@@ -39,7 +39,7 @@ from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdo
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import CheckedModel, resolve_model_fn
 from tfos_jobs.progress_log import ProgressLog
-from tfos_jobs.storage import Storage, named
+from tfos_jobs.storage import Storage, named, restore_aside
 from tfos_jobs.topology import Strategy
 
 __all__ = ["run", "TrainingError"]
@@ -107,7 +107,9 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
 
 def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:
     """A trained model is kept unless --overwrite; an interrupted run is resumed from its
-    backup (the progress log goes on; returns True), anything else left behind is cleared."""
+    backup (the progress log goes on; returns True), anything else left behind is cleared. A
+    backup whose publication was killed between its renames is put back in place first."""
+    restore_aside(storage, model_dir.backup)
     if storage.exists(model_dir.saved_model) or storage.exists(model_dir.metrics):
         if not overwrite:
             raise OutputExistsError(f"model directory {model_dir.path!r} holds a trained model; "
