@@ -1,6 +1,6 @@
 """The Keras callbacks of a TF node: what it reports to the driver while it trains (epochs, the
 first step, heartbeats) and what it publishes (resume state, TensorBoard logs). The resume
-state itself is `cluster.node.checkpoints`'."""
+state itself is in `cluster.node.checkpoints`."""
 from __future__ import annotations
 
 import os
