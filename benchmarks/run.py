@@ -24,6 +24,8 @@ Every figure of one comparison comes from the same session, alternating repeat b
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from benchmarks.context import Bench, Run
 from benchmarks.stages import (data, hundredfold, node_inputs, recovery, serving, sql_endpoint, streaming, training,
                                writes)
@@ -55,35 +57,12 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
             bench.stop()
         return bench.run
     if only == "P16":
-        try:
-            bench.session(bench.spark_master)
-            bench.stage("generate", lambda: data.generate(bench))
-            bench.stage("P16 data", lambda: data.prepare_once(bench))
-            bench.session(node_inputs.MASTER, node_inputs.SESSION_CONF)
-            bench.stage(P16, lambda: node_inputs.node_inputs(bench))
-        finally:
-            bench.stop()
-        return bench.run
+        return _after_data(bench, only, ("1x", "16x"), node_inputs.MASTER, node_inputs.SESSION_CONF, P16,
+                           lambda: node_inputs.node_inputs(bench))
     if only == "P6":
-        try:
-            bench.session(bench.spark_master)
-            bench.stage("generate", lambda: data.generate(bench, scales=("1x",)))
-            bench.stage("P6 data", lambda: data.prepare_once(bench, scales=("1x",)))
-            bench.session(bench.tfos_master)
-            bench.stage(TRAINING, lambda: training.training(bench))
-        finally:
-            bench.stop()
-        return bench.run
+        return _after_data(bench, only, ("1x",), bench.tfos_master, None, TRAINING, lambda: training.training(bench))
     if only == "P18":
-        try:
-            bench.session(bench.spark_master)
-            bench.stage("generate", lambda: data.generate(bench, scales=("1x",)))
-            bench.stage("P18 data", lambda: data.prepare_once(bench, scales=("1x",)))
-            bench.session(recovery.MASTER)
-            bench.stage(P18, lambda: recovery.recovery(bench))
-        finally:
-            bench.stop()
-        return bench.run
+        return _after_data(bench, only, ("1x",), recovery.MASTER, None, P18, lambda: recovery.recovery(bench))
     if only == "P17":
         try:
             bench.session(bench.spark_master)
@@ -124,4 +103,19 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
     finally:
         bench.stop()
     bench.run.results.sort(key=lambda r: r.id)
+    return bench.run
+
+
+def _after_data(bench: Bench, only: str, scales: tuple[str, ...], master: str, conf: dict[str, str] | None, stage: str,
+                measure: Callable[[], None]) -> Run:
+    """One stage alone, after the data sets it needs (generated and prepared at `scales`), in a
+    session of its own on `master`."""
+    try:
+        bench.session(bench.spark_master)
+        bench.stage("generate", lambda: data.generate(bench, scales=scales))
+        bench.stage(f"{only} data", lambda: data.prepare_once(bench, scales=scales))
+        bench.session(master, conf)
+        bench.stage(stage, measure)
+    finally:
+        bench.stop()
     return bench.run

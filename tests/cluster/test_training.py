@@ -221,13 +221,12 @@ def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
 def checkpoint_position(backup: Path) -> tuple[int, int] | None:
     """(epoch, step) after which the run's published resume state was written, or None; where
     a publication is between its renames (or was killed there), the state moved aside."""
-    import tensorflow as tf
+    from tfos_jobs.cluster.node.checkpoints import saved_at
 
     for place in (backup, *sorted(backup.parent.glob(f"{backup.name}.old-*"))):
-        latest = tf.train.latest_checkpoint(str(place / "chief"))
-        if latest is not None:
-            reader = tf.train.load_checkpoint(latest)
-            return tuple(int(reader.get_tensor(f"ckpt_saved_{n}/.ATTRIBUTES/VARIABLE_VALUE")) for n in ("epoch", "batch"))
+        saved = saved_at(str(place))
+        if saved is not None:
+            return saved
     return None
 
 

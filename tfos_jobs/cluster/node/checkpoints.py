@@ -39,17 +39,26 @@ class Position:
         return self.epoch * steps_per_epoch + self.step
 
 
-def resume_position(backup_dir: str, steps_per_epoch: int, *, step_checkpoints: bool) -> Position:
-    """Where Keras will resume from the backup in `backup_dir` (its own rule, read before `fit`
-    so the input can skip what was trained): after a step checkpoint, the next step; after an
-    epoch checkpoint, the next epoch; with no backup, the start."""
+def saved_at(backup_dir: str) -> tuple[int, int] | None:
+    """(epoch, step) of the newest checkpoint in `backup_dir` as Keras recorded them (-1: not
+    recorded), or None without one."""
     import tensorflow as tf
 
     latest = tf.train.latest_checkpoint(os.path.join(backup_dir, _CHECKPOINTS))
     if latest is None:
-        return Position()
+        return None
     reader = tf.train.load_checkpoint(latest)
-    epoch, batch = int(reader.get_tensor(_EPOCH)), int(reader.get_tensor(_BATCH))
+    return int(reader.get_tensor(_EPOCH)), int(reader.get_tensor(_BATCH))
+
+
+def resume_position(backup_dir: str, steps_per_epoch: int, *, step_checkpoints: bool) -> Position:
+    """Where Keras will resume from the backup in `backup_dir` (its own rule, read before `fit`
+    so the input can skip what was trained): after a step checkpoint, the next step; after an
+    epoch checkpoint, the next epoch; with no backup, the start."""
+    saved = saved_at(backup_dir)
+    if saved is None:
+        return Position()
+    epoch, batch = saved
     if step_checkpoints:
         if batch < 0:
             return Position()
