@@ -51,8 +51,16 @@ REGISTER = "register"  # data: this node's reservation (NODE_FIELDS)
 QUERY = "query"  # are all nodes reserved?
 CLUSTER = "cluster"  # every reservation so far
 NODE_FIELDS = {"executor_id": int, "host": str, "job_name": str, "task_index": int, "port": int}
-# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1").
+# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1"). A node of a
+# TF cluster also names the attempt it belongs to (SENDER_RUN, the attempt's run id): its node job
+# outlives a failed attempt (`cluster.driver.generations`), and what an earlier one's processes
+# still send is refused.
 SENDER_NODE = "node"
+SENDER_RUN = "run"
+# A node's task, between attempts (it asks again while the reply says wait): data: {"after": the run
+# id it ran last, "" for none}; reply data: {"launch": the next attempt's Launch (JSON), or None
+# while there is none yet, "end": true once the node job is over}
+NEXT = "next"
 STARTED = "started"  # data: {"record": what the node was given (role, executor, pid, GPUs, ...)}
 # The chief's first training step finished (the driver times it on arrival); data: {"resumed_at":
 # the steps trained before it, by earlier attempts (0 on a fresh run)}

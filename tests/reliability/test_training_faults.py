@@ -87,7 +87,9 @@ def run_killing_executor_of(proc: subprocess.Popen, model_dir: Path, node: str,
 def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
     """Killed after epoch 1, once a step checkpoint published early in an epoch shows: the
     relaunch resumes at the last step checkpoint, and trains again at most the steps since then
-    (100, plus those done while that checkpoint was being published)."""
+    (100, plus those done while that checkpoint was being published). The chief's task stays
+    (its inputs are not sent again); the lost worker's runs again on the executor that
+    replaces the killed one."""
     model_dir = tmp_path / "model"
     checkpoint_position(tmp_path)  # TensorFlow imported before the run: the checks below are quick
 
@@ -110,7 +112,9 @@ def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
     assert recovery["attempt"] == 2 and recovery["resumed_at_steps"] > 600
     assert recovery["resumed_at_steps"] % 100 == 0  # a step checkpoint's (or an epoch's end)
     assert recovery["trained_again"] <= 200
+    assert (recovery["nodes_kept"], recovery["nodes_restarted"]) == (["chief-0"], ["worker-0"]), out[-3000:]
     assert f"attempt 2 resumed at step {recovery['resumed_at_steps']:,} of the " in out
+    assert "chief-0 kept its task and inputs, worker-0 started on a new task" in out
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert sorted(p.name for p in model_dir.iterdir()) == [
         "learning_curve.png", "logs", "metrics.json", "progress.jsonl", "sample_predictions.json", "saved_model"]

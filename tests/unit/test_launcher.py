@@ -81,16 +81,24 @@ class FakeNodes:
 
 
 class FakeLauncher:
-    """Plays one script per attempt, in order, under the real supervisor."""
+    """Plays one script per attempt, in order, under the real supervisor. With `keep`, a
+    failed attempt's nodes are left running (as a rejoining node job's are) until `close`."""
 
-    def __init__(self, *scripts: Callable[[FakeNodes], None]):
-        self.scripts = list(scripts)
+    def __init__(self, *scripts: Callable[[FakeNodes], None], keep: bool = False):
+        self.scripts, self.keep = list(scripts), keep
         self.launched: list[FakeNodes] = []
+        self.closed = 0
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
         nodes = FakeNodes(attempt.state, self.scripts[len(self.launched)])
         self.launched.append(nodes)
-        supervise(nodes, attempt, watch)
+        supervise(nodes, attempt, watch, keep=(lambda e: self.keep))
+
+    def close(self) -> None:
+        self.closed += 1
+        for nodes in self.launched:
+            if nodes.running():
+                nodes.cancel()
 
 
 def attempts(tr: TrainConfig) -> Callable[[int], Attempt]:
@@ -147,6 +155,8 @@ def test_a_relaunch_says_where_it_resumed_and_what_it_trained_again():
         peer_gone_then_hold(nodes)
 
     def resumes_at_400(nodes: FakeNodes) -> None:
+        nodes.state.joined("chief-0", kept=True)  # as `generations` records a rejoining node job's tasks
+        nodes.state.joined("worker-1", kept=False)
         nodes.register("chief-0", "worker-1")
         nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=400)
         nodes.finish()
@@ -157,11 +167,13 @@ def test_a_relaunch_says_where_it_resumed_and_what_it_trained_again():
     assert finished.number == 2
     [recovery] = watch.recoveries
     assert {k: v for k, v in recovery.items() if k not in ("seconds_without_steps", "resumed_time")} == {
-        "attempt": 2, "failed_at_steps": 430, "resumed_at_steps": 400, "trained_again": 30}
+        "attempt": 2, "failed_at_steps": 430, "resumed_at_steps": 400, "trained_again": 30,
+        "nodes_kept": ["chief-0"], "nodes_restarted": ["worker-1"]}
     assert 0 <= recovery["seconds_without_steps"] < 60
     assert lines[0].startswith("attempt 1 of 3 failed after 430 steps: TF node worker-1 failed")
     assert lines[1].startswith("attempt 2 resumed at step 400 of the 430 done before the failure (30 trained again); "
                                "no step was trained for ")
+    assert lines[1].endswith(" s; chief-0 kept its task and inputs, worker-1 started on a new task")
 
 
 def test_an_attempt_that_never_trained_costs_no_recovery_of_its_own():
@@ -171,6 +183,23 @@ def test_an_attempt_that_never_trained_costs_no_recovery_of_its_own():
     watch = Watch(log=(lines := []).append)
     run_attempts(FakeLauncher(fails_before_a_step, trains_well), max_attempts=3, attempt=attempts(MWM), watch=watch)
     assert watch.recoveries == [] and lines[0].startswith("attempt 1 of 3 failed: ")
+
+
+def test_a_kept_node_job_outlives_its_failed_attempt_and_the_launcher_ends_it_after_the_last():
+    first_running: list[bool] = []
+
+    def second(nodes: FakeNodes) -> None:
+        first_running.append(not launcher.launched[0].cancelled.is_set())
+        trains_well(nodes)
+
+    launcher = FakeLauncher(peer_gone_then_hold, second, keep=True)
+    finished, _ = run(launcher)
+    first = launcher.launched[0]
+    assert finished.number == 2 and first.state.done() == cc.RUN_FAILED  # its nodes heard the attempt ended
+    assert first_running == [True]  # not cancelled while the next attempt ran
+    assert first.cancelled.is_set() and launcher.closed == 1  # by `close`, once, after the last attempt
+    with pytest.raises(TrainingError):
+        run(FakeLauncher(peer_gone_then_hold, peer_gone_then_hold, keep=True), max_attempts=2)
 
 
 def test_a_code_error_fails_the_job_without_a_relaunch():

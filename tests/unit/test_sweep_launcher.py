@@ -54,6 +54,9 @@ class TrialLauncher:
         nodes = FakeNodes(attempt.state, lambda n: self.script(n, attempt))
         supervise(nodes, attempt, watch)
 
+    def close(self) -> None:
+        """Each attempt's nodes end with it."""
+
 
 def trial_of(attempt: Attempt) -> int:
     return int(attempt.tr.model_dir.rstrip("/").rsplit("-", 1)[1])

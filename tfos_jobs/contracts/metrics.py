@@ -137,7 +137,7 @@ def control_report(rejected: Mapping[str, int]) -> ControlReport:
 class Recovery(TypedDict):
     """A relaunch after a failed attempt, as metrics.json keeps it: how far the failed attempt
     got (as of the chief's last heartbeat), where the relaunch resumed (its last checkpoint),
-    and how long no step was trained."""
+    how long no step was trained, and which nodes kept their task (`cluster.driver.generations`)."""
 
     attempt: int  # the relaunch's number
     failed_at_steps: int  # steps done as of the failed attempt's last heartbeat (or its last checkpoint, if later)
@@ -145,6 +145,8 @@ class Recovery(TypedDict):
     trained_again: int  # steps the failed attempt did that the relaunch trained again (at least this many)
     seconds_without_steps: float  # the failed attempt's last heartbeat to the relaunch's first step
     resumed_time: float  # when the relaunch's first step finished (seconds since the epoch)
+    nodes_kept: list[str]  # nodes whose task went on into the relaunch: its Python worker, its inputs on disk
+    nodes_restarted: list[str]  # nodes started on a new task (a lost executor's; all of them for a new node job)
 
 
 class ModelSummary(TypedDict):

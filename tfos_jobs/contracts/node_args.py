@@ -18,7 +18,8 @@ from pyspark import cloudpickle
 
 from tfos_jobs.config import TrainConfig
 from tfos_jobs.config.loading import build
-from tfos_jobs.topology import parameter_servers
+from tfos_jobs.contracts.workspace import Workspace
+from tfos_jobs.topology import Strategy, parameter_servers
 
 MAX_NODE_SECONDS = 7 * 24 * 3600  # no TF node outlives this, whatever happens to the driver
 
@@ -61,9 +62,13 @@ class Launch:
     """How the node job starts: which node each partition is, where its control server is,
     the files Spark hands each node (`cluster.driver.node_inputs.plan`), and where it keeps them.
     Under the `local` strategy the job is one node that trains alone, with no TF cluster (a
-    sweep's single-process trial)."""
+    sweep's single-process trial).
 
-    run_id: str
+    Under multi_worker_mirrored the node job outlives a failed attempt (`rejoins`): its tasks keep
+    their inputs on disk and run each later attempt's TF nodes (a new `run_id`, the same `job_id`),
+    and a lost node's task, run again by Spark on another executor, joins the next attempt."""
+
+    run_id: str  # the attempt's: every message its nodes send names it (control_channel.SENDER_RUN)
     strategy: str
     nodes: int
     num_ps: int
@@ -74,6 +79,21 @@ class Launch:
     inputs: list[dict[str, str]]  # per partition: input file key -> its place in the workspace
     args: NodeArgs
     pruning: bool = False  # a lone node asks the driver after each epoch whether to go on (a sweep's pruner)
+    job_id: str = ""  # the node job's: its first attempt's run id, which names the nodes' workspaces
+
+    @property
+    def rejoins(self) -> bool:
+        """Whether the node job runs the next attempt after a failed one (every TF node is
+        started again in place); otherwise a failed attempt ends the job and the next one is a
+        new job. A parameter-server run goes on without a lost worker instead (`supervise`)."""
+        return self.strategy == Strategy.MULTI_WORKER_MIRRORED
+
+    def workspace(self, node: str) -> Workspace:
+        """Where `node` (a node's name, with its task's attempt when Spark ran it again) keeps its files."""
+        return Workspace.of(self.local_dir, self.job_id or self.run_id, node)
+
+    def next_attempt(self, run_id: str) -> "Launch":
+        return dataclasses.replace(self, run_id=run_id, job_id=self.job_id or self.run_id)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)

@@ -32,7 +32,7 @@ def local_copy(storage: Storage, path: str, workdir: str, name: str) -> str | No
 def summary_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The final figures of a training's metrics.json: eval_<metric>, test_<metric> (a held-out
     split), seconds, epochs, attempts, and what its relaunches cost (steps trained again,
-    seconds without a step)."""
+    seconds without a step, nodes started on a new task)."""
     out = {f"{split}_{k}": v for split in (Split.EVAL.value, Split.TEST.value)
            for k, v in (metrics.get(split) or {}).items() if isinstance(v, (int, float))}
     out.update({"train_seconds": metrics.get("seconds", 0.0), "epochs": metrics.get("epochs", 0),
@@ -41,6 +41,7 @@ def summary_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     if recoveries:
         out["steps_trained_again"] = sum(r["trained_again"] for r in recoveries)
         out["seconds_without_steps"] = sum(r["seconds_without_steps"] for r in recoveries)
+        out["nodes_restarted"] = sum(len(r.get("nodes_restarted", [])) for r in recoveries)
     threshold = (metrics.get("anomaly") or {}).get("threshold")
     if isinstance(threshold, (int, float)):
         out["anomaly_threshold"] = threshold

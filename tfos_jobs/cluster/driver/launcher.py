@@ -59,11 +59,21 @@ class Launcher(Protocol):
         """Train one attempt; return when the chief has finished. Raises `TrainingError`
         (retriable or not) on failure, after every node of the attempt has stopped."""
 
+    def close(self) -> None:
+        """After the last attempt: end what the attempts left running for the next one."""
+
 
 def run_attempts(launcher: Launcher, *, max_attempts: int, attempt: Callable[[int], Attempt],
                  watch: Watch) -> Attempt:
     """Up to `max_attempts` launches, a fresh `attempt(number)` each (a new run id and state); returns
     the attempt that finished. A failure a relaunch cannot fix, or the last one, is raised."""
+    try:
+        return _attempts(launcher, max_attempts, attempt, watch)
+    finally:
+        launcher.close()
+
+
+def _attempts(launcher: Launcher, max_attempts: int, attempt: Callable[[int], Attempt], watch: Watch) -> Attempt:
     stepped: Attempt | None = None  # the last failed attempt that trained, until a relaunch trains
     for number in range(1, max_attempts + 1):
         current = attempt(number)
@@ -98,12 +108,17 @@ def recovery(failed: Attempt, relaunch: Attempt) -> Recovery:
     assert first is not None  # the relaunch trained
     at, resumed = first
     reached = max(failed.state.steps(), resumed)
+    kept, restarted = relaunch.state.tasks()
     return Recovery(attempt=relaunch.number, failed_at_steps=reached, resumed_at_steps=resumed,
                     trained_again=reached - resumed,
-                    seconds_without_steps=round(at - failed.state.last_beat(), 1), resumed_time=at)
+                    seconds_without_steps=round(at - failed.state.last_beat(), 1), resumed_time=at,
+                    nodes_kept=kept, nodes_restarted=restarted)
 
 
 def describe(r: Recovery) -> str:
     return (f"attempt {r['attempt']} resumed at step {r['resumed_at_steps']:,} of the {r['failed_at_steps']:,} done "
             f"before the failure ({r['trained_again']:,} trained again); no step was trained for "
-            f"{r['seconds_without_steps']:.1f} s")
+            f"{r['seconds_without_steps']:.1f} s" + (
+                f"; {', '.join(r['nodes_kept'])} kept {'their tasks' if len(r['nodes_kept']) > 1 else 'its task'} "
+                f"and inputs, {', '.join(r['nodes_restarted']) or 'no node'} started on a new task"
+                if r["nodes_kept"] else ""))

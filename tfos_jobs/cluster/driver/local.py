@@ -34,6 +34,9 @@ class LocalLauncher:
     def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
         """Any setting runs in this process."""
 
+    def close(self) -> None:
+        """Each attempt ends everything it started."""
+
     def run(self, attempt: Attempt, watch: Watch) -> None:
         from tfos_jobs.cluster.node import training
         from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink

@@ -9,19 +9,22 @@ TensorFlowOnSpark's node runtime forms the TF cluster there, through the run's c
     `reservation_timeout` seconds if the cluster is too small;
   * the nodes report to the control server: this process's own where executors can reach it
     (a classic session), or the driver's relay to it (a Spark Connect client, `relay`);
-  * the job carries a tag, by which it is cancelled when the attempt fails, and by which the
-    driver tells which of its tasks failed (a node that could not report still has the error
-    Spark recorded for its task);
+  * the job carries a tag, by which it is cancelled when the attempt fails (under
+    multi_worker_mirrored, when the run ends: a failed attempt's job runs the next one,
+    `cluster.driver.generations`), and by which the driver tells which of its tasks failed (a
+    node that could not report still has the error Spark recorded for its task);
   * the chief (or, on failure, the driver) ends the run, on which parameter servers and PS
     workers return, so no task outlives the run.
 
-The job is not a barrier stage: a barrier stage relaunches every task when one fails, and a
-parameter-server run goes on when a worker's executor is lost (`supervise.LostWorkers`); the
-nodes meet through the control channel instead (TFoS's reservations), which also says which
-nodes have started.
+The job is not a barrier stage: a barrier stage relaunches every task when one fails, where
+here Spark runs only the lost node's task again (it joins the next attempt, the others' tasks
+stay), and a parameter-server run goes on when a worker's executor is lost
+(`supervise.LostWorkers`); the nodes meet through the control channel instead (TFoS's
+reservations), which also says which nodes have started.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import threading
@@ -33,6 +36,7 @@ from tfos_jobs import driver_calls, sessions
 from tfos_jobs.cluster.driver import node_inputs
 from tfos_jobs.cluster.driver.control_server import ControlServer, Endpoint, control_address
 from tfos_jobs.cluster.driver.failure_policy import task_traceback
+from tfos_jobs.cluster.driver.generations import Generations
 from tfos_jobs.cluster.driver.launcher import Attempt, Watch
 from tfos_jobs.cluster.driver.relay import RelayedControlServer
 from tfos_jobs.cluster.driver.run_state import LAUNCHED, RunState
@@ -48,11 +52,13 @@ IN_DRIVER = re.compile(r"local(\[[^\]]*\])?")  # masters whose tasks run in the 
 
 class ClusterLauncher:
     """One attempt = one tagged Spark job of one task per TF node (one node under `local`: a
-    sweep's single-process trial). `pruning`: a lone node asks the attempt's state after each
-    epoch whether to go on (`RunState.judge`)."""
+    sweep's single-process trial); under multi_worker_mirrored a failed attempt's job is kept
+    for the next one (`cluster.driver.generations`) until `close`. `pruning`: a lone node asks
+    the attempt's state after each epoch whether to go on (`RunState.judge`)."""
 
     def __init__(self, spark: Any, *, pruning: bool = False):
         self.spark, self.pruning = spark, pruning
+        self._live: _LiveJob | None = None
 
     def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
         """Before the run: settings that cannot work on this cluster fail here, naming them."""
@@ -70,41 +76,104 @@ class ClusterLauncher:
             log(f"warning: {advice}")
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
+        live = self._live
+        if live is not None and live.job.running():
+            live.begin(attempt)
+        else:
+            self.close()
+            live = self._live = self._start(attempt, watch)
+        state = attempt.state
+
+        def keep(e: BaseException) -> bool:
+            """A failed attempt whose nodes all started leaves its job to the next one."""
+            return (isinstance(e, TrainingError) and e.retriable and live.launch.rejoins and state.reserved()
+                    and live.job.running())
+
+        try:
+            supervise(live.job, attempt, watch, keep=keep)
+        except BaseException as e:
+            if not keep(e):
+                self.close()
+            raise
+        self.close()
+
+    def close(self) -> None:
+        """End the node job an attempt left running, and the control channel with it."""
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()
+
+    def _start(self, attempt: Attempt, watch: Watch) -> "_LiveJob":
         spark, tr, state = self.spark, attempt.tr, attempt.state
         nodes = tr.nodes()
         if tr.strategy != Strategy.LOCAL:
             _wait_for_executors(spark, nodes, tr)
         state.mark(LAUNCHED)
         secret = cc.new_secret()  # this run's; reaches the nodes only inside the task's function
-        endpoint = self._endpoint(secret, state, tr, watch)
+        node_roles = roles(tr.strategy, nodes, attempt.args.num_ps)
+        names = [node_name(role, index) for role, index in node_roles]
+        plans = node_inputs.plan(attempt.meta, node_roles, tr.strategy, tr.score_test)
+        relayed = sessions.is_connect(spark)
+        generations: Generations | None = None
+
+        def handle(kind: str, message: dict[str, Any]) -> Any:
+            assert generations is not None  # set before the nodes start
+            return generations.handle(kind, message)
+
+        endpoint = self._endpoint(secret, handle, tr, watch)
         address = endpoint.start()
         try:
-            node_roles = roles(tr.strategy, nodes, attempt.args.num_ps)
-            plans = node_inputs.plan(attempt.meta, node_roles, tr.strategy, tr.score_test)
             launch = Launch(run_id=state.id, strategy=tr.strategy, nodes=nodes, num_ps=attempt.args.num_ps,
-                            server=address, relayed=isinstance(endpoint, RelayedControlServer),
-                            tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir, inputs=plans,
-                            args=attempt.args, pruning=self.pruning)
-            job = NodeTasks(spark, f"tfos-train-{state.id}", [node_name(role, index) for role, index in node_roles])
+                            server=address, relayed=relayed, tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir,
+                            inputs=plans, args=attempt.args, pruning=self.pruning, job_id=state.id)
+            generations = Generations(launch, state, names)
+            job = NodeTasks(spark, f"tfos-train-{state.id}", names)
             job.start(lambda: _node_job(spark, attempt, plans, launch, secret),
                       f"tfos train: {nodes} TF node{'s' if nodes > 1 else ''}")
-            supervise(job, attempt, watch)
-        finally:
+        except BaseException:
             endpoint.stop()
-            if endpoint.rejected:
-                watch.log(f"control channel: rejected {sum(endpoint.rejected.values())} message(s) from "
-                          f"{', '.join(sorted(endpoint.rejected))} during this run")
-            watch.rejected.update(endpoint.rejected)
+            raise
+        return _LiveJob(job, endpoint, generations, watch)
 
-    def _endpoint(self, secret: bytes, state: RunState, tr: TrainConfig, watch: Watch) -> Endpoint:
+    def _endpoint(self, secret: bytes, handle: Callable[[str, dict[str, Any]], Any], tr: TrainConfig,
+                  watch: Watch) -> Endpoint:
         """This process's own server where the executors reach it; a Connect client's through the relay."""
         if sessions.is_connect(self.spark):
-            return RelayedControlServer(self.spark, secret, state.handle, ports=parse_ports(tr.control_ports),
-                                        log=watch.log)
+            return RelayedControlServer(self.spark, secret, handle, ports=parse_ports(tr.control_ports), log=watch.log)
         conf = self.spark.sparkContext.getConf()
         bind, advertise = control_address(conf, tr.control_bind)
-        return ControlServer(secret, state.handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
+        return ControlServer(secret, handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
                              log=watch.log)
+
+
+class _LiveJob:
+    """A node job and its control channel, across the attempts it runs."""
+
+    def __init__(self, job: "NodeTasks", endpoint: Endpoint, generations: Generations, watch: Watch):
+        self.job, self.endpoint, self.generations, self.watch = job, endpoint, generations, watch
+        job.before_cancel = generations.end  # its tasks end on their own, at once
+
+    @property
+    def launch(self) -> Launch:
+        return self.generations.launch
+
+    def begin(self, attempt: Attempt) -> None:
+        """The next attempt on the same tasks: failures count from here."""
+        attempt.state.mark(LAUNCHED)
+        self.job.count_from_here()
+        launch = dataclasses.replace(self.launch.next_attempt(attempt.state.id), args=attempt.args)
+        self.generations.begin(launch, attempt.state)
+
+    def close(self) -> None:
+        self.generations.end()
+        if self.job.running():
+            self.job.cancel()
+        self.endpoint.stop()
+        rejected = self.endpoint.rejected
+        if rejected:
+            self.watch.log(f"control channel: rejected {sum(rejected.values())} message(s) from "
+                           f"{', '.join(sorted(rejected))} during this run")
+        self.watch.rejected.update(rejected)
 
 
 def node_function(launch: Launch, secret: bytes) -> Callable[[Any], Any]:
@@ -122,12 +191,15 @@ def _node_job(spark: Any, attempt: Attempt, plans: list[dict[str, str]], launch:
 
 
 class NodeTasks:
-    """The nodes' Spark job, collected on a driver thread under its tag; `supervise` watches it."""
+    """The nodes' Spark job, collected on a driver thread under its tag; `supervise` watches it.
+    Its task failures count from the start of the attempt it runs (`count_from_here`)."""
 
     def __init__(self, spark: Any, tag: str, node_names: list[str]):
         self.spark, self.tag, self.node_names = spark, tag, node_names
         self.outcome: dict[str, Any] = {}
         self.thread = threading.Thread(target=lambda: None)
+        self._before: dict[str, Any] = {"failed_tasks": 0, "errors": {}}
+        self.before_cancel: Callable[[], None] = lambda: None  # tells tasks waiting for an attempt that none comes
 
     def start(self, make_job: Callable[[], Any], description: str) -> None:
         def collect() -> None:
@@ -157,17 +229,22 @@ class NodeTasks:
         except Exception:  # the session is closing: nothing more to learn
             return {"failed_tasks": 0, "errors": {}}
 
+    def count_from_here(self) -> None:
+        self._before = self._failures()
+
     def failed_tasks(self) -> int:
-        return int(self._failures()["failed_tasks"])
+        return int(self._failures()["failed_tasks"]) - int(self._before["failed_tasks"])
 
     def record_task_errors(self, state: RunState) -> None:
         """A node that could not report its own failure (it could not reach or was refused by the
         control server, or its executor died) still has the error Spark recorded for its task."""
+        before = self._before["errors"]
         for partition, message in self._failures()["errors"].items():
-            if int(partition) < len(self.node_names):
+            if int(partition) < len(self.node_names) and before.get(partition) != message:
                 state.task_failed(self.node_names[int(partition)], task_traceback(str(message)))
 
     def cancel(self) -> None:
+        self.before_cancel()
         try:
             sessions.interrupt(self.spark, self.tag)
         except Exception:  # a session that is gone has nothing running

@@ -57,6 +57,7 @@ class RunState:
         self._records: dict[str, NodeRecord] = {}
         self._errors: dict[str, str] = {}
         self._lost: list[str] = []
+        self._joined: dict[str, bool] = {}  # node -> its task ran an earlier attempt (cluster.driver.generations)
         self._result: ChiefResult | None = None
         self._done: str | None = None
         self._stopped = False  # the driver ended the run: its nodes' reports are refused
@@ -199,6 +200,18 @@ class RunState:
             self._errors[node] = text
         if self.keep is not None:
             self.keep(cc.FAILED, node, text)
+
+    def joined(self, node: str, kept: bool) -> None:
+        """`node`'s task took this attempt after an earlier one (`kept`), or as a new task."""
+        with self._lock:
+            self._joined[node] = kept
+
+    def tasks(self) -> tuple[list[str], list[str]]:
+        """(nodes whose task ran an earlier attempt before this one, nodes on a new task: those
+        that joined as one, and those that started without joining, in a new node job)."""
+        with self._lock:
+            kept = {n for n, k in self._joined.items() if k}
+            return sorted(kept), sorted((set(self._joined) | set(self._records)) - kept)
 
     def lost(self) -> list[str]:
         with self._lock:

@@ -3,8 +3,8 @@
 The supervisor reads what the nodes report (`RunState`) and what their runner knows of them
 (`NodeJob`: Spark tasks for a TF cluster, threads in a test), and ends the attempt:
   * when the nodes do not all start within `train.reservation_timeout`;
-  * at once when any node fails (a retried TF node could never rejoin its cluster), with the
-    node's own traceback;
+  * at once when any node fails, with the node's own traceback (a retried TF node joins the
+    next attempt, not this one);
   * when no step finishes for `train.step_timeout` (a hang: retriable);
   * on `stop` (a sweep's pruner or time budget).
 A parameter-server worker lost with its executor is tolerated while others remain.
@@ -47,8 +47,11 @@ class NodeJob(Protocol):
         """Stop every node still running, and wait for them (boundedly)."""
 
 
-def supervise(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
-    """Returns when the nodes ended well; otherwise raises `TrainingError` after cancelling them."""
+def supervise(job: NodeJob, attempt: Attempt, watch: Watch,
+              keep: Callable[[BaseException], bool] | None = None) -> None:
+    """Returns when the nodes ended well; otherwise ends the attempt (its nodes hear so) and
+    raises `TrainingError`, after cancelling the node job unless `keep(error)` says the next
+    attempt runs on it (`cluster.driver.generations`)."""
     tr, state = attempt.tr, attempt.state
     try:
         _await_reservations(job, attempt, watch)
@@ -75,9 +78,10 @@ def supervise(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
         lost.report()  # a lost worker's retry may report it just before the run ends
         if job.error() is not None or state.errors():  # nodes that reported their error end their tasks well
             raise _failure(job, attempt)
-    except BaseException:
+    except BaseException as e:
         state.mark_done(control_channel.RUN_FAILED)  # serving nodes hear the run ended
-        job.cancel()
+        if keep is None or not keep(e):
+            job.cancel()
         raise
 
 

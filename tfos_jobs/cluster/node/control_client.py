@@ -27,11 +27,14 @@ POLL_SECONDS = 0.2
 class ControlClient:
     """One authenticated connection to the driver's control server, opened again once when
     the server closed it (it closes connections idle for a while). `relayed`: the address is
-    the driver's relay to a Spark Connect client's server (`control_channel.RELAY`)."""
+    the driver's relay to a Spark Connect client's server (`control_channel.RELAY`). `run`: the
+    attempt every message speaks for (control_channel.SENDER_RUN; "" for none: a node's task
+    between attempts)."""
 
-    def __init__(self, server_addr: Any, secret: bytes, *, relayed: bool = False):
+    def __init__(self, server_addr: Any, secret: bytes, *, relayed: bool = False, run: str = ""):
         host, port = server_addr
         self.address, self.secret, self.relayed = (host, int(port)), secret, relayed
+        self.run = run
         self.server = f"{host}:{port}" + (" (the driver's relay)" if relayed else "")
         self._lock = threading.Lock()  # callbacks and the node's own thread share the connection
         self.sock: socket.socket | None = None
@@ -75,7 +78,7 @@ class ControlClient:
                 return self._exchange(kind, data)
 
     def _exchange(self, kind: str, data: dict[str, Any] | None) -> Any:
-        message = {"type": kind, **(data or {})}
+        message = {"type": kind, **(data or {}), **({cc.SENDER_RUN: self.run} if self.run else {})}
         try:
             self._socket().sendall(cc.seal(self.secret, self.nonce, b"c", self.seq, message))
         except OSError as e:
@@ -141,6 +144,17 @@ class DriverLink:
     def status(self) -> str | None:
         return self._send(cc.STATUS)
 
+    def status_of(self, run_id: str) -> str | None:
+        """Attempt `run_id`'s end status (RUN_FAILED once a later one has begun); None while it runs."""
+        return self._send(cc.STATUS, **{cc.SENDER_RUN: run_id})
+
+    def next_attempt(self, after: str) -> dict[str, Any]:
+        """What a rejoining node's task runs after attempt `after` ("" for none): control_channel.NEXT."""
+        reply = self._send(cc.NEXT, after=after)
+        if not isinstance(reply, dict):
+            raise cc.ControlError(f"the driver answered {cc.NEXT!r} with {reply!r}")
+        return reply
+
     def should_prune(self, epoch: int, metrics: Mapping[str, float]) -> bool:
         """A lone node's epoch and its metrics to the driver, where a sweep's pruner decides."""
         return bool(self._send(cc.SHOULD_PRUNE, epoch=epoch, metrics=metrics))
@@ -184,9 +198,10 @@ class ReservationClient(ControlClient):
 
     secret: bytes = b""  # set per node run by `authenticated`
     relay: bool = False
+    run_id: str = ""
 
     def __init__(self, server_addr: Any):
-        super().__init__(server_addr, self.secret, relayed=self.relay)
+        super().__init__(server_addr, self.secret, relayed=self.relay, run=self.run_id)
 
     def register(self, reservation: dict[str, Any]) -> str:
         self.request(cc.REGISTER, {"data": {k: reservation[k] for k in cc.NODE_FIELDS}})
@@ -205,15 +220,15 @@ class ReservationClient(ControlClient):
 
 
 @contextlib.contextmanager
-def authenticated(secret: bytes, relayed: bool = False) -> Iterator[None]:
+def authenticated(secret: bytes, relayed: bool = False, run: str = "") -> Iterator[None]:
     """Within this block, TensorFlowOnSpark's node runtime reserves through the authenticated
-    client with `secret`, and does not log the reservation (it holds the node manager's
+    client with `secret`, for attempt `run`, and does not log the reservation (it holds the node manager's
     authkey). Each TF node has a process of its own, so nothing else is affected."""
     import logging
 
     from tensorflowonspark import TFSparkNode, reservation
 
-    client = type("RunClient", (ReservationClient,), {"secret": secret, "relay": relayed})
+    client = type("RunClient", (ReservationClient,), {"secret": secret, "relay": relayed, "run_id": run})
     node_log = logging.getLogger(TFSparkNode.__name__)
     saved, level = reservation.Client, node_log.level
     reservation.Client = client

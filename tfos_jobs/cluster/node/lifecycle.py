@@ -27,16 +27,18 @@ def wait_until_done(link: DriverLink, max_seconds: float) -> str:
     return TIMEOUT
 
 
-def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace) -> None:
+def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace | None = None) -> None:
     """A detached process that kills `targets` and clears `workspace` if `watched_pid` dies first;
     it exits once the targets are gone and the workspace has been left.
 
     When Spark cancels a task it SIGKILLs the Python worker: the helper processes it forked
     (TFoS's manager server) would be orphaned and its files left on the executor's disk; the
-    reaper ends and removes them instead."""
+    reaper ends and removes them instead. The task's reaper clears the workspace; a node
+    process's reaper only ends its helpers (the task may run another node process in the same
+    workspace after it)."""
     subprocess.Popen(
-        [sys.executable, "-m", "tfos_jobs.cluster.node.reaper", str(watched_pid), workspace.root, workspace.node,
-         *map(str, targets)],
+        [sys.executable, "-m", "tfos_jobs.cluster.node.reaper", str(watched_pid),
+         workspace.root if workspace else "", workspace.node if workspace else "", *map(str, targets)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True,
     )

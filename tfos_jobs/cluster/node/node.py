@@ -75,7 +75,7 @@ def run_in_cluster(launch: Launch, node: Node, secret: bytes) -> None:
         "default_fs": "file://", "working_dir": ".", "server_addr": launch.server, "release_port": True,
     }
     node_fn = TFSparkNode.run(main_fun, launch.args.to_dict(), cluster_meta, False, None, ["error"], False)
-    with running(node), authenticated(secret, launch.relayed):
+    with running(node), authenticated(secret, launch.relayed, launch.run_id):
         node_fn(iter([node.partition]))
 
 
@@ -95,7 +95,7 @@ def main_fun(node_args: Mapping[str, object], ctx) -> None:
     tensorflow()  # the devices, now that CUDA_VISIBLE_DEVICES is settled
     manager_pid = _manager_pid()
     if manager_pid:
-        lifecycle.start_reaper(os.getpid(), [manager_pid], node.workspace)
+        lifecycle.start_reaper(os.getpid(), [manager_pid])
     node.link.started(node.record(role=role, index=index, executor_id=ctx.executor_id, manager_pid=manager_pid,
                                   cluster=cluster, threads=threads))
     status = cc.RUN_FAILED

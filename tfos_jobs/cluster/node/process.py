@@ -1,7 +1,7 @@
 """A TF node's own process, started by its Spark task (`cluster.node.task`) on the executor:
 `python -m tfos_jobs.cluster.node.process`, with what it needs as JSON on its standard input
-(the launch, its partition, the run's secret, and its task's context: `TaskContext.get()` answers
-in this process as in the task). The task starts it before the node's inputs arrive, and writes
+(the launch, its partition, the run's secret, its workspace's node directory, and its task's
+context: `TaskContext.get()` answers in this process as in the task). The task starts it before the node's inputs arrive, and writes
 the spec once they are all on disk.
 
 It connects to the control server (directly, or through the driver's relay), fetches the resume
@@ -38,12 +38,12 @@ def main() -> int:
     role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
     name = node_name(role, index)
     try:
-        client = ControlClient(launch.server, secret, relayed=launch.relayed)
+        client = ControlClient(launch.server, secret, relayed=launch.relayed, run=launch.run_id)
     except cc.ControlError:
         traceback.print_exc()
         return EXIT_UNREPORTED
     link = DriverLink(client, {cc.SENDER_NODE: name})
-    workspace = Workspace.of(launch.local_dir, launch.run_id, name)
+    workspace = launch.workspace(spec["workspace"])
     try:
         run(launch, partition, link, workspace, spec)
         return EXIT_OK

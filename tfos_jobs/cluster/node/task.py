@@ -9,10 +9,15 @@ in classic sessions and Connect sessions alike; its memory goes back to the exec
 ends. The child dies with the task (the kernel kills it when the task's process dies), and the
 workspace is removed when the task ends or is killed (`lifecycle.start_reaper`).
 
-A TF node's task runs again only when its executor was lost. A TF cluster cannot take a node at
-a new address: the retry of a parameter-server worker reports the worker lost and returns (the
-chief goes on with the other workers); any other retry fails the attempt. A lone node (the
-`local` strategy) is simply run again: it resumes from its last published backup.
+A TF node's task runs again only when its executor was lost. Under multi_worker_mirrored
+(`Launch.rejoins`) the task is the node's agent for the whole node job: when an attempt fails
+(the driver says so when asked, `control_channel.STATUS`), it kills its node's process and runs
+the next attempt's in a new one, from the inputs already on its disk; the task Spark runs again
+for a lost node receives its inputs anew and joins the next attempt (`control_channel.NEXT`).
+Otherwise a TF cluster cannot take a node at a new address: the retry of a parameter-server
+worker reports the worker lost and returns (the chief goes on with the other workers); any other
+retry fails the attempt. A lone node (the `local` strategy) is simply run again: it resumes from
+its last published backup.
 """
 from __future__ import annotations
 
@@ -25,9 +30,11 @@ import signal
 import socket
 import subprocess
 import sys
+import shutil
 import threading
+import time
 import traceback
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from pyarrow import ArrowException
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -35,6 +42,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from tfos_jobs import control_channel as cc
 from tfos_jobs import python_daemon
 from tfos_jobs.cluster.node import lifecycle, local_disk
+from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
 from tfos_jobs.contracts.node_args import Launch
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.topology import Role, Strategy, node_name, roles
@@ -47,6 +55,7 @@ PROCESS_MODULE = "tfos_jobs.cluster.node.process"
 EXIT_REPORTED = 1  # the node failed and told the driver why
 PR_SET_PDEATHSIG = 1
 STDERR_LINES = 200  # of the node's stderr, kept for a failure it could not report
+AGENT_POLL = 0.5  # seconds between a rejoining task's questions to the driver
 
 
 def run_node(launch: Launch, secret: bytes, batches: Iterator[Any]) -> Iterator[Any]:
@@ -69,9 +78,11 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
     """The node's exit code (EXIT_REPORTED: it told the driver why it failed) and bytes received."""
     from tfos_jobs.cluster.node import inputs
 
-    if task is not None and task.attemptNumber() > 0 and launch.strategy != Strategy.LOCAL:
+    retry = task.attemptNumber() if task is not None else 0
+    if retry and launch.strategy != Strategy.LOCAL and not launch.rejoins:
         return _retried(launch, secret, name), 0
-    workspace = Workspace.of(launch.local_dir, launch.run_id, name)
+    # A retry's own directory: the lost task's reaper may still be clearing the one it left.
+    workspace = launch.workspace(f"{name}.{retry}" if retry and launch.rejoins else name)
     workspace.enter()
     lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
     process = _NodeProcess(workspace)  # imports TensorFlow while the inputs arrive
@@ -83,22 +94,69 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
         except Exception as e:
             _report(launch, secret, name, local_disk.explained(e, traceback.format_exc(), launch.local_dir))
             return EXIT_REPORTED, 0
-        code, said = process.run({"launch": launch.to_json(), "partition": partition, "secret": secret.hex(),
-                                  "task": _context(task, partition)})
-        if code not in (0, EXIT_REPORTED):
-            _report(launch, secret, name, last_traceback(said) or _crashed(code))
-        return code, received
+        if not launch.rejoins:
+            return _run(process, launch, secret, partition, name, task, workspace), received
+        with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
+            agent = _Agent(DriverLink(client, {cc.SENDER_NODE: name}))
+            current: Launch | None = None if retry else launch  # a retry joins the next attempt
+            code, fresh = 0, True  # fresh: `process` has not run a node yet
+            while True:
+                while current is None:
+                    over, current = agent.ask()
+                    if over:  # the usual end: the attempt finished
+                        return code, received
+                    if not fresh and code != 0:  # a failed attempt: the next one comes
+                        process, fresh = _fresh_process(workspace), True
+                    if current is None:
+                        time.sleep(AGENT_POLL)
+                if not fresh:
+                    process = _fresh_process(workspace)
+                code = _run(process, current, secret, partition, name, task, workspace, agent.failed)
+                agent.ran, current, fresh = current.run_id, None, False
     finally:
         process.kill()
         workspace.leave()
 
 
+def _run(process: _NodeProcess, launch: Launch, secret: bytes, partition: int, name: str, task: Any,
+         workspace: Workspace, failed: Callable[[str], bool] | None = None) -> int:
+    """One attempt's node in `process`; `failed(run id)` says when the driver ended the attempt
+    (the process is then killed: it may be stuck in a collective with a peer that is gone)."""
+    spec = {"launch": launch.to_json(), "partition": partition, "secret": secret.hex(), "workspace": workspace.node,
+            "task": _context(task, partition)}
+    code, said, ended = process.run(spec, (lambda: failed(launch.run_id)) if failed else None)
+    if code not in (0, EXIT_REPORTED) and not ended:
+        _report(launch, secret, name, last_traceback(said) or _crashed(code))
+    return code
+
+
+class _Agent:
+    """A rejoining node's task between attempts: asks the driver what comes next."""
+
+    def __init__(self, link: DriverLink):
+        self.link, self.ran = link, ""
+
+    def ask(self) -> tuple[bool, Launch | None]:
+        """(the node job is over, the next attempt's launch if the driver has started one)."""
+        reply = self.link.next_attempt(self.ran)
+        return bool(reply.get("end")), Launch.from_json(reply["launch"]) if reply.get("launch") else None
+
+    def failed(self, run_id: str) -> bool:
+        return self.link.status_of(run_id) == cc.RUN_FAILED
+
+
+def _fresh_process(workspace: Workspace) -> _NodeProcess:
+    """A new node process (it imports TensorFlow while the driver starts the next attempt), in
+    a node directory cleared of the last attempt's files: its resume state comes from the driver
+    again, its logs and export were published or are lost with it. The inputs stay."""
+    shutil.rmtree(workspace.own, ignore_errors=True)
+    return _NodeProcess(workspace)
+
+
 def _retried(launch: Launch, secret: bytes, name: str) -> int:
     """A node's task run again (its executor was lost): a parameter-server worker reports itself
     lost, and the chief goes on without it; any other node fails the attempt."""
-    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
-
-    with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
+    with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed, run=launch.run_id)) as client:
         link = DriverLink(client, {cc.SENDER_NODE: name})
         if launch.strategy == Strategy.PARAMETER_SERVER and name.startswith(Role.WORKER.value):
             link.lost()
@@ -125,17 +183,26 @@ class _NodeProcess:
         self.relay = threading.Thread(target=_tee, args=(self.child.stderr, self.said), daemon=True)
         self.relay.start()
 
-    def run(self, spec: dict[str, Any]) -> tuple[int, list[str]]:
-        """Hand the node its spec and wait for it: its exit code and last stderr lines."""
+    def run(self, spec: dict[str, Any], ended: Callable[[], bool] | None = None) -> tuple[int, list[str], bool]:
+        """Hand the node its spec and wait for it: its exit code, last stderr lines, and whether
+        it was killed because `ended()` said its attempt is over (asked every AGENT_POLL s)."""
         assert self.child.stdin is not None
         try:
             with self.child.stdin:
                 self.child.stdin.write(json.dumps(spec).encode())
         except BrokenPipeError:  # it died before reading: its exit code and stderr say why
             pass
-        code = self.child.wait()
+        killed = False
+        while True:
+            try:
+                code = self.child.wait(AGENT_POLL if ended is not None else None)
+                break
+            except subprocess.TimeoutExpired:
+                if ended is not None and ended():
+                    self.kill()
+                    killed = True
         self.relay.join(10)
-        return code, list(self.said)
+        return code, list(self.said), killed
 
     def kill(self) -> None:
         if self.child.poll() is None:
@@ -189,10 +256,9 @@ class NodeFailed(Exception):
 
 def _report(launch: Launch, secret: bytes, name: str, text: str) -> None:
     """Tell the driver this node failed; if it cannot be told, the task fails (Spark records why)."""
-    from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
-
     try:
-        with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
+        with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed,
+                                              run=launch.run_id)) as client:
             DriverLink(client, {cc.SENDER_NODE: name}).failed(text)
     except Exception:
         raise NodeFailed(f"\n{text}") from None
