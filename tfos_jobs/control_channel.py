@@ -58,8 +58,9 @@ NODE_FIELDS = {"executor_id": int, "host": str, "job_name": str, "task_index": i
 SENDER_NODE = "node"
 SENDER_RUN = "run"
 # A node's task, between attempts (it asks again while the reply says wait): data: {"after": the run
-# id it ran last, "" for none}; reply data: {"launch": the next attempt's Launch (JSON), or None
-# while there is none yet, "end": true once the node job is over}
+# id it ran last, "" for none; "task_attempt": its Spark task's attempt number}; reply data:
+# {"launch": the next attempt's Launch (JSON), or None while there is none yet, "end": true once
+# the node job is over}
 NEXT = "next"
 STARTED = "started"  # data: {"record": what the node was given (role, executor, pid, GPUs, ...)}
 # The chief's first training step finished (the driver times it on arrival); data: {"resumed_at":

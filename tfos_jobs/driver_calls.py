@@ -35,7 +35,8 @@ FS_WRITE = "fs.write"  # chunks in order from offset 0; `last` closes the file
 # The cluster
 CLUSTER_INFO = "cluster.info"  # {"master", "app_id", "executors", "default_parallelism", "driver_host", "spark_version"}
 CLUSTER_CONF = "cluster.conf"  # a setting of the driver's SparkConf (`key`), or None
-JOB_FAILURES = "jobs.failures"  # jobs tagged `tag`: {"failed_tasks", "errors": {partition: message}}
+# jobs tagged `tag`: {"failed_tasks", "errors": {partition: message}, "attempts": [[partition, attempt, message]]}
+JOB_FAILURES = "jobs.failures"
 JOB_TASKS = "jobs.tasks"  # the tasks of the first stage of the jobs tagged `tag`
 UDF_CHECK = "udf.check"  # wrap the function `name` with the check of its arguments (`inputs`, JSON)
 # The control channel's relay (`cluster.driver.relay`)

@@ -2,7 +2,9 @@
 
 Each faulty run trains 2 multi_worker_mirrored workers for 3 long epochs; halfway through the
 second, the executor of one worker is killed (SIGKILL to its JVM). The driver relaunches the
-TF cluster, which resumes from its last checkpoint:
+TF cluster, which resumes from its last checkpoint: the chief's task stays, with its inputs,
+and starts its TF process again; the lost worker's task runs again on the free executor
+(`cluster.driver.generations`):
   * P18a: seconds from the kill to the relaunch's first finished step (goal 15 s);
   * P18b: steps the relaunch trained again (as of the chief's last heartbeat before the kill),
     with checkpoints every `train.checkpoint_steps` steps (goal: at most that many);
@@ -56,6 +58,9 @@ def recovery(bench: Bench) -> None:
             if killer.killed_at is None or not metrics["recoveries"]:
                 raise RuntimeError(f"P18 {name}: the executor of {KILLED} was not killed, or no relaunch trained")
             r = metrics["recoveries"][0]
+            if r["nodes_restarted"] != [KILLED]:
+                raise RuntimeError(f"P18 {name}: nodes started again on a new task: {r['nodes_restarted']}, "
+                                   f"not only the killed {KILLED}")
             return {"loss_to_step_seconds": r["resumed_time"] - killer.killed_at, "trained_again": r["trained_again"]}
         return once
 

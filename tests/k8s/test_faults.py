@@ -1,5 +1,6 @@
 """Faults and refusals on Kubernetes: an executor pod deleted mid-training (Kubernetes gives Spark a
-new pod; the run goes on from its last finished epoch and exports once), a driver pod that fails
+new pod, where the lost node's task runs again while the chief's stays; the run goes on from its
+last checkpoint and exports once), a driver pod that fails
 (its error, not spark-submit's 0), an image the node does not have, and GPU executors' pod specs
 (checked as Spark writes them: this machine has no GPU to schedule them on)."""
 from __future__ import annotations
@@ -55,6 +56,8 @@ def test_an_executor_pod_deleted_mid_training_costs_an_attempt_not_the_run(clust
     epochs = [e["epoch"] for e in metrics["history"]]
     assert metrics["attempts"] == 2 and metrics["epochs"] == 4
     assert sorted(set(epochs)) == [1, 2, 3, 4] and epochs.count(1) == 1  # resumed, not restarted
+    [recovery] = metrics["recoveries"]
+    assert (recovery["nodes_kept"], recovery["nodes_restarted"]) == (["chief-0"], ["worker-0"]), log[-3000:]
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert not (model_dir / "_run").exists() and not (model_dir / "backup").exists()
 

@@ -103,7 +103,7 @@ def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
     assert proc.returncode == 0, out[-3000:] + err[-5000:]
     assert "attempt 1 of 3 failed after " in out and "relaunching the TF cluster" in out
     m = json.loads((model_dir / "metrics.json").read_text())
-    assert m["attempts"] == 2
+    assert m["attempts"] == 2, out[-6000:]
     assert m["epochs"] == 4
     epochs = [e["epoch"] for e in m["history"]]
     assert sorted(set(epochs)) == [1, 2, 3, 4] and epochs[0] == 1  # resumed, not restarted

@@ -26,8 +26,9 @@ def state(run_id: str) -> RunState:
     return RunState(run_id, 2, progress=None, transfers=None)
 
 
-def next_for(job: Generations, node: str, after: str) -> dict:
-    return job.handle(cc.NEXT, {cc.SENDER_NODE: node, "after": after})
+def next_for(job: Generations, node: str, after: str, task_attempt: int | None = None) -> dict:
+    attempt = task_attempt if task_attempt is not None else (1 if not after else 0)  # a retry, or the first task
+    return job.handle(cc.NEXT, {cc.SENDER_NODE: node, "after": after, "task_attempt": attempt})
 
 
 def test_each_message_reaches_the_state_of_the_attempt_it_names():
@@ -63,6 +64,21 @@ def test_every_task_is_handed_each_later_attempt_once_and_hears_when_the_job_is_
     assert next_for(job, "worker-1", "run-2") == {"launch": None, "end": True}
     with pytest.raises(cc.ControlError, match="one of this job's nodes"):
         next_for(job, "worker-7", "")
+    with pytest.raises(cc.ControlError, match="attempt number"):
+        job.handle(cc.NEXT, {cc.SENDER_NODE: "chief-0", "after": ""})
+
+
+def test_a_failed_task_attempt_counts_against_the_attempt_it_ran_or_was_to_run():
+    first = state("run-1")
+    job = Generations(launch("run-1"), first, NODES)
+    assert job.counts(1, 0)  # worker-1's first task, in the first attempt
+    first.mark_done(cc.RUN_FAILED)
+    job.begin(launch("run-1").next_attempt("run-2"), state("run-2"))
+    assert not job.counts(1, 0)  # its loss, recorded by Spark after the driver moved on: the first attempt's
+    assert job.counts(1, 1)  # its retry, failed before it could join
+    next_for(job, "worker-1", "", task_attempt=1)
+    next_for(job, "chief-0", "run-1", task_attempt=0)
+    assert job.counts(1, 1) and job.counts(0, 0)  # both ran the second attempt
 
 
 def test_a_job_ended_by_the_driver_tells_its_waiting_tasks_so():

@@ -21,20 +21,32 @@ FINISHED = (cc.RUN_OK, cc.RUN_PRUNED)  # an attempt that ended so ends its node 
 
 
 class Generations:
-    """The current attempt of a node job, and which of its tasks were handed it. The first
-    attempt's launch is in every task's function, so every node has it already."""
+    """The current attempt of a node job, which of its tasks were handed it, and which Spark
+    task attempt ran each node in which of the job's attempts. The first attempt's launch is in
+    every task's function, so every node's first task attempt has it already."""
 
     def __init__(self, launch: Launch, state: RunState, nodes: list[str]):
         self._lock = threading.Lock()
         self.launch, self.state = launch, state
-        self._nodes = frozenset(nodes)
+        self._nodes = nodes
         self._handed: set[str] = set(nodes)
+        self._number = 1  # the job's attempts so far
+        self._ran: dict[tuple[int, int], int] = {(p, 0): 1 for p in range(len(nodes))}  # (partition, task attempt) -> last
         self._ended = False
 
     def begin(self, launch: Launch, state: RunState) -> None:
         """The next attempt: the tasks asking for one are handed `launch`."""
         with self._lock:
             self.launch, self.state, self._handed = launch, state, set()
+            self._number += 1
+
+    def counts(self, partition: int, task_attempt: int) -> bool:
+        """Whether Spark's record of this failed task attempt concerns the current attempt: a
+        task attempt that ran only earlier ones failed with them (Spark may record an executor's
+        loss after the driver has moved on); one that never joined failed before it could."""
+        with self._lock:
+            last = self._ran.get((partition, task_attempt))
+            return last is None or last == self._number
 
     def end(self) -> None:
         """No attempt follows: every task asking hears that the node job is over."""
@@ -56,15 +68,17 @@ class Generations:
         raise RunStopped(f"attempt {run} is over (the run goes on as attempt {state.id}): this node stops")
 
     def _next(self, message: dict[str, Any]) -> dict[str, Any]:
-        node, after = message.get(cc.SENDER_NODE), message.get("after")
-        if node not in self._nodes or not isinstance(after, str):
-            raise cc.ControlError(f"{cc.NEXT!r} needs one of this job's nodes and the run id it ran last")
+        node, after, task_attempt = message.get(cc.SENDER_NODE), message.get("after"), message.get("task_attempt")
+        if node not in self._nodes or not isinstance(after, str) or not isinstance(task_attempt, int):
+            raise cc.ControlError(f"{cc.NEXT!r} needs one of this job's nodes, the run id it ran last and its "
+                                  "task's attempt number")
         with self._lock:
             status = self.state.done()
             if self._ended or status in FINISHED:
                 return {"launch": None, "end": True}
             if status is None and node not in self._handed and after != self.state.id:
                 self._handed.add(node)
+                self._ran[(self._nodes.index(node), task_attempt)] = self._number
                 self.state.joined(node, kept=bool(after))
                 return {"launch": self.launch.to_json(), "end": False}
             return {"launch": None, "end": False}

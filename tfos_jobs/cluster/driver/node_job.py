@@ -152,6 +152,8 @@ class _LiveJob:
     def __init__(self, job: "NodeTasks", endpoint: Endpoint, generations: Generations, watch: Watch):
         self.job, self.endpoint, self.generations, self.watch = job, endpoint, generations, watch
         job.before_cancel = generations.end  # its tasks end on their own, at once
+        if generations.launch.rejoins:
+            job.counts = generations.counts
 
     @property
     def launch(self) -> Launch:
@@ -160,7 +162,6 @@ class _LiveJob:
     def begin(self, attempt: Attempt) -> None:
         """The next attempt on the same tasks: failures count from here."""
         attempt.state.mark(LAUNCHED)
-        self.job.count_from_here()
         launch = dataclasses.replace(self.launch.next_attempt(attempt.state.id), args=attempt.args)
         self.generations.begin(launch, attempt.state)
 
@@ -192,14 +193,16 @@ def _node_job(spark: Any, attempt: Attempt, plans: list[dict[str, str]], launch:
 
 class NodeTasks:
     """The nodes' Spark job, collected on a driver thread under its tag; `supervise` watches it.
-    Its task failures count from the start of the attempt it runs (`count_from_here`)."""
+    Its failed task attempts count where `counts` says they concern the attempt it runs."""
 
     def __init__(self, spark: Any, tag: str, node_names: list[str]):
         self.spark, self.tag, self.node_names = spark, tag, node_names
         self.outcome: dict[str, Any] = {}
         self.thread = threading.Thread(target=lambda: None)
-        self._before: dict[str, Any] = {"failed_tasks": 0, "errors": {}}
         self.before_cancel: Callable[[], None] = lambda: None  # tells tasks waiting for an attempt that none comes
+        # (partition, task attempt) -> whether that failed task attempt concerns the current attempt
+        # (None: every one does, the job runs one attempt)
+        self.counts: Callable[[int, int], bool] | None = None
 
     def start(self, make_job: Callable[[], Any], description: str) -> None:
         def collect() -> None:
@@ -227,21 +230,25 @@ class NodeTasks:
         try:
             return driver_calls.call(self.spark, driver_calls.JOB_FAILURES, tag=self.tag)
         except Exception:  # the session is closing: nothing more to learn
-            return {"failed_tasks": 0, "errors": {}}
+            return {"failed_tasks": 0, "errors": {}, "attempts": []}
 
-    def count_from_here(self) -> None:
-        self._before = self._failures()
+    def _failed(self, failures: dict[str, Any]) -> list[tuple[int, str]]:
+        """(partition, error) of each failed task attempt that concerns the current attempt."""
+        counts = self.counts
+        if counts is None:
+            return [(int(p), str(message)) for p, message in failures["errors"].items()]
+        return [(int(p), str(message)) for p, attempt, message in failures["attempts"] if counts(int(p), int(attempt))]
 
     def failed_tasks(self) -> int:
-        return int(self._failures()["failed_tasks"]) - int(self._before["failed_tasks"])
+        failures = self._failures()
+        return int(failures["failed_tasks"]) if self.counts is None else len(self._failed(failures))
 
     def record_task_errors(self, state: RunState) -> None:
         """A node that could not report its own failure (it could not reach or was refused by the
         control server, or its executor died) still has the error Spark recorded for its task."""
-        before = self._before["errors"]
-        for partition, message in self._failures()["errors"].items():
-            if int(partition) < len(self.node_names) and before.get(partition) != message:
-                state.task_failed(self.node_names[int(partition)], task_traceback(str(message)))
+        for partition, message in self._failed(self._failures()):
+            if partition < len(self.node_names):
+                state.task_failed(self.node_names[partition], task_traceback(message))
 
     def cancel(self) -> None:
         self.before_cancel()

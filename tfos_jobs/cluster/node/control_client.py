@@ -148,9 +148,10 @@ class DriverLink:
         """Attempt `run_id`'s end status (RUN_FAILED once a later one has begun); None while it runs."""
         return self._send(cc.STATUS, **{cc.SENDER_RUN: run_id})
 
-    def next_attempt(self, after: str) -> dict[str, Any]:
-        """What a rejoining node's task runs after attempt `after` ("" for none): control_channel.NEXT."""
-        reply = self._send(cc.NEXT, after=after)
+    def next_attempt(self, after: str, task_attempt: int) -> dict[str, Any]:
+        """What a rejoining node's task (Spark's attempt `task_attempt` of it) runs after attempt
+        `after` ("" for none): control_channel.NEXT."""
+        reply = self._send(cc.NEXT, after=after, task_attempt=task_attempt)
         if not isinstance(reply, dict):
             raise cc.ControlError(f"the driver answered {cc.NEXT!r} with {reply!r}")
         return reply

@@ -97,7 +97,7 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
         if not launch.rejoins:
             return _run(process, launch, secret, partition, name, task, workspace), received
         with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
-            agent = _Agent(DriverLink(client, {cc.SENDER_NODE: name}))
+            agent = _Agent(DriverLink(client, {cc.SENDER_NODE: name}), retry)
             current: Launch | None = None if retry else launch  # a retry joins the next attempt
             code, fresh = 0, True  # fresh: `process` has not run a node yet
             while True:
@@ -133,12 +133,12 @@ def _run(process: _NodeProcess, launch: Launch, secret: bytes, partition: int, n
 class _Agent:
     """A rejoining node's task between attempts: asks the driver what comes next."""
 
-    def __init__(self, link: DriverLink):
-        self.link, self.ran = link, ""
+    def __init__(self, link: DriverLink, task_attempt: int):
+        self.link, self.task_attempt, self.ran = link, task_attempt, ""
 
     def ask(self) -> tuple[bool, Launch | None]:
         """(the node job is over, the next attempt's launch if the driver has started one)."""
-        reply = self.link.next_attempt(self.ran)
+        reply = self.link.next_attempt(self.ran, self.task_attempt)
         return bool(reply.get("end")), Launch.from_json(reply["launch"]) if reply.get("launch") else None
 
     def failed(self, run_id: str) -> bool:

@@ -233,9 +233,11 @@ object Jobs {
   private def tagged(sc: SparkContext, tag: String) =
     StatusAccess.store(sc).jobsList(null).filter(_.jobTags.exists(_.contains(tag)))
 
-  /** Failed task attempts of those jobs, and the error of each failed partition. */
+  /** Failed task attempts of those jobs, the error of each failed partition, and each failed
+    * attempt as [partition, attempt number, error]. */
   def failures(sc: SparkContext, tag: String): Map[String, Any] = {
     val errors = mutable.Map[String, String]()
+    val attempts = mutable.ArrayBuffer[Seq[Any]]()
     var failed = 0
     for (job <- tagged(sc, tag); stage <- job.stageIds) {
       for (info <- StatusAccess.store(sc).stageList(null) if info.stageId == stage) {
@@ -243,11 +245,12 @@ object Jobs {
         if (info.numFailedTasks > 0) {
           for (task <- StatusAccess.store(sc).taskList(stage, info.attemptId, 10000); message <- task.errorMessage) {
             errors.getOrElseUpdate(task.index.toString, message)
+            attempts += Seq(task.index, task.attempt, message)
           }
         }
       }
     }
-    Map("failed_tasks" -> failed, "errors" -> errors.toMap)
+    Map("failed_tasks" -> failed, "errors" -> errors.toMap, "attempts" -> attempts.toSeq)
   }
 
   /** The tasks of the first stage of those jobs (0 when there is none), once the jobs that
