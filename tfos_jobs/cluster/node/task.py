@@ -26,11 +26,11 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import shutil
 import threading
 import time
 import traceback
@@ -125,7 +125,8 @@ def _run(process: _NodeProcess, launch: Launch, secret: bytes, partition: int, n
     spec = {"launch": launch.to_json(), "partition": partition, "secret": secret.hex(), "workspace": workspace.node,
             "task": _context(task, partition)}
     code, said, ended = process.run(spec, (lambda: failed(launch.run_id)) if failed else None)
-    if code not in (0, EXIT_REPORTED) and not ended:
+    # A process that ended on its own after its attempt did (refused its report, say) has nothing to add.
+    if code not in (0, EXIT_REPORTED) and not ended and not (failed is not None and failed(launch.run_id)):
         _report(launch, secret, name, last_traceback(said) or _crashed(code))
     return code
 
