@@ -24,7 +24,6 @@ reservations), which also says which nodes have started.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import threading
@@ -127,7 +126,7 @@ class ClusterLauncher:
                             server=address, relayed=relayed, tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir,
                             inputs=plans, args=attempt.args, pruning=self.pruning, job_id=state.id)
             generations = Generations(launch, state, names)
-            job = NodeTasks(spark, f"tfos-train-{state.id}", names)
+            job = NodeTasks(spark, f"tfos-train-{state.id}", names, generations)
             job.start(lambda: _node_job(spark, attempt, plans, launch, secret),
                       f"tfos train: {nodes} TF node{'s' if nodes > 1 else ''}")
         except BaseException:
@@ -151,22 +150,17 @@ class _LiveJob:
 
     def __init__(self, job: "NodeTasks", endpoint: Endpoint, generations: Generations, watch: Watch):
         self.job, self.endpoint, self.generations, self.watch = job, endpoint, generations, watch
-        job.before_cancel = generations.end  # its tasks end on their own, at once
-        if generations.launch.rejoins:
-            job.counts = generations.counts
 
     @property
     def launch(self) -> Launch:
         return self.generations.launch
 
     def begin(self, attempt: Attempt) -> None:
-        """The next attempt on the same tasks: failures count from here."""
+        """The next attempt, on the same tasks."""
         attempt.state.mark(LAUNCHED)
-        launch = dataclasses.replace(self.launch.next_attempt(attempt.state.id), args=attempt.args)
-        self.generations.begin(launch, attempt.state)
+        self.generations.begin(self.launch.next_attempt(attempt.state.id), attempt.state)
 
     def close(self) -> None:
-        self.generations.end()
         if self.job.running():
             self.job.cancel()
         self.endpoint.stop()
@@ -193,16 +187,13 @@ def _node_job(spark: Any, attempt: Attempt, plans: list[dict[str, str]], launch:
 
 class NodeTasks:
     """The nodes' Spark job, collected on a driver thread under its tag; `supervise` watches it.
-    Its failed task attempts count where `counts` says they concern the attempt it runs."""
+    When its tasks run several attempts (`generations`), a failed task attempt counts only
+    against the attempt it ran, and a cancel first tells the tasks that no attempt follows."""
 
-    def __init__(self, spark: Any, tag: str, node_names: list[str]):
-        self.spark, self.tag, self.node_names = spark, tag, node_names
+    def __init__(self, spark: Any, tag: str, node_names: list[str], generations: Generations):
+        self.spark, self.tag, self.node_names, self.generations = spark, tag, node_names, generations
         self.outcome: dict[str, Any] = {}
         self.thread = threading.Thread(target=lambda: None)
-        self.before_cancel: Callable[[], None] = lambda: None  # tells tasks waiting for an attempt that none comes
-        # (partition, task attempt) -> whether that failed task attempt concerns the current attempt
-        # (None: every one does, the job runs one attempt)
-        self.counts: Callable[[int, int], bool] | None = None
 
     def start(self, make_job: Callable[[], Any], description: str) -> None:
         def collect() -> None:
@@ -234,14 +225,14 @@ class NodeTasks:
 
     def _failed(self, failures: dict[str, Any]) -> list[tuple[int, str]]:
         """(partition, error) of each failed task attempt that concerns the current attempt."""
-        counts = self.counts
-        if counts is None:
+        if not self.generations.launch.rejoins:
             return [(int(p), str(message)) for p, message in failures["errors"].items()]
-        return [(int(p), str(message)) for p, attempt, message in failures["attempts"] if counts(int(p), int(attempt))]
+        return [(int(p), str(message)) for p, attempt, message in failures["attempts"]
+                if self.generations.counts(int(p), int(attempt))]
 
     def failed_tasks(self) -> int:
         failures = self._failures()
-        return int(failures["failed_tasks"]) if self.counts is None else len(self._failed(failures))
+        return len(self._failed(failures)) if self.generations.launch.rejoins else int(failures["failed_tasks"])
 
     def record_task_errors(self, state: RunState) -> None:
         """A node that could not report its own failure (it could not reach or was refused by the
@@ -251,7 +242,7 @@ class NodeTasks:
                 state.task_failed(self.node_names[partition], task_traceback(message))
 
     def cancel(self) -> None:
-        self.before_cancel()
+        self.generations.end()  # tasks waiting for an attempt end on their own, at once
         try:
             sessions.interrupt(self.spark, self.tag)
         except Exception:  # a session that is gone has nothing running
