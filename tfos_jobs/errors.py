@@ -28,5 +28,15 @@ class TrainingError(TfosError):
         self.retriable = retriable
 
 
+class Resize(TrainingError):
+    """Elastic training (`train.elastic`): the attempt ends so that the next one runs with
+    `workers` workers (`cause`: contracts.metrics.SHRINK or GROW). Not a failure: it does not
+    count against `train.max_attempts`."""
+
+    def __init__(self, message: str, workers: int, cause: str):
+        super().__init__(message, retriable=True)
+        self.workers, self.cause = workers, cause
+
+
 class Pruned(TrainingError):
     """A sweep's pruner stopped the run after an epoch: it ended well, without a model."""

@@ -28,6 +28,34 @@ def hang(spec, vocab, stats, model_cfg):
     return tf.keras.Model(model.inputs, out)
 
 
+def steady(spec, vocab, stats, model_cfg):
+    """The census model, but every training step on a TF node takes at least 10 ms, whatever
+    the cluster's size: a run's phases then last seconds, long enough for a test to act in
+    them. Inference (validation, the export) runs at full speed."""
+    import time
+
+    import tensorflow as tf
+    from pyspark import TaskContext
+
+    from tfos_jobs.model.builder import build_model
+
+    model = build_model(spec, vocab, stats, model_cfg)
+    if TaskContext.get() is None:
+        return model
+
+    def pause(x):
+        time.sleep(0.01)
+        return x
+
+    class Steady(tf.keras.layers.Layer):
+        def call(self, t, training=None):
+            if not training:
+                return t
+            return tf.ensure_shape(tf.py_function(pause, [t], tf.float32), t.shape)
+
+    return tf.keras.Model(model.inputs, Steady()(model.output))
+
+
 def build_on_nodes(spec, vocab, stats, model_cfg):
     """The census model on the driver's dry build; raises where training runs (a Spark task)."""
     from pyspark import TaskContext

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -118,6 +119,35 @@ def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert sorted(p.name for p in model_dir.iterdir()) == [
         "learning_curve.png", "logs", "metrics.json", "progress.jsonl", "sample_predictions.json", "saved_model"]
+
+
+def test_an_elastic_run_shrinks_when_an_executor_is_gone_for_good_and_grows_when_one_joins(dataset, tmp_path):
+    """train.elastic on 2 executors: worker-0's is taken away after epoch 1 and not replaced, so
+    after train.elastic.wait_seconds the chief trains alone (the global batch kept); an executor
+    asked for then joins, and the run grows back to 2 workers after its next checkpoint. Every
+    epoch is trained once, one model is exported, and it has learnt (eval AUC above 0.7: on this
+    small dataset every run of this many steps overfits)."""
+    from tests.reliability import elastic_run
+
+    model_dir = tmp_path / "model"
+    proc = start([sys.executable, "-m", "tests.reliability.elastic_run", str(dataset), str(model_dir)])
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:] + err[-5000:]
+    assert "attempt 1 of 2 failed after " in out
+    assert (f"only 1 of 2 TF nodes started within train.elastic.wait_seconds = {elastic_run.WAIT_SECONDS} s, and 1 "
+            "executor is registered: the run goes on with fewer workers") in out
+    assert "relaunching the TF cluster with 1 worker;" in out and "relaunching the TF cluster with 2 workers;" in out
+    assert "1 more executor registered during attempt 3, which ran 1 of train.workers = 2: the run grows to 2" in out
+    m = json.loads(out.split("METRICS ", 1)[1])
+    assert m["attempts"] == 4, out[-6000:]
+    shrunk, grown = m["recoveries"]
+    assert (shrunk["cause"], shrunk["workers"], shrunk["attempt"]) == ("shrink", 1, 3)
+    assert (grown["cause"], grown["workers"], grown["attempt"]) == ("grow", 2, 4)
+    assert shrunk["trained_again"] <= 200 and grown["trained_again"] <= 200  # checkpoints every 100 steps
+    assert grown["resumed_at_steps"] > shrunk["resumed_at_steps"]  # it trained alone in between
+    assert [e["epoch"] for e in m["history"]] == list(range(1, elastic_run.EPOCHS + 1))  # each epoch once
+    assert m["eval"]["auc"] > 0.7
+    assert len(m["nodes"]) == 2 and (model_dir / "saved_model" / "saved_model.pb").exists()
 
 
 def test_a_hung_step_fails_the_run_within_the_step_timeout(dataset, tmp_path):

@@ -9,10 +9,11 @@ from typing import Callable
 import pytest
 
 from tfos_jobs import control_channel as cc
+from tfos_jobs.cluster.driver import supervise as supervise_mod
 from tfos_jobs.cluster.driver.launcher import Attempt, Watch, run_attempts
 from tfos_jobs.cluster.driver.run_state import RunState
 from tfos_jobs.cluster.driver.supervise import LostWorkers, supervise
-from tfos_jobs.config import TrainConfig
+from tfos_jobs.config import ElasticConfig, TrainConfig
 from tfos_jobs.errors import TrainingError
 from tfos_jobs.topology import Strategy
 
@@ -26,8 +27,8 @@ class FakeNodes:
     """An attempt's nodes as one thread playing `script`, which reports to the attempt's state
     as the nodes' control messages would; `cancel` ends the script's waits."""
 
-    def __init__(self, state: RunState, script: Callable[[FakeNodes], None]):
-        self.state, self.script = state, script
+    def __init__(self, state: RunState, script: Callable[[FakeNodes], None], cluster: "FakeLauncher | None" = None):
+        self.state, self.script, self.cluster = state, script, cluster
         self.ended, self.cancelled = threading.Event(), threading.Event()
         self.task_failures = 0
         self.task_errors: dict[str, str] = {}
@@ -79,18 +80,24 @@ class FakeNodes:
         self.cancelled.set()
         self.thread.join(30)
 
+    def executors(self) -> int:
+        assert self.cluster is not None
+        return self.cluster.executors
+
 
 class FakeLauncher:
     """Plays one script per attempt, in order, under the real supervisor. With `keep`, a
     failed attempt's nodes are left running (as a rejoining node job's are) until `close`."""
 
-    def __init__(self, *scripts: Callable[[FakeNodes], None], keep: bool = False):
-        self.scripts, self.keep = list(scripts), keep
+    def __init__(self, *scripts: Callable[[FakeNodes], None], keep: bool = False, executors: int = 2):
+        self.scripts, self.keep, self.executors = list(scripts), keep, executors
         self.launched: list[FakeNodes] = []
+        self.sizes: list[int] = []  # each attempt's workers
         self.closed = 0
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
-        nodes = FakeNodes(attempt.state, self.scripts[len(self.launched)])
+        self.sizes.append(attempt.tr.workers)
+        nodes = FakeNodes(attempt.state, self.scripts[len(self.launched)], self)
         self.launched.append(nodes)
         supervise(nodes, attempt, watch, keep=(lambda e: self.keep))
 
@@ -101,11 +108,19 @@ class FakeLauncher:
                 nodes.cancel()
 
 
-def attempts(tr: TrainConfig) -> Callable[[int], Attempt]:
-    def attempt(number: int) -> Attempt:
-        state = RunState(f"run-{number}", tr.nodes(), progress=None, transfers=None)
-        return Attempt(number, tr, args=None, meta=None, state=state,
-                       error_file=lambda run_id, node: f"/model/_run/{run_id}/{node}.error")
+class Published:
+    """The run's transfers as far as these tests go: every file message is taken."""
+
+    def handle(self, kind: str, message: dict) -> None:
+        return None
+
+
+def attempts(tr: TrainConfig) -> Callable[[int, int | None], Attempt]:
+    def attempt(number: int, workers: int | None) -> Attempt:
+        sized = tr.resized(workers or tr.workers)
+        state = RunState(f"run-{number}", sized.nodes(), progress=None, transfers=Published())
+        return Attempt(number, sized, args=None, meta=None, state=state,
+                       error_file=lambda run_id, node: f"/model/_run/{run_id}/{node}.error", workers_wanted=tr.workers)
     return attempt
 
 
@@ -168,7 +183,7 @@ def test_a_relaunch_says_where_it_resumed_and_what_it_trained_again():
     [recovery] = watch.recoveries
     assert {k: v for k, v in recovery.items() if k not in ("seconds_without_steps", "resumed_time")} == {
         "attempt": 2, "failed_at_steps": 430, "resumed_at_steps": 400, "trained_again": 30,
-        "nodes_kept": ["chief-0"], "nodes_restarted": ["worker-1"]}
+        "nodes_kept": ["chief-0"], "nodes_restarted": ["worker-1"], "cause": "failure", "workers": 2}
     assert 0 <= recovery["seconds_without_steps"] < 60
     assert lines[0].startswith("attempt 1 of 3 failed after 430 steps: TF node worker-1 failed")
     assert lines[1].startswith("attempt 2 resumed at step 400 of the 430 done before the failure (30 trained again); "
@@ -303,3 +318,109 @@ def test_lost_parameter_server_workers_are_tolerated_until_none_is_left():
         lost.tolerated(2)
     mwms = LostWorkers(TrainConfig(strategy="multi_worker_mirrored", workers=2), state, lines.append)
     assert not mwms.tolerated(1)
+
+
+ELASTIC = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, batch_size=512, reservation_timeout=30,
+                      step_timeout=30, elastic=ElasticConfig(wait_seconds=1, min_workers=1))
+
+
+def test_an_elastic_run_goes_on_with_the_survivors_when_a_lost_executor_does_not_come_back():
+    def steps_then_worker_lost(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=0)
+        nodes.send(cc.BEAT, "chief-0", steps=300)
+        nodes.cluster.executors = 1  # worker-1's executor is gone for good
+        peer_gone_then_hold(nodes)
+
+    def only_the_survivor_starts(nodes: FakeNodes) -> None:
+        nodes.register("chief-0")
+        nodes.hold()
+
+    def survivor_alone(nodes: FakeNodes) -> None:
+        nodes.register("chief-0")
+        nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=200)
+        nodes.finish()
+
+    launcher = FakeLauncher(steps_then_worker_lost, only_the_survivor_starts, survivor_alone)
+    watch = Watch(log=(lines := []).append)
+    finished = run_attempts(launcher, max_attempts=2, attempt=attempts(ELASTIC), watch=watch)
+    assert finished.number == 3 and launcher.sizes == [2, 2, 1]
+    assert (finished.tr.workers, finished.tr.batch_size) == (1, 1024)  # the global batch kept
+    assert lines[0].startswith("attempt 1 of 2 failed after 300 steps: TF node worker-1 failed")
+    assert lines[1] == ("only 1 of 2 TF nodes started within train.elastic.wait_seconds = 1 s, and 1 executor is "
+                        "registered: the run goes on with fewer workers\nrelaunching the TF cluster with 1 worker; "
+                        "training resumes from the last checkpoint")
+    assert launcher.launched[1].cancelled.is_set()  # the survivor's task of the waiting attempt was ended
+    [recovery] = watch.recoveries
+    assert (recovery["attempt"], recovery["cause"], recovery["workers"]) == (3, "shrink", 1)
+    assert (recovery["failed_at_steps"], recovery["resumed_at_steps"], recovery["trained_again"]) == (300, 200, 100)
+    assert lines[2].startswith("attempt 3 with 1 worker resumed at step 200 of the 300 done before the failure")
+    # a shrink is not a failure: attempt 1's failure was the first of the two allowed
+
+
+def test_an_elastic_run_below_its_workers_grows_after_the_next_checkpoint_once_executors_join(monkeypatch):
+    monkeypatch.setattr(supervise_mod, "GROW_POLL", 0.1)
+
+    def one_executor(nodes: FakeNodes) -> None:
+        nodes.register("chief-0")
+        nodes.hold()
+
+    def trains_alone_then_an_executor_joins(nodes: FakeNodes) -> None:
+        nodes.register("chief-0")
+        nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=0)
+        nodes.send(cc.BEAT, "chief-0", steps=400)
+        nodes.cluster.executors = 2
+        assert not nodes.cancelled.wait(1)  # no growth before a checkpoint
+        nodes.send(cc.PUBLISH, "chief-0", target=cc.BACKUP, files={})  # the checkpoint at step 500
+        nodes.send(cc.BEAT, "chief-0", steps=520)
+        nodes.hold()
+
+    def grown(nodes: FakeNodes) -> None:
+        nodes.register("chief-0", "worker-1")
+        nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=500)
+        nodes.finish()
+
+    launcher = FakeLauncher(one_executor, trains_alone_then_an_executor_joins, grown, executors=1)
+    watch = Watch(log=(lines := []).append)
+    finished = run_attempts(launcher, max_attempts=1, attempt=attempts(ELASTIC), watch=watch)
+    assert finished.number == 3 and launcher.sizes == [2, 1, 2]
+    assert (finished.tr.workers, finished.tr.batch_size) == (2, 512)
+    assert lines[1] == ("1 more executor registered during attempt 2, which ran 1 of train.workers = 2: the run grows "
+                        "to 2 after its last checkpoint\nrelaunching the TF cluster with 2 workers; training resumes "
+                        "from the last checkpoint")
+    [recovery] = watch.recoveries
+    assert (recovery["attempt"], recovery["cause"], recovery["workers"]) == (3, "grow", 2)
+    assert (recovery["resumed_at_steps"], recovery["trained_again"]) == (500, 20)
+
+
+def test_an_elastic_run_waits_on_while_fewer_executors_than_min_workers_are_registered():
+    def one_of_two(nodes: FakeNodes) -> None:
+        nodes.register("chief-0")
+        nodes.hold()
+
+    tr = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, reservation_timeout=3,
+                     elastic=ElasticConfig(wait_seconds=1, min_workers=2))
+    launcher = FakeLauncher(one_of_two, executors=1)
+    with pytest.raises(TrainingError, match=r"only 1 of 2 TF nodes started within train.reservation_timeout = 3 s"):
+        run(launcher, tr, max_attempts=1)
+    assert launcher.sizes == [2]
+
+
+def test_elastic_settings_are_checked_before_the_run():
+    from tfos_jobs.features.spec import FeatureSpec
+
+    def errors(**kw) -> list[str]:
+        tr = TrainConfig(**{"strategy": Strategy.MULTI_WORKER_MIRRORED.value, "workers": 2, **kw})
+        return [e for e in tr.errors(FeatureSpec(())) if e.startswith("train.elastic")]
+
+    assert errors(elastic=ElasticConfig(wait_seconds=30)) == []
+    assert errors(elastic=ElasticConfig(wait_seconds=-1)) == [
+        "train.elastic.wait_seconds: must be >= 0 (0 = off), got -1"]
+    assert errors(elastic=ElasticConfig(wait_seconds=30, min_workers=3)) == [
+        "train.elastic.min_workers: must be between 1 and train.workers (2), got 3"]
+    assert errors(strategy=Strategy.PARAMETER_SERVER.value, elastic=ElasticConfig(wait_seconds=30)) == [
+        "train.elastic.wait_seconds: elastic training needs strategy = \"multi_worker_mirrored\" (a parameter-server "
+        "run goes on without a lost worker as it is), got 'parameter_server'"]
+    per_worker = TrainConfig(workers=3, batch_size=100, elastic=ElasticConfig(wait_seconds=5, batch="per_worker"))
+    assert (per_worker.resized(2).workers, per_worker.resized(2).batch_size) == (2, 100)
+    assert TrainConfig(workers=3, batch_size=100, elastic=ElasticConfig(wait_seconds=5)).resized(2).batch_size == 150

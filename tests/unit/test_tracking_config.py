@@ -66,9 +66,12 @@ def test_a_runs_metrics_say_what_its_relaunches_cost():
 
     recovery = {"attempt": 2, "failed_at_steps": 430, "resumed_at_steps": 400, "trained_again": 30,
                 "seconds_without_steps": 9.5, "resumed_time": 1e9, "nodes_kept": ["chief-0"],
-                "nodes_restarted": ["worker-0"]}
+                "nodes_restarted": ["worker-0"], "cause": "failure", "workers": 2}
     base = {"eval": {"auc": 0.9}, "seconds": 12.0, "epochs": 3, "attempts": 3}
     out = summary_metrics({**base, "recoveries": [recovery, {**recovery, "attempt": 3, "trained_again": 12}]})
     assert out["steps_trained_again"] == 42 and out["seconds_without_steps"] == 19.0 and out["eval_auc"] == 0.9
-    assert out["nodes_restarted"] == 2
+    assert out["nodes_restarted"] == 2 and "resizes" not in out
+    elastic = summary_metrics({**base, "recoveries": [{**recovery, "cause": "shrink", "workers": 1},
+                                                       {**recovery, "attempt": 4, "cause": "grow", "workers": 2}]})
+    assert (elastic["resizes"], elastic["min_workers_trained"]) == (2, 1)
     assert "steps_trained_again" not in summary_metrics({**base, "attempts": 1, "recoveries": []})

@@ -21,12 +21,12 @@ from tfos_jobs.config.spark import SparkConfig
 from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.config.stream import StreamConfig
 from tfos_jobs.config.tracking import TrackingConfig
-from tfos_jobs.config.train import ModelConfig, TrainConfig, parse_ports
+from tfos_jobs.config.train import ElasticConfig, ModelConfig, TrainConfig, parse_ports
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 
 __all__ = [
-    "ActivityConfig", "Config", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
+    "ActivityConfig", "Config", "ElasticConfig", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
     "PrepareConfig", "SOURCE_FORMATS", "ServeSqlConfig", "SourceConfig", "SparkConfig", "SplitConfig", "StreamConfig", "SyntheticConfig", "TrackingConfig",
     "TrainConfig", "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml",
     "to_dict", "validate",

@@ -1,6 +1,7 @@
 """`[train]` and `[train.model]`: the training run, its TF cluster and the model."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Union
 
@@ -134,6 +135,52 @@ class ModelConfig:
         return errs
 
 
+GLOBAL_BATCH, PER_WORKER_BATCH = "global", "per_worker"  # `train.elastic.batch`: what a resize keeps
+ELASTIC_BATCH = (GLOBAL_BATCH, PER_WORKER_BATCH)
+if TYPE_CHECKING:
+    ElasticBatch = str
+else:
+    ElasticBatch = Literal[ELASTIC_BATCH]
+
+
+@dataclass(frozen=True)
+class ElasticConfig:
+    """`[train.elastic]`, multi_worker_mirrored only: training goes on with fewer workers when a
+    lost node's executor does not come back, and grows again when executors join.
+
+    `wait_seconds`: how long an attempt waits for every node (a lost node's executor to come
+    back, or the run's first executors) before it goes on with the nodes that did start; 0 =
+    off (an attempt waits `reservation_timeout` for all of them, then fails). `min_workers`: with
+    fewer executors than this the attempt waits on, and fails after `reservation_timeout` as
+    without elastic training. `batch`: on a resize, "global" keeps the global batch
+    (each worker's batch is `batch_size * workers / workers now`: the same steps per epoch and
+    the same updates), "per_worker" keeps `batch_size` per worker (the global batch shrinks and
+    grows with the cluster)."""
+
+    wait_seconds: int = 0
+    min_workers: int = 1
+    batch: ElasticBatch = GLOBAL_BATCH
+
+    @property
+    def on(self) -> bool:
+        return self.wait_seconds > 0
+
+    def errors(self, strategy: str, workers: int) -> list[str]:
+        errs = []
+        if self.wait_seconds < 0:
+            errs.append(f"train.elastic.wait_seconds: must be >= 0 (0 = off), got {self.wait_seconds}")
+        if not 1 <= self.min_workers <= workers:
+            errs.append(f"train.elastic.min_workers: must be between 1 and train.workers ({workers}), got "
+                        f"{self.min_workers}")
+        if self.batch not in ELASTIC_BATCH:
+            errs.append(f"train.elastic.batch: must be one of {', '.join(ELASTIC_BATCH)}, got {self.batch!r}")
+        if self.on and strategy != Strategy.MULTI_WORKER_MIRRORED:
+            errs.append(f"train.elastic.wait_seconds: elastic training needs strategy = "
+                        f"\"{Strategy.MULTI_WORKER_MIRRORED.value}\" (a parameter-server run goes on without a lost "
+                        f"worker as it is), got {strategy!r}")
+        return errs
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     dataset: str = "demo-output/dataset"
@@ -179,6 +226,17 @@ class TrainConfig:
     node_inputs: DeliveryName = "spool"
     overwrite: bool = False
     model: ModelConfig = ModelConfig()
+    elastic: ElasticConfig = ElasticConfig()
+
+    def resized(self, workers: int) -> "TrainConfig":
+        """This run with `workers` workers (elastic training): the batch per worker as
+        `elastic.batch` says."""
+        if workers == self.workers:
+            return self
+        batch = self.batch_size
+        if self.elastic.batch == GLOBAL_BATCH:
+            batch = max(1, round(self.batch_size * self.workers / workers))
+        return dataclasses.replace(self, workers=workers, batch_size=batch)
 
     def checkpoint_interval(self) -> int:
         """Steps between resume checkpoints as training takes them (a whole number of calls of
@@ -216,7 +274,7 @@ class TrainConfig:
                     "in_memory_mb", "checkpoint_steps"):
             if getattr(self, key) < 0:
                 errs.append(f"train.{key}: must be >= 0, got {getattr(self, key)}")
-        return errs + self.model.errors(spec)
+        return errs + self.elastic.errors(self.strategy, self.workers) + self.model.errors(spec)
 
 
 def parse_ports(spec: str) -> list[int]:

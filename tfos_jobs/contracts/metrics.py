@@ -134,10 +134,16 @@ def control_report(rejected: Mapping[str, int]) -> ControlReport:
     return ControlReport(rejected_messages=sum(rejected.values()), rejected_from=sorted(rejected))
 
 
+# Why a relaunch happened (Recovery.cause): an attempt failed; elastic training went on with fewer
+# workers than the last attempt had (a lost node's executor did not come back) or more (executors joined).
+FAILURE, SHRINK, GROW = "failure", "shrink", "grow"
+
+
 class Recovery(TypedDict):
-    """A relaunch after a failed attempt, as metrics.json keeps it: how far the failed attempt
-    got (as of the chief's last heartbeat), where the relaunch resumed (its last checkpoint),
-    how long no step was trained, and which nodes kept their task (`cluster.driver.generations`)."""
+    """A relaunch after an attempt that trained, as metrics.json keeps it: why, how far the
+    earlier attempt got (as of the chief's last heartbeat), where the relaunch resumed (its last
+    checkpoint), how long no step was trained, with how many workers, and which nodes kept their
+    task (`cluster.driver.generations`)."""
 
     attempt: int  # the relaunch's number
     failed_at_steps: int  # steps done as of the failed attempt's last heartbeat (or its last checkpoint, if later)
@@ -147,6 +153,8 @@ class Recovery(TypedDict):
     resumed_time: float  # when the relaunch's first step finished (seconds since the epoch)
     nodes_kept: list[str]  # nodes whose task went on into the relaunch: its Python worker, its inputs on disk
     nodes_restarted: list[str]  # nodes started on a new task (a lost executor's; all of them for a new node job)
+    cause: str  # FAILURE, SHRINK or GROW (the last cause since that attempt)
+    workers: int  # the relaunch's TF workers (train.workers unless elastic training resized the cluster)
 
 
 class ModelSummary(TypedDict):

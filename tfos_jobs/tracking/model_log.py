@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts.dataset import Split
+from tfos_jobs.contracts.metrics import FAILURE
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking import mlflow_model, registry
@@ -32,7 +33,8 @@ def local_copy(storage: Storage, path: str, workdir: str, name: str) -> str | No
 def summary_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The final figures of a training's metrics.json: eval_<metric>, test_<metric> (a held-out
     split), seconds, epochs, attempts, and what its relaunches cost (steps trained again,
-    seconds without a step, nodes started on a new task)."""
+    seconds without a step, nodes started on a new task; elastic training's resizes and the
+    fewest workers a resized relaunch trained with)."""
     out = {f"{split}_{k}": v for split in (Split.EVAL.value, Split.TEST.value)
            for k, v in (metrics.get(split) or {}).items() if isinstance(v, (int, float))}
     out.update({"train_seconds": metrics.get("seconds", 0.0), "epochs": metrics.get("epochs", 0),
@@ -42,6 +44,10 @@ def summary_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
         out["steps_trained_again"] = sum(r["trained_again"] for r in recoveries)
         out["seconds_without_steps"] = sum(r["seconds_without_steps"] for r in recoveries)
         out["nodes_restarted"] = sum(len(r.get("nodes_restarted", [])) for r in recoveries)
+        resized = [r for r in recoveries if r.get("cause", FAILURE) != FAILURE]
+        if resized:  # elastic training
+            out["resizes"] = len(resized)
+            out["min_workers_trained"] = min(r["workers"] for r in resized)
     threshold = (metrics.get("anomaly") or {}).get("threshold")
     if isinstance(threshold, (int, float)):
         out["anomaly_threshold"] = threshold

@@ -42,7 +42,8 @@ from tfos_jobs.cluster.driver.run_state import LAUNCHED, RunState
 from tfos_jobs.cluster.driver.supervise import POLL, supervise
 from tfos_jobs.config import TrainConfig, parse_ports
 from tfos_jobs.contracts.node_args import Launch
-from tfos_jobs.errors import ConfigError, TrainingError
+from tfos_jobs.contracts.metrics import SHRINK
+from tfos_jobs.errors import ConfigError, Resize, TrainingError
 from tfos_jobs.topology import Strategy, node_name, roles
 
 IN_DRIVER = re.compile(r"local(\[[^\]]*\])?")  # masters whose tasks run in the driver's JVM (not local-cluster)
@@ -85,8 +86,8 @@ class ClusterLauncher:
 
         def keep(e: BaseException) -> bool:
             """A failed attempt whose nodes all started leaves its job to the next one."""
-            return (isinstance(e, TrainingError) and e.retriable and live.launch.rejoins and state.reserved()
-                    and live.job.running())
+            return (isinstance(e, TrainingError) and not isinstance(e, Resize) and e.retriable and live.launch.rejoins
+                    and state.reserved() and live.job.running())
 
         try:
             supervise(live.job, attempt, watch, keep=keep)
@@ -241,6 +242,9 @@ class NodeTasks:
             if partition < len(self.node_names):
                 state.task_failed(self.node_names[partition], task_traceback(message))
 
+    def executors(self) -> int:
+        return sessions.executors(self.spark)
+
     def cancel(self) -> None:
         self.generations.end()  # tasks waiting for an attempt end on their own, at once
         try:
@@ -294,12 +298,18 @@ def _mb(size: str) -> int:
 
 
 def _wait_for_executors(spark: Any, nodes: int, tr: TrainConfig) -> None:
-    """A TF node needs an executor of its own; fail clearly rather than hang when there are too few."""
-    deadline = time.monotonic() + tr.reservation_timeout
+    """A TF node needs an executor of its own; fail clearly rather than hang when there are too few.
+    Elastic training starts with fewer after `elastic.wait_seconds` (`Resize`)."""
+    started = time.monotonic()
+    deadline = started + tr.reservation_timeout
     while True:
         have = sessions.executors(spark)
         if have >= nodes:
             return
+        if tr.elastic.on and time.monotonic() - started >= tr.elastic.wait_seconds and tr.elastic.min_workers <= have:
+            raise Resize(f"the TF cluster needs {nodes} executors, but {have} {'are' if have > 1 else 'is'} registered "
+                         f"after train.elastic.wait_seconds = {tr.elastic.wait_seconds} s: the run starts with fewer "
+                         "workers", workers=have, cause=SHRINK)
         if time.monotonic() > deadline:
             raise TrainingError(
                 f"the TF cluster needs {nodes} executors ({_layout(tr)}), but only {have} registered within "

@@ -52,6 +52,7 @@ class RunState:
         self._reservations: list[dict[str, Any]] = []
         self._times: dict[str, float] = {}
         self._last_beat = 0.0
+        self._backup_at = 0.0  # when this attempt's chief last published its resume checkpoint
         self._steps = 0  # done, as the chief last said (across attempts)
         self._resumed_at: int | None = None  # the steps earlier attempts trained, as the chief said
         self._records: dict[str, NodeRecord] = {}
@@ -68,7 +69,11 @@ class RunState:
         if self._stopped and kind in REFUSED_ONCE_STOPPED:
             raise RunStopped("the driver ended this run (a failure elsewhere, a hang, or a stop): this node stops too")
         if kind in FILE_MESSAGES:
-            return self.transfers.handle(kind, message)
+            reply = self.transfers.handle(kind, message)
+            if kind == cc.PUBLISH and message.get("target") == cc.BACKUP:
+                with self._lock:
+                    self._backup_at = time.time()
+            return reply
         if kind == cc.REGISTER:
             data = message.get("data")
             if not isinstance(data, dict) or not cc.valid_reservation(data):
@@ -170,6 +175,11 @@ class RunState:
         """When the chief last reported finished steps; 0 before the first."""
         with self._lock:
             return self._last_beat
+
+    def backup_published(self) -> float:
+        """When this attempt last published a resume checkpoint (0.0: not yet)."""
+        with self._lock:
+            return self._backup_at
 
     def steps(self) -> int:
         """The steps done as of the chief's last beat (across attempts): how far this attempt got."""

@@ -8,6 +8,12 @@ The supervisor reads what the nodes report (`RunState`) and what their runner kn
   * when no step finishes for `train.step_timeout` (a hang: retriable);
   * on `stop` (a sweep's pruner or time budget).
 A parameter-server worker lost with its executor is tolerated while others remain.
+
+Under elastic training (`train.elastic`, multi_worker_mirrored) it also ends an attempt with a
+`Resize`: when its nodes have not all started after `wait_seconds` and fewer executors than nodes
+are registered (a lost node's executor did not come back), so that the run goes on with the
+executors there are; and, while the run has fewer workers than `train.workers`, when more
+executors are registered, right after the chief's next resume checkpoint, so that the run grows.
 """
 from __future__ import annotations
 
@@ -19,10 +25,12 @@ from tfos_jobs.cluster.driver.failure_policy import failure_message, retriable
 from tfos_jobs.cluster.driver.launcher import Attempt, Watch
 from tfos_jobs.cluster.driver.run_state import RESERVED, RunState
 from tfos_jobs.config import TrainConfig
-from tfos_jobs.errors import TrainingError
+from tfos_jobs.contracts.metrics import GROW, SHRINK
+from tfos_jobs.errors import Resize, TrainingError
 from tfos_jobs.topology import Strategy
 
 POLL = 0.5
+GROW_POLL = 2.0  # seconds between counts of the executors while an elastic run is below train.workers
 
 
 class NodeJob(Protocol):
@@ -46,6 +54,9 @@ class NodeJob(Protocol):
     def cancel(self) -> None:
         """Stop every node still running, and wait for them (boundedly)."""
 
+    def executors(self) -> int:
+        """Executors registered now (elastic training sizes the next attempt by them)."""
+
 
 def supervise(job: NodeJob, attempt: Attempt, watch: Watch,
               keep: Callable[[BaseException], bool] | None = None) -> None:
@@ -58,8 +69,11 @@ def supervise(job: NodeJob, attempt: Attempt, watch: Watch,
         state.mark(RESERVED)
         running_since = time.time()
         lost = LostWorkers(tr, state, watch.log)
+        grow = Growth(job, attempt)
         while job.running():
             watch.poll()
+            watch.settle()
+            grow.check()
             if watch.stop is not None and watch.stop.is_set():
                 raise TrainingError("stopped before the end (the run's backup is kept: running it again resumes)")
             failed = state.errors()
@@ -102,12 +116,60 @@ def _await_reservations(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
             raise _failure(job, attempt)
         if not job.running():
             raise _failure(job, attempt)
+        if attempt.tr.elastic.on and not state.lone:
+            shrink(job, attempt, started=deadline - timeout)
         if time.monotonic() > deadline and not state.lone:
             nodes = state.required
             raise TrainingError(
                 f"only {nodes - state.remaining()} of {nodes} TF nodes started within "
                 f"train.reservation_timeout = {timeout:.0f} s (are {nodes} executors free, with one task slot each?)")
         time.sleep(POLL)
+
+
+def shrink(job: NodeJob, attempt: Attempt, started: float) -> None:
+    """Raises `Resize` once the attempt's nodes have waited `elastic.wait_seconds` (since
+    `started`, monotonic) for the rest while fewer executors than nodes are registered, and at
+    least `elastic.min_workers` are; otherwise the attempt waits on, up to `reservation_timeout`."""
+    tr, state = attempt.tr, attempt.state
+    if time.monotonic() - started < tr.elastic.wait_seconds:
+        return
+    have, nodes = job.executors(), state.required
+    if tr.elastic.min_workers <= have < nodes:
+        raise Resize(f"only {nodes - state.remaining()} of {nodes} TF nodes started within train.elastic.wait_seconds = "
+                     f"{tr.elastic.wait_seconds} s, and {have} executor{'s are' if have > 1 else ' is'} registered: "
+                     "the run goes on with fewer workers", workers=have, cause=SHRINK)
+
+
+class Growth:
+    """An elastic run below `train.workers` grows when executors join: the attempt ends right
+    after the chief publishes its next resume checkpoint (so little is trained again), and
+    the next one starts with as many workers as there are executors, up to `train.workers`."""
+
+    def __init__(self, job: NodeJob, attempt: Attempt):
+        self.job, self.attempt = job, attempt
+        self.on = attempt.tr.elastic.on and attempt.tr.workers < attempt.wanted
+        self.counted = time.monotonic()
+        self.seen: float | None = None  # when more executors were first counted (time.time())
+        self.have = 0
+
+    def check(self) -> None:
+        if not self.on:
+            return
+        workers, state = self.attempt.tr.workers, self.attempt.state
+        if self.seen is None:
+            if time.monotonic() - self.counted < GROW_POLL:
+                return
+            self.counted = time.monotonic()
+            self.have = self.job.executors()
+            if self.have > workers:
+                self.seen = time.time()
+            return
+        if state.backup_published() > self.seen:
+            grown = min(self.have, self.attempt.wanted)
+            raise Resize(f"{self.have - workers} more executor{'s' if self.have - workers > 1 else ''} registered "
+                         f"during attempt {self.attempt.number}, which ran {workers} of train.workers = "
+                         f"{self.attempt.wanted}: the run grows to {grown} after its last checkpoint",
+                         workers=grown, cause=GROW)
 
 
 class LostWorkers:

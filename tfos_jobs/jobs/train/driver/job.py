@@ -91,11 +91,14 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     args = NodeArgs.from_train_config(tr, dataset=meta.root, model_fn=model_fn)
     watch = Watch(log=printer.log, poll=printer.poll, stop=stop)
 
-    def attempt(number: int) -> Attempt:
+    def attempt(number: int, workers: int | None) -> Attempt:
+        """Attempt `number`, with `workers` workers when elastic training resized the cluster."""
+        sized = tr.resized(workers or tr.workers)
+        sized_args = args if sized is tr else NodeArgs.from_train_config(sized, dataset=meta.root, model_fn=model_fn)
         run_id = new_run_id()
-        state = RunState(run_id, tr.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id), judge=judge,
-                         lone=tr.strategy == Strategy.LOCAL)
-        return Attempt(number, tr, args, meta, state, model_dir.error_file)
+        state = RunState(run_id, sized.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id),
+                         judge=judge, lone=tr.strategy == Strategy.LOCAL)
+        return Attempt(number, sized, sized_args, meta, state, model_dir.error_file, workers_wanted=tr.workers)
 
     try:
         finished = run_attempts(launcher, max_attempts=tr.max_attempts, attempt=attempt, watch=watch)
