@@ -72,6 +72,10 @@ BEAT = "beat"
 PROGRESS = "progress"  # data: {"line": one finished epoch (`progress_log.EpochLine.to_json`)}
 FAILED = "failed"  # data: {"text": the node's traceback}
 LOST = "lost"  # a parameter-server worker lost with its executor (sent by its task's retry)
+# The retry of a lost parameter-server worker asks where that worker was, to take its place (the
+# chief's coordinator re-admits a worker only at its own address); reply data: {"cluster", "role",
+# "index"} of the lost worker while the run goes on, else None
+PLACE = "place"
 RESULT = "result"  # data: {"result": the chief's final metrics, epochs run, step profile, sample}
 DONE = "done"  # data: {"status": RUN_OK, RUN_FAILED or RUN_PRUNED}: the chief's end of the run
 STATUS = "status"  # reply data: the run's end status, None while it runs (serving-only nodes poll it)

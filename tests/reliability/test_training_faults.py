@@ -210,15 +210,16 @@ def test_a_lost_parameter_server_fails_the_attempt_and_the_retry_resumes(dataset
     assert epochs[0] == 1 and epochs.count(1) == 1 and sorted(set(epochs)) == [1, 2, 3, 4]
 
 
-def test_a_lost_parameter_server_worker_is_tolerated(dataset, tmp_path):
+def test_a_lost_parameter_server_worker_is_tolerated_then_replaced_at_its_address(dataset, tmp_path):
     model_dir = tmp_path / "model"
     proc = start_ps_train(dataset, model_dir, workers=2, max_attempts=1)
     out, err, killed = run_killing_executor_of(proc, model_dir, "worker-1")
     assert killed, "the worker's executor was never killed"
     assert proc.returncode == 0, out[-3000:] + err[-5000:]
     assert "TF node worker-1 was lost with its executor; training goes on with 1 worker(s)" in out
+    assert "TF node worker-1 is back: a new task took its place in the TF cluster" in out, out[-5000:]
     m = json.loads((model_dir / "metrics.json").read_text())
-    assert m["attempts"] == 1 and m["lost_nodes"] == ["worker-1"]
+    assert m["attempts"] == 1 and m["lost_nodes"] == ["worker-1"] and m["replaced_nodes"] == ["worker-1"]
     assert [e["epoch"] for e in m["history"]] == [1, 2, 3, 4]  # no relaunch, no epoch repeated
     assert m["eval"]["auc"] > 0.75
     assert (model_dir / "saved_model" / "saved_model.pb").exists()

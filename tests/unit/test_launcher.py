@@ -290,6 +290,28 @@ def test_a_lost_parameter_server_worker_is_tolerated_and_training_goes_on():
     assert lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)"]
 
 
+def test_a_lost_parameter_server_workers_retry_learns_its_place_and_is_counted_back_once_started():
+    record = {"partition": 2, "host": "h", "pid": 1, "python": "py", "cuda_visible_devices": "", "started": 0.0,
+              "role": "worker", "index": 1, "executor_id": 2, "manager_pid": None, "threads": 1,
+              "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}}
+    lines: list[str] = []
+    state = RunState("r", 4, progress=None, transfers=None)
+    lost = LostWorkers(PS, state, lines.append)
+    state.handle(cc.STARTED, {cc.SENDER_NODE: "worker-1", "record": record})
+    assert state.handle(cc.PLACE, {cc.SENDER_NODE: "worker-1"}) is None  # not lost: its place is its own
+    state.handle(cc.LOST, {cc.SENDER_NODE: "worker-1"})
+    assert state.handle(cc.PLACE, {cc.SENDER_NODE: "worker-1"}) == {
+        "cluster": record["cluster"], "role": "worker", "index": 1}
+    assert lost.tolerated(1) and state.replaced() == []
+    state.handle(cc.STARTED, {cc.SENDER_NODE: "worker-1", "record": {**record, "pid": 2}})
+    assert lost.tolerated(1) and state.replaced() == ["worker-1"] and state.records()["worker-1"]["pid"] == 2
+    assert lines == ["TF node worker-1 was lost with its executor; training goes on with 1 worker(s)",
+                     "TF node worker-1 is back: a new task took its place in the TF cluster; the chief's coordinator "
+                     "gives it steps again once it has rebuilt its dataset there"]
+    state.mark_done(cc.RUN_OK)
+    assert state.handle(cc.PLACE, {cc.SENDER_NODE: "worker-1"}) is None  # the run is over
+
+
 def test_stop_ends_the_attempt_and_is_not_relaunched():
     stop = threading.Event()
 

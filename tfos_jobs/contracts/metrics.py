@@ -186,6 +186,7 @@ class Metrics(MetricsExtras):
     startup: dict[str, float]  # seconds to every node reserved, and to the first step
     final: dict[str, float]
     lost_nodes: list[str]  # parameter-server workers lost with their executors
+    replaced_nodes: list[str]  # of those, the ones whose place a new task took
     control: ControlReport
     step_profile: StepBreakdown | None
     eval: dict[str, float]  # `final`'s val_ metrics, without the prefix

@@ -58,6 +58,7 @@ class RunState:
         self._records: dict[str, NodeRecord] = {}
         self._errors: dict[str, str] = {}
         self._lost: list[str] = []
+        self._replaced: list[str] = []  # lost parameter-server workers whose place a new task took
         self._joined: dict[str, bool] = {}  # node -> its task ran an earlier attempt (cluster.driver.generations)
         self._result: ChiefResult | None = None
         self._done: str | None = None
@@ -89,6 +90,8 @@ class RunState:
             return self.done()
         if kind == cc.SHOULD_PRUNE:
             return self._should_prune(message)
+        if kind == cc.PLACE:
+            return self._place(message.get(cc.SENDER_NODE))
         node = message.get(cc.SENDER_NODE)
         if not isinstance(node, str) or not node:
             raise cc.ControlError(f"a {kind!r} report must name its node")
@@ -97,6 +100,8 @@ class RunState:
                 record = message.get("record")
                 if not isinstance(record, dict) or not NodeRecord.__required_keys__ <= record.keys():
                     raise cc.ControlError("a started report needs the node's record (contracts.metrics.NodeRecord)")
+                if node in self._lost and node not in self._replaced:
+                    self._replaced.append(node)
                 self._records[node] = cast(NodeRecord, record)
             elif kind == cc.FIRST_STEP:
                 resumed_at = _count(message, "resumed_at")
@@ -226,6 +231,19 @@ class RunState:
     def lost(self) -> list[str]:
         with self._lock:
             return sorted(self._lost)
+
+    def replaced(self) -> list[str]:
+        """Lost parameter-server workers whose place a new task has taken (it started)."""
+        with self._lock:
+            return sorted(self._replaced)
+
+    def _place(self, node: object) -> dict[str, Any] | None:
+        """Where lost worker `node` ran in the TF cluster, for the task that takes its place."""
+        with self._lock:
+            record = self._records.get(node) if isinstance(node, str) and node in self._lost else None
+            if record is None or self._done is not None or self._stopped:
+                return None
+            return {"cluster": record["cluster"], "role": record["role"], "index": record["index"]}
 
     def result(self) -> ChiefResult | None:
         with self._lock:

@@ -176,29 +176,37 @@ class LostWorkers:
     """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
     the lost worker's steps to the others. A failed node task is a lost worker once its retry
     has reported it lost (cluster.node.task); the retry may first wait for a free executor,
-    for up to `train.reservation_timeout` seconds. Any other failure, or the loss of every
-    worker, fails the attempt."""
+    for up to `train.reservation_timeout` seconds, and takes the lost worker's place when it
+    can (on the host it ran on). Any other failure, or the loss of every worker, fails the
+    attempt."""
 
     def __init__(self, tr: TrainConfig, state: RunState, log: Callable[[str], None]):
         self.tr, self.state, self.log = tr, state, log
         self.reported: list[str] = []
+        self.back: list[str] = []  # replaced workers reported
         self.waiting_since: float | None = None
 
     def report(self) -> list[str]:
-        """Logs each newly lost worker once; returns all lost so far."""
-        names = self.state.lost()
+        """Logs each newly lost worker once, and each one whose place a new task took; returns
+        all lost so far."""
+        names, replaced = self.state.lost(), self.state.replaced()
         for name in names:
             if name not in self.reported:
-                left = self.tr.workers - len(names)
+                left = self.tr.workers - len(names) + len(replaced)
                 self.log(f"TF node {name} was lost with its executor; training goes on with {left} worker(s)")
                 self.reported.append(name)
+        for name in replaced:
+            if name not in self.back:
+                self.log(f"TF node {name} is back: a new task took its place in the TF cluster; the chief's "
+                         f"coordinator gives it steps again once it has rebuilt its dataset there")
+                self.back.append(name)
         return names
 
     def tolerated(self, task_failures: int) -> bool:
         if self.tr.strategy != Strategy.PARAMETER_SERVER or task_failures == 0:
             return False
         names = self.report()
-        if len(names) >= self.tr.workers:
+        if len(set(names) - set(self.state.replaced())) >= self.tr.workers:
             raise TrainingError(f"all {self.tr.workers} parameter-server workers were lost with their executors "
                                 f"({', '.join(names)})", retriable=True)
         if len(names) >= task_failures:

@@ -135,6 +135,13 @@ class DriverLink:
     def lost(self) -> None:
         self._send(cc.LOST)
 
+    def place(self) -> dict[str, Any] | None:
+        """Where this lost parameter-server worker ran (control_channel.PLACE), while the run goes on."""
+        reply = self._send(cc.PLACE)
+        if reply is not None and not (isinstance(reply, dict) and {"cluster", "role", "index"} <= reply.keys()):
+            raise cc.ControlError(f"the driver answered {cc.PLACE!r} with {reply!r}")
+        return reply
+
     def result(self, result: ChiefResult) -> None:
         self._send(cc.RESULT, result=result)
 

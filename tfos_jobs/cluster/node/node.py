@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, cast
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.metrics import NodeRecord
@@ -140,6 +140,24 @@ def train_alone(launch: Launch, node: Node) -> None:
         status = cc.RUN_PRUNED if pruner is not None and pruner.skip_export else cc.RUN_OK
     finally:
         node.link.done(status)
+
+
+def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
+    """A lost parameter-server worker's place, taken by its task's retry: the same task of the
+    same TF cluster at the same address (`place`, as the lost worker reported it), where the
+    chief's coordinator finds it again and rebuilds its dataset. No reservation: the cluster
+    formed long ago."""
+    tensorflow(devices=False)
+    from tfos_jobs.cluster.node.training import configure_threads
+
+    cluster = cast(dict[str, list[str]], place["cluster"])
+    role, index = str(place["role"]), int(cast(int, place["index"]))
+    threads = configure_threads(launch.args.train.threads)
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+    tensorflow()
+    node.link.started(node.record(role=role, index=index, executor_id=node.partition, manager_pid=None,
+                                  cluster=cluster, threads=threads))
+    serve(cluster, role, index, node.link, launch.args.max_node_seconds)
 
 
 def port_share(ports: list[int], node: int, nodes: int) -> list[int]:

@@ -78,6 +78,9 @@ def run(launch: Launch, partition: int, link: DriverLink, workspace: Workspace, 
     if launch.strategy == Strategy.LOCAL:
         node.train_alone(launch, context)
         return
+    if spec.get("place"):  # a lost parameter-server worker's, taken by its task's retry
+        node.take_place(launch, context, spec["place"])
+        return
     if launch.tf_ports != [0]:  # TFoS's TF server port
         os.environ["TENSORFLOW_PORT"] = str(node.free_port(node.port_share(launch.tf_ports, partition, launch.nodes)))
     node.run_in_cluster(launch, context, bytes.fromhex(spec["secret"]))

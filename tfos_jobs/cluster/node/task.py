@@ -15,7 +15,8 @@ A TF node's task runs again only when its executor was lost. Under multi_worker_
 the next attempt's in a new one, from the inputs already on its disk; the task Spark runs again
 for a lost node receives its inputs anew and joins the next attempt (`control_channel.NEXT`).
 Otherwise a TF cluster cannot take a node at a new address: the retry of a parameter-server
-worker reports the worker lost and returns (the chief goes on with the other workers); any other
+worker reports the worker lost (the chief goes on with the other workers) and, when it runs on
+the host the worker ran on, takes the worker's place at its address (`_retried`); any other
 retry fails the attempt. A lone node (the `local` strategy) is simply run again: it resumes from
 its last published backup.
 """
@@ -79,10 +80,13 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
     from tfos_jobs.cluster.node import inputs
 
     retry = task.attemptNumber() if task is not None else 0
+    place: dict[str, Any] | None = None  # a lost parameter-server worker's, which this retry takes
     if retry and launch.strategy != Strategy.LOCAL and not launch.rejoins:
-        return _retried(launch, secret, name), 0
+        code, place = _retried(launch, secret, name)
+        if place is None:
+            return code, 0
     # A retry's own directory: the lost task's reaper may still be clearing the one it left.
-    workspace = launch.workspace(f"{name}.{retry}" if retry and launch.rejoins else name)
+    workspace = launch.workspace(f"{name}.{retry}" if retry and (launch.rejoins or place) else name)
     workspace.enter()
     lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
     process = _NodeProcess(workspace)  # imports TensorFlow while the inputs arrive
@@ -95,7 +99,7 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
             _report(launch, secret, name, local_disk.explained(e, traceback.format_exc(), launch.local_dir))
             return EXIT_REPORTED, 0
         if not launch.rejoins:
-            return _run(process, launch, secret, partition, name, task, workspace), received
+            return _run(process, launch, secret, partition, name, task, workspace, place=place), received
         with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed)) as client:
             agent = _Agent(DriverLink(client, {cc.SENDER_NODE: name}), retry)
             current: Launch | None = None if retry else launch  # a retry joins the next attempt
@@ -119,11 +123,13 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
 
 
 def _run(process: _NodeProcess, launch: Launch, secret: bytes, partition: int, name: str, task: Any,
-         workspace: Workspace, failed: Callable[[str], bool] | None = None) -> int:
+         workspace: Workspace, failed: Callable[[str], bool] | None = None, place: dict[str, Any] | None = None
+         ) -> int:
     """One attempt's node in `process`; `failed(run id)` says when the driver ended the attempt
-    (the process is then killed: it may be stuck in a collective with a peer that is gone)."""
+    (the process is then killed: it may be stuck in a collective with a peer that is gone);
+    `place`: a lost parameter-server worker's, which the node takes (`_retried`)."""
     spec = {"launch": launch.to_json(), "partition": partition, "secret": secret.hex(), "workspace": workspace.node,
-            "task": _context(task, partition)}
+            "task": _context(task, partition), "place": place}
     code, said, ended = process.run(spec, (lambda: failed(launch.run_id)) if failed else None)
     # A process that ended on its own after its attempt did (refused its report, say) has nothing to add.
     if code not in (0, EXIT_REPORTED) and not ended and not (failed is not None and failed(launch.run_id)):
@@ -154,17 +160,36 @@ def _fresh_process(workspace: Workspace) -> _NodeProcess:
     return _NodeProcess(workspace)
 
 
-def _retried(launch: Launch, secret: bytes, name: str) -> int:
+def _retried(launch: Launch, secret: bytes, name: str) -> tuple[int, dict[str, Any] | None]:
     """A node's task run again (its executor was lost): a parameter-server worker reports itself
-    lost, and the chief goes on without it; any other node fails the attempt."""
+    lost, and the chief goes on without it; the retry then takes its place when it can (the
+    lost worker's place in the TF cluster, returned: the chief's coordinator re-admits a worker
+    only at its own address, free again on this host when the worker ran here). Any other node
+    fails the attempt."""
     with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed, run=launch.run_id)) as client:
         link = DriverLink(client, {cc.SENDER_NODE: name})
         if launch.strategy == Strategy.PARAMETER_SERVER and name.startswith(Role.WORKER.value):
             link.lost()
-            return 0
+            place = link.place()
+            if place is not None and _bindable(place["cluster"][place["role"]][place["index"]]):
+                return 0, place
+            return 0, None
         link.failed(f"RuntimeError: TF node {name} was lost with its executor; a TF cluster cannot take a "
                     "replacement node")
-        return EXIT_REPORTED
+        return EXIT_REPORTED, None
+
+
+def _bindable(address: str) -> bool:
+    """Whether this host can listen at `address` ("host:port") now: the address is one of its
+    own and nothing listens there."""
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), int(port)))
+            return True
+        except (OSError, ValueError):
+            return False
 
 
 class _NodeProcess:

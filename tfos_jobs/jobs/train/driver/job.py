@@ -160,6 +160,7 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
         epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
         steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
         seconds=round(seconds, 1), startup=state.startup(), final=result["final"], lost_nodes=state.lost(),
+        replaced_nodes=state.replaced(),
         control=control_report(watch.rejected),
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
                                     tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
