@@ -153,6 +153,9 @@ def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
     cluster = cast(dict[str, list[str]], place["cluster"])
     role, index = str(place["role"]), int(cast(int, place["index"]))
     threads = configure_threads(launch.args.train.threads)
+    gpus = _task_gpus()
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
     tensorflow()
     node.link.started(node.record(role=role, index=index, executor_id=node.partition, manager_pid=None,
