@@ -392,7 +392,7 @@ def test_an_elastic_run_below_its_workers_grows_after_the_next_checkpoint_once_e
         nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=0)
         nodes.send(cc.BEAT, "chief-0", steps=400)
         nodes.cluster.executors = 2
-        assert not nodes.cancelled.wait(1)  # no growth before a checkpoint
+        assert not nodes.cancelled.wait(0.5)  # no growth before a checkpoint
         nodes.send(cc.PUBLISH, "chief-0", target=cc.BACKUP, files={})  # the checkpoint at step 500
         nodes.send(cc.BEAT, "chief-0", steps=520)
         nodes.hold()
@@ -420,10 +420,10 @@ def test_an_elastic_run_waits_on_while_fewer_executors_than_min_workers_are_regi
         nodes.register("chief-0")
         nodes.hold()
 
-    tr = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, reservation_timeout=3,
+    tr = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, reservation_timeout=2,
                      elastic=ElasticConfig(wait_seconds=1, min_workers=2))
     launcher = FakeLauncher(one_of_two, executors=1)
-    with pytest.raises(TrainingError, match=r"only 1 of 2 TF nodes started within train.reservation_timeout = 3 s"):
+    with pytest.raises(TrainingError, match=r"only 1 of 2 TF nodes started within train.reservation_timeout = 2 s"):
         run(launcher, tr, max_attempts=1)
     assert launcher.sizes == [2]
 
