@@ -238,6 +238,7 @@ def published_position(backup: Path) -> tuple[int, int] | None:
         return None
 
 
+@pytest.mark.slow  # three training runs, about a minute: run by `make test-all`
 def test_a_run_killed_mid_epoch_resumes_at_its_last_step_checkpoint_and_learns_the_same_model(dataset, tmp_path):
     """A `tfos train` killed in its second epoch, just after a step checkpoint, then run again:
     it resumes at that step with the batches an unbroken run would have had there, so the last
