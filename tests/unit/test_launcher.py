@@ -82,7 +82,10 @@ class FakeNodes:
 
     def executors(self) -> int:
         assert self.cluster is not None
-        return self.cluster.executors
+        count = self.cluster.executors
+        if count > len(self.state.reservations()):
+            self.cluster.more_counted.set()
+        return count
 
 
 class FakeLauncher:
@@ -93,6 +96,7 @@ class FakeLauncher:
         self.scripts, self.keep, self.executors = list(scripts), keep, executors
         self.launched: list[FakeNodes] = []
         self.sizes: list[int] = []  # each attempt's workers
+        self.more_counted = threading.Event()  # the supervisor counted more executors than nodes
         self.closed = 0
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
@@ -392,6 +396,7 @@ def test_an_elastic_run_below_its_workers_grows_after_the_next_checkpoint_once_e
         nodes.send(cc.FIRST_STEP, "chief-0", resumed_at=0)
         nodes.send(cc.BEAT, "chief-0", steps=400)
         nodes.cluster.executors = 2
+        assert nodes.cluster.more_counted.wait(30), "the supervisor never counted the executors"
         assert not nodes.cancelled.wait(0.5)  # no growth before a checkpoint
         nodes.send(cc.PUBLISH, "chief-0", target=cc.BACKUP, files={})  # the checkpoint at step 500
         nodes.send(cc.BEAT, "chief-0", steps=520)

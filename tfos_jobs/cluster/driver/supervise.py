@@ -159,10 +159,10 @@ class Growth:
         if self.seen is None:
             if time.monotonic() - self.counted < GROW_POLL:
                 return
-            self.counted = time.monotonic()
+            self.counted, before = time.monotonic(), time.time()
             self.have = self.job.executors()
             if self.have > workers:
-                self.seen = time.time()
+                self.seen = before  # a checkpoint published from the count on is one to grow after
             return
         if state.backup_published() > self.seen:
             grown = min(self.have, self.attempt.wanted)
