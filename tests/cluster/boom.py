@@ -9,29 +9,19 @@ def build(spec, vocab, stats, model_cfg):
 def hang(spec, vocab, stats, model_cfg):
     """The census model, but every step on a TF node blocks: a stand-in for a hung worker (the
     driver's dry build, outside any Spark task, gets the model as it is)."""
-    import time
-
-    import tensorflow as tf
-    from pyspark import TaskContext
-
-    from tfos_jobs.model.builder import build_model
-
-    model = build_model(spec, vocab, stats, model_cfg)
-    if TaskContext.get() is None:
-        return model
-
-    def stall(x):
-        time.sleep(3600)
-        return x
-
-    out = tf.keras.layers.Lambda(lambda t: tf.ensure_shape(tf.py_function(stall, [t], tf.float32), t.shape))(model.output)
-    return tf.keras.Model(model.inputs, out)
+    return _paused(build_model_args=(spec, vocab, stats, model_cfg), seconds=3600, training_only=False)
 
 
 def steady(spec, vocab, stats, model_cfg):
     """The census model, but every training step on a TF node takes at least 10 ms, whatever
     the cluster's size: a run's phases then last seconds, long enough for a test to act in
     them. Inference (validation, the export) runs at full speed."""
+    return _paused(build_model_args=(spec, vocab, stats, model_cfg), seconds=0.01, training_only=True)
+
+
+def _paused(*, build_model_args: tuple, seconds: float, training_only: bool):
+    """The census model whose output waits `seconds` on every call on a TF node (only in
+    training with `training_only`); the driver's dry build gets the model as it is."""
     import time
 
     import tensorflow as tf
@@ -39,21 +29,21 @@ def steady(spec, vocab, stats, model_cfg):
 
     from tfos_jobs.model.builder import build_model
 
-    model = build_model(spec, vocab, stats, model_cfg)
+    model = build_model(*build_model_args)
     if TaskContext.get() is None:
         return model
 
     def pause(x):
-        time.sleep(0.01)
+        time.sleep(seconds)
         return x
 
-    class Steady(tf.keras.layers.Layer):
+    class Paused(tf.keras.layers.Layer):
         def call(self, t, training=None):
-            if not training:
+            if training_only and not training:
                 return t
             return tf.ensure_shape(tf.py_function(pause, [t], tf.float32), t.shape)
 
-    return tf.keras.Model(model.inputs, Steady()(model.output))
+    return tf.keras.Model(model.inputs, Paused()(model.output))
 
 
 def build_on_nodes(spec, vocab, stats, model_cfg):
