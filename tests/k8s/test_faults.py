@@ -1,6 +1,6 @@
 """Faults and refusals on Kubernetes: an executor pod deleted mid-training (Kubernetes gives Spark a
 new pod, where the lost node's task runs again while the chief's stays; the run goes on from its
-last checkpoint and exports once), a driver pod that fails
+last step checkpoint, mid-epoch, and exports once), a driver pod that fails
 (its error, not spark-submit's 0), an image the node does not have, and GPU executors' pod specs
 (checked as Spark writes them: this machine has no GPU to schedule them on)."""
 from __future__ import annotations
@@ -12,9 +12,11 @@ import time
 import pytest
 
 from tests.k8s.conftest import TIMES, Cluster, wait_for
+from tfos_jobs.contracts.metrics import FAILURE
 from tfos_jobs.jobs.train.driver.gpu import GPU_VENDOR
 
 pytestmark = pytest.mark.k8s
+CHECKPOINT_STEPS = 50
 
 
 def executor_pod_of(cluster: Cluster, app: str, executor_id: int) -> str | None:
@@ -44,7 +46,8 @@ def test_an_executor_pod_deleted_mid_training_costs_an_attempt_not_the_run(clust
     proc = cluster.submit(["train", "--config", "census", "--set", f"train.dataset={dataset}",
                            "--set", f"train.model_dir={cluster.url(root)}", "--set", "train.epochs=4",
                            "--set", "train.batch_size=64", "--set", "train.steps_per_epoch=150",
-                           "--set", "train.max_attempts=3", "--set", "train.reservation_timeout=300", "--overwrite"],
+                           "--set", "train.max_attempts=3", "--set", "train.reservation_timeout=300",
+                           "--set", f"train.checkpoint_steps={CHECKPOINT_STEPS}", "--overwrite"],
                           options=["--name", "tfos-train-faults"])
     TIMES["train, an executor pod deleted"] = time.monotonic() - t0
     deleter.join(timeout=60)
@@ -58,6 +61,12 @@ def test_an_executor_pod_deleted_mid_training_costs_an_attempt_not_the_run(clust
     assert sorted(set(epochs)) == [1, 2, 3, 4] and epochs.count(1) == 1  # resumed, not restarted
     [recovery] = metrics["recoveries"]
     assert (recovery["nodes_kept"], recovery["nodes_restarted"]) == (["chief-0"], ["worker-0"]), log[-3000:]
+    assert recovery["cause"] == FAILURE and recovery["workers"] == 2
+    assert 150 <= recovery["resumed_at_steps"] <= recovery["failed_at_steps"], recovery
+    assert recovery["resumed_at_steps"] % CHECKPOINT_STEPS == 0, recovery  # a step checkpoint's
+    # at most the steps since the last checkpoint, and those of one being written when the pod went
+    assert 0 <= recovery["trained_again"] <= 2 * CHECKPOINT_STEPS, recovery
+    assert f"attempt 2 resumed at step {recovery['resumed_at_steps']:,}" in log, log[-3000:]
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert not (model_dir / "_run").exists() and not (model_dir / "backup").exists()
 
