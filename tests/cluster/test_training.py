@@ -18,6 +18,7 @@ from tfos_jobs import config
 from tfos_jobs.data import synthetic
 from tfos_jobs.jobs import prepare
 from tfos_jobs.cluster.node.lifecycle import alive
+from tfos_jobs.cluster.node import spark_executor
 from tfos_jobs import topology
 
 from tests.commands import kill_group, start
@@ -81,7 +82,8 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     model_dir, proc, executor_tmp = mwms
     m = metrics(model_dir)
     assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
-    assert len({n["executor_id"] for n in m["nodes"]}) == 2
+    executors = {n["executor_id"] for n in m["nodes"]}  # Spark's executor IDs, as its UI shows them
+    assert len(executors) == 2 and spark_executor.DRIVER not in executors, executors
     assert m["gradient_exchange"] == topology.ALL_GATHER  # auto, with two workers
     assert m["epochs"] == 3 and len(m["history"]) == 3
     assert 0 < m["startup"]["to_reserved_seconds"] < m["startup"]["to_first_step_seconds"] < m["seconds"]

@@ -163,7 +163,7 @@ def test_slow_and_idle_peers_do_not_block_others(server):
 
 def record(role: str, pid: int) -> NodeRecord:
     return NodeRecord(partition=pid - 11, host="h", pid=pid, python="p", cuda_visible_devices="", started=1e9, role=role,
-                      index=0, executor_id=pid - 11, manager_pid=None, cluster={}, threads=1)
+                      index=0, executor_id=str(pid - 11), manager_pid=None, cluster={}, threads=1)
 
 
 def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):

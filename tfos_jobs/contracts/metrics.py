@@ -22,7 +22,7 @@ class NodeSummary(TypedDict):
     role: str  # topology.Role
     index: int
     host: str
-    executor_id: int  # the Spark executor (a lone node: its partition)
+    executor_id: str  # Spark's ID of the executor it ran on (cluster.node.spark_executor; "driver" in local mode)
     cuda_visible_devices: str  # the GPUs it saw ("" for none)
     pid: int
     python: str  # its interpreter

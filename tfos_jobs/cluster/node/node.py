@@ -24,7 +24,7 @@ from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.metrics import NodeRecord
 from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.cluster.node import lifecycle
+from tfos_jobs.cluster.node import lifecycle, spark_executor
 from tfos_jobs.cluster.node.control_client import DriverLink
 from tfos_jobs.tf_import import tensorflow
 from tfos_jobs.topology import Role, Strategy, assign_role, training_workers, worker_rank
@@ -39,13 +39,13 @@ class Node:
     workspace: Workspace
     partition: int
 
-    def record(self, *, role: str, index: int, executor_id: int, manager_pid: int | None,
+    def record(self, *, role: str, index: int, manager_pid: int | None,
                cluster: dict[str, list[str]], threads: int) -> NodeRecord:
         """What the node tells the driver of itself when it starts (kept in the model directory)."""
         return NodeRecord(partition=self.partition, host=socket.gethostname(), pid=os.getpid(), python=sys.executable,
                           cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""), started=time.time(),
-                          role=role, index=index, executor_id=executor_id, manager_pid=manager_pid, cluster=cluster,
-                          threads=threads)
+                          role=role, index=index, executor_id=spark_executor.executor_id(), manager_pid=manager_pid,
+                          cluster=cluster, threads=threads)
 
 
 _current: contextvars.ContextVar[Node] = contextvars.ContextVar("tfos_node")
@@ -96,7 +96,7 @@ def main_fun(node_args: Mapping[str, object], ctx) -> None:
     manager_pid = _manager_pid()
     if manager_pid:
         lifecycle.start_reaper(os.getpid(), [manager_pid])
-    node.link.started(node.record(role=role, index=index, executor_id=ctx.executor_id, manager_pid=manager_pid,
+    node.link.started(node.record(role=role, index=index, manager_pid=manager_pid,
                                   cluster=cluster, threads=threads))
     status = cc.RUN_FAILED
     try:
@@ -129,7 +129,7 @@ def train_alone(launch: Launch, node: Node) -> None:
     if gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     tensorflow()
-    node.link.started(node.record(role=Role.CHIEF.value, index=0, executor_id=node.partition, manager_pid=None,
+    node.link.started(node.record(role=Role.CHIEF.value, index=0, manager_pid=None,
                                   cluster={}, threads=threads))
     pruner = training.pruning(node.link) if launch.pruning else None
     status = cc.RUN_FAILED
@@ -158,7 +158,7 @@ def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
     tensorflow()
-    node.link.started(node.record(role=role, index=index, executor_id=node.partition, manager_pid=None,
+    node.link.started(node.record(role=role, index=index, manager_pid=None,
                                   cluster=cluster, threads=threads))
     serve(cluster, role, index, node.link, launch.args.max_node_seconds)
 
