@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from benchmarks import cpu
+from tfos_jobs.cluster.node import spark_executor
 
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-DRIVER = "driver"
-EXECUTOR_CLASS = b"CoarseGrainedExecutorBackend"
+DRIVER = spark_executor.DRIVER  # the group of the driver's processes
 
 
 def _rss(pid: int) -> int:
@@ -29,24 +29,16 @@ def _rss(pid: int) -> int:
 
 def _executor_id(pid: int) -> str | None:
     """`executor N` for an executor JVM, else None."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            args = fh.read().split(b"\0")
-    except OSError:
-        return None
-    if EXECUTOR_CLASS not in b" ".join(args):
-        return None
-    flag = b"--executor-id"
-    return f"executor {args[args.index(flag) + 1].decode()}" if flag in args else "executor"
+    found = spark_executor.jvm_executor_id(pid)
+    return None if found is None else f"executor {found}"
 
 
 def executor_of(pid: int) -> int:
     """The executor JVM above process `pid` (a TF node's Python, say)."""
     while pid > 1:
-        if _executor_id(pid) is not None:
+        if spark_executor.jvm_executor_id(pid) is not None:
             return pid
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        pid = spark_executor.parent(pid)
     raise LookupError("no executor JVM above the process")
 
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tfos_jobs.cluster.node.spark_executor import DRIVER, ENV, executor_id
+from tfos_jobs.cluster.node.spark_executor import DRIVER, ENV, FLAG, executor_id
 
 # A grandchild asks: the flag is on its grandparent's command line, as on an executor JVM's
 # (Python worker daemon -> worker -> node process in between).
@@ -22,7 +22,7 @@ def ask(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_the_executor_id_is_read_from_the_executor_jvms_command_line_above_the_process():
-    assert ask("--driver-url", "spark://x", "--executor-id", "7", "--hostname", "h") == "7"
+    assert ask("--driver-url", "spark://x", FLAG.decode(), "7", "--hostname", "h") == "7"
 
 
 def test_kubernetes_environment_variable_names_the_executor():
@@ -31,5 +31,5 @@ def test_kubernetes_environment_variable_names_the_executor():
 
 def test_a_process_under_no_executor_runs_in_the_driver():
     assert ask() == DRIVER
-    assert ask("--executor-id") == DRIVER  # a flag without its value names no executor
+    assert ask(FLAG.decode()) == DRIVER  # a flag without its value names no executor
     assert executor_id(pid=os.getpid()) in (DRIVER, os.environ.get(ENV))

@@ -19,14 +19,26 @@ def executor_id(pid: int | None = None) -> str:
         return os.environ[ENV]
     current = os.getpid() if pid is None else pid
     for _ in range(MAX_DEPTH):
+        found = jvm_executor_id(current)
+        if found is not None:
+            return found
         try:
-            args = Path(f"/proc/{current}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-            parent = int(Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            current = parent(current)
         except (OSError, ValueError, IndexError):
             return DRIVER
-        if FLAG in args[:-1]:
-            return args[args.index(FLAG) + 1].decode()
-        if parent <= 1:
+        if current <= 1:
             return DRIVER
-        current = parent
     return DRIVER
+
+
+def jvm_executor_id(pid: int) -> str | None:
+    """The executor's ID when process `pid` is an executor's JVM, else None (Linux's /proc)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return None
+    return args[args.index(FLAG) + 1].decode() if FLAG in args[:-1] else None
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
