@@ -19,7 +19,7 @@ pytestmark = pytest.mark.k8s
 CHECKPOINT_STEPS = 50
 
 
-def executor_pod_of(cluster: Cluster, app: str, executor_id: int) -> str | None:
+def executor_pod_of(cluster: Cluster, app: str, executor_id: str) -> str | None:
     pods = cluster.pods(f"spark-role=executor,spark-app-name={app},spark-exec-id={executor_id}")
     return pods[0]["metadata"]["name"] if pods else None
 
