@@ -9,17 +9,17 @@ def build(spec, vocab, stats, model_cfg):
 def hang(spec, vocab, stats, model_cfg):
     """The census model, but every step on a TF node blocks: a stand-in for a hung worker (the
     driver's dry build, outside any Spark task, gets the model as it is)."""
-    return _paused(build_model_args=(spec, vocab, stats, model_cfg), seconds=3600, training_only=False)
+    return _paused(spec, vocab, stats, model_cfg, seconds=3600, training_only=False)
 
 
 def steady(spec, vocab, stats, model_cfg):
     """The census model, but every training step on a TF node takes at least 10 ms, whatever
     the cluster's size: a run's phases then last seconds, long enough for a test to act in
     them. Inference (validation, the export) runs at full speed."""
-    return _paused(build_model_args=(spec, vocab, stats, model_cfg), seconds=0.01, training_only=True)
+    return _paused(spec, vocab, stats, model_cfg, seconds=0.01, training_only=True)
 
 
-def _paused(*, build_model_args: tuple, seconds: float, training_only: bool):
+def _paused(spec, vocab, stats, model_cfg, *, seconds: float, training_only: bool):
     """The census model whose output waits `seconds` on every call on a TF node (only in
     training with `training_only`); the driver's dry build gets the model as it is."""
     import time
@@ -29,7 +29,7 @@ def _paused(*, build_model_args: tuple, seconds: float, training_only: bool):
 
     from tfos_jobs.model.builder import build_model
 
-    model = build_model(*build_model_args)
+    model = build_model(spec, vocab, stats, model_cfg)
     if TaskContext.get() is None:
         return model
 
