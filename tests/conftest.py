@@ -1,9 +1,12 @@
 """Shared fixtures. Spark tests use one real local[2] session with the TFRecord jar."""
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,6 +16,16 @@ CENSUS = ROOT / "conf" / "census.toml"
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def load_file(path: Path, name: str) -> ModuleType:
+    """A Python file of the repository that is not in a package (a script, the build backend),
+    loaded as module `name`; its name need not end in .py."""
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+    return module
+
 
 # What each folder's tests need beyond Python, as markers (`pytest -m "not hadoop"`); the
 # unit tests (tests/unit, `make test-fast`) need none of these.

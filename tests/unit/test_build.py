@@ -2,7 +2,6 @@
 built and run by `make test-k8s`)."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import tomllib
 
@@ -10,14 +9,11 @@ import pytest
 
 from packaging.requirements import Requirement
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_file
 
 
 def backend():
-    spec = importlib.util.spec_from_file_location("tfos_build_backend", ROOT / "build_support" / "tfos_build_backend.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "build_support" / "tfos_build_backend.py", "tfos_build_backend")
 
 
 def test_the_jar_is_compiled_against_the_pyspark_the_project_runs_on():

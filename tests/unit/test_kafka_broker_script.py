@@ -2,23 +2,13 @@
 from __future__ import annotations
 
 import base64
-import importlib.machinery
-import importlib.util
 
-from tests.conftest import ROOT
-
-
-def script():
-    loader = importlib.machinery.SourceFileLoader("kafka_broker_script", str(ROOT / "scripts" / "kafka-broker"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+from tests.conftest import ROOT, load_file
 
 
 def test_a_cluster_id_never_starts_with_a_dash_which_the_storage_tool_reads_as_an_option():
     # One base64url id in 64 starts with "-": 3,000 draws meet one with near certainty.
-    cluster_id = script().cluster_id
+    cluster_id = load_file(ROOT / "scripts" / "kafka-broker", "kafka_broker_script").cluster_id
     ids = [cluster_id() for _ in range(3000)]
     assert not [text for text in ids if text.startswith("-")]
     assert {len(base64.urlsafe_b64decode(text + "==")) for text in ids} == {16}

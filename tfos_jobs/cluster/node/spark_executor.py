@@ -41,4 +41,5 @@ def jvm_executor_id(pid: int) -> str | None:
 
 
 def parent(pid: int) -> int:
+    """The parent of process `pid` (Linux's /proc): a TF node's process is a few levels below its executor's JVM."""
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
