@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from tfos_jobs import config
 from tfos_jobs import control_channel as cc
 from tfos_jobs.cluster.driver.launcher import Attempt, Watch
@@ -21,6 +23,9 @@ from tfos_jobs.storage import Storage
 
 from tests.conftest import CENSUS
 from tests.unit.test_launcher import FakeNodes
+
+# A sweep's report plots whatever its trials left, even nothing: never with a warning.
+pytestmark = pytest.mark.filterwarnings("error:No artists with labels:UserWarning")
 
 Script = Callable[[FakeNodes, Attempt], None]
 

@@ -144,7 +144,8 @@ def plot(storage: Storage, sweep_dir: str, sweep: SweepConfig, rows: list[TrialR
     ax.set_xlabel("trial")
     ax.set_ylabel(sweep.metric)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no trial with a value yet: nothing to name
+        ax.legend(fontsize=8)
     for extra in flat[panels:]:
         extra.set_visible(False)
     failed = sum(r["status"] == TrialStatus.FAILED for r in rows)
