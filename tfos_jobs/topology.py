@@ -37,8 +37,8 @@ STRATEGIES = tuple(s.value for s in Strategy)
 
 # How a multi_worker_mirrored step sums its gradients (model/exchange.py carries them out):
 # the setting, and what a run records.
-AUTO, ALL_GATHER, ALL_REDUCE = "auto", "all_gather", "all_reduce"
-EXCHANGES = (AUTO, ALL_GATHER, ALL_REDUCE)
+AUTO, ALL_GATHER, ALL_REDUCE, MESH = "auto", "all_gather", "all_reduce", "mesh"
+EXCHANGES = (AUTO, MESH, ALL_GATHER, ALL_REDUCE)
 # How a node's input files reach its local disk (cluster.driver.node_inputs): copied by its
 # executor and moved into place, or sent to the node's task in chunks.
 SPOOL, CHUNKS = "spool", "chunks"
@@ -126,4 +126,4 @@ def choose_exchange(setting: str, workers: int, gradient_bytes: int) -> str:
         raise ValueError(f"gradient exchange {setting!r} is not one of {', '.join(EXCHANGES)}")
     if setting != AUTO:
         return setting
-    return ALL_GATHER if workers == 2 or gradient_bytes <= GATHER_BYTES else ALL_REDUCE
+    return MESH if workers == 2 or gradient_bytes <= GATHER_BYTES else ALL_REDUCE

@@ -12,10 +12,11 @@ from typing import Callable
 from benchmarks.context import Bench
 from benchmarks.harness import Figure, Result, Sample
 from tfos_jobs.contracts.epoch_line import EXAMPLES_PER_SEC
-from tfos_jobs.topology import ALL_REDUCE, AUTO, Role, Strategy
+from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE, AUTO, Role, Strategy
 
 
 RING_VARIANT = "mwms-2-all-reduce"  # two workers summing their gradients with the ring all-reduce
+GATHER_VARIANT = "mwms-2-all-gather"  # ... with one all-gather (the exchange before the mesh)
 LOCAL = Strategy.LOCAL.value  # the training variant every other is measured against
 STEP_PARTS = ("step_ms", "compute_ms", "exchange_ms", "other_ms", "input_ms")
 
@@ -36,7 +37,7 @@ class TrainVariant:
             return f"local strategy, one process (batch {self.batch:,})"
         if self.strategy == Strategy.PARAMETER_SERVER:
             return f"TFoS parameter_server, {self.workers} workers + 1 ps (batch {self.batch:,} per step)"
-        how = ", ring all-reduce" if self.gradient_exchange == ALL_REDUCE else ""
+        how = {ALL_REDUCE: ", ring all-reduce", ALL_GATHER: ", all-gather"}.get(self.gradient_exchange, "")
         return (f"TFoS multi_worker_mirrored, {self.workers} worker{'s' if self.workers > 1 else ''} "
                 f"({self.batch:,} per worker{how})")
 
@@ -44,8 +45,9 @@ class TrainVariant:
 def training_variants(bench: Bench) -> dict[str, TrainVariant]:
     """The scaling table's runs, in its order. Each trains the same model with `train_batch`
     examples per update (the demo's global batch; a parameter-server step is one worker's
-    batch), against the local strategy on as many. Two workers also run with the ring
-    all-reduce (the exchange before `model.exchange`) and, with the local strategy beside
+    batch), against the local strategy on as many. Two workers (whose "auto" exchange is the
+    workers' mesh) also run with the all-gather and with the ring all-reduce (the exchanges
+    before it, `model.exchange`) and, with the local strategy beside
     them, at half the batch (the per-worker batch before the batch recipe of docs/training.md). The
     parameter-server cluster uses `ps_batch`: the per-step batch docs/training.md recommends under
     parameter_server, where every step pays a round trip to the parameter servers; its
@@ -56,6 +58,7 @@ def training_variants(bench: Bench) -> dict[str, TrainVariant]:
     for n in bench.sizes.scaling_workers:
         variants[f"mwms-{n}"] = TrainVariant(Strategy.MULTI_WORKER_MIRRORED, n, g // n, local)
         if n == 2:
+            variants[GATHER_VARIANT] = TrainVariant(Strategy.MULTI_WORKER_MIRRORED, 2, g // 2, local, ALL_GATHER)
             variants[RING_VARIANT] = TrainVariant(Strategy.MULTI_WORKER_MIRRORED, 2, g // 2, local, ALL_REDUCE)
     if 2 in bench.sizes.scaling_workers:
         variants[half] = TrainVariant(Strategy.LOCAL, 1, g // 2, half)

@@ -84,7 +84,7 @@ def test_multi_worker_mirrored_learns_and_exports(mwms):
     assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
     executors = {n["executor_id"] for n in m["nodes"]}  # Spark's executor IDs, as its UI shows them
     assert len(executors) == 2 and spark_executor.DRIVER not in executors, executors
-    assert m["gradient_exchange"] == topology.ALL_GATHER  # auto, with two workers
+    assert m["gradient_exchange"] == topology.MESH  # auto, with two workers
     assert m["epochs"] == 3 and len(m["history"]) == 3
     assert 0 < m["startup"]["to_reserved_seconds"] < m["startup"]["to_first_step_seconds"] < m["seconds"]
     assert m["eval"]["auc"] > 0.8  # the base rate gives 0.5

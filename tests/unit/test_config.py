@@ -66,7 +66,7 @@ def test_wrong_value_type_names_key():
     ("train.in_memory_mb=-5", "train.in_memory_mb: must be >= 0, got -5"),
     ("train.threads=-1", "train.threads: must be >= 0, got -1"),
     ("train.profile_steps=-2", "train.profile_steps: must be >= 0, got -2"),
-    ("train.gradient_exchange=ring", "train.gradient_exchange: 'ring' is not one of: auto, all_gather, all_reduce"),
+    ("train.gradient_exchange=ring", "train.gradient_exchange: 'ring' is not one of: auto, mesh, all_gather, all_reduce"),
     ('train.tf_ports="39100"', "train.tf_ports: '39100' holds 1 port(s), fewer than the TF cluster's 2 nodes"),
     ("train.tf_ports=39100-39050", "train.tf_ports: '39100-39050' is not a port or a range of ports within 1-65535"),
     ("sources.people.format=csv", None),

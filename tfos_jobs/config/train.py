@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Union
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.names import Name
 from tfos_jobs.tasks import ModelKind
-from tfos_jobs.topology import DeliveryName, ExchangeName, Strategy, StrategyName, node_count
+from tfos_jobs.topology import AUTO, MESH, DeliveryName, ExchangeName, Strategy, StrategyName, node_count
 
 
 ParamScalar = Union[str, int, float, bool]
@@ -262,9 +262,14 @@ class TrainConfig:
             except ValueError as e:
                 errs.append(f"train.{key}: {e}")
                 continue
-            if key == "tf_ports" and ports != [0] and len(ports) < self.nodes() and self.strategy != Strategy.LOCAL:
+            meshed = (self.strategy == Strategy.MULTI_WORKER_MIRRORED and self.workers > 1
+                      and self.gradient_exchange in (AUTO, MESH))
+            per_node = 2 if meshed else 1  # its TF server's, and its gradient mesh's
+            if (key == "tf_ports" and ports != [0] and len(ports) < per_node * self.nodes()
+                    and self.strategy != Strategy.LOCAL):
                 errs.append(f"train.tf_ports: {self.tf_ports!r} holds {len(ports)} port(s), fewer than the TF "
-                            f"cluster's {self.nodes()} nodes; each node takes a port of its own")
+                            f"cluster's {self.nodes()} nodes need; each node takes "
+                            + ("two of its own (its TF server and its gradient mesh)" if meshed else "a port of its own"))
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             errs.append(f"train.steps_per_epoch: must be >= 1 (or left out for one pass per epoch), got "
                         f"{self.steps_per_epoch}")

@@ -54,7 +54,7 @@ class StepProfile(TypedDict):
     gradient_bytes: int
     variables: int
     profiled_steps: int
-    gradient_exchange: str  # topology.ALL_GATHER or ALL_REDUCE where gradients are summed across workers, else ""
+    gradient_exchange: str  # topology.MESH, ALL_GATHER or ALL_REDUCE where gradients are summed across workers, else ""
 
 
 class StepBreakdown(StepProfile):
@@ -87,7 +87,7 @@ class ChiefResult(TypedDict):
     kept_epoch: int | None  # the epoch early stopping restored, else the last (1-based)
     epochs_run: int  # by this attempt
     steps_per_epoch: int
-    gradient_exchange: str  # topology.ALL_GATHER or ALL_REDUCE
+    gradient_exchange: str  # topology.MESH, ALL_GATHER or ALL_REDUCE
     step_profile: StepProfile | None  # when train.profile_steps > 0
     anomaly: Anomaly | None  # sensor models only
     sample: SamplePredictions

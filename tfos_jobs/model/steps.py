@@ -12,7 +12,8 @@ Keras' own steps are correct but chatty under a multi-worker strategy:
     dense first, so all of them travel in one packed all-reduce;
   * that all-reduce is a ring of 2 (n - 1) remote transfers one after the other. With
     `gradient_exchange = "all_gather"` the packed gradients travel in one all-gather of n - 1
-    transfers and each worker adds them up itself (`model.exchange`).
+    transfers and each worker adds them up itself (`model.exchange`); with "mesh" they travel
+    over the workers' own connections (`cluster.node.gradient_mesh`), without a collective.
 Measured on the census model (docs/benchmarks.md): 113 ms -> 6 ms per two-worker step.
 
 Imports TensorFlow at module load: import it where TensorFlow is already wanted.
@@ -20,19 +21,21 @@ Imports TensorFlow at module load: import it where TensorFlow is already wanted.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 
 from tfos_jobs.model import exchange
-from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE
+from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE, MESH
 
 
 class StepModel(tf.keras.Model):
     """A functional model with the steps above; build it with `wrap(model, ...)`."""
 
     dense_gradient_limit: int = 0
-    gradient_exchange: str = ALL_REDUCE  # or ALL_GATHER: `exchange.summed` instead of the optimizer's sum
+    gradient_exchange: str = ALL_REDUCE  # or ALL_GATHER, MESH: `exchange.summed` instead of the optimizer's sum
+    gradient_mesh: Callable[[np.ndarray], np.ndarray] | None = None  # MESH: the run's `Mesh.summed`
 
     def train_step(self, data: Any) -> dict[str, tf.Tensor]:
         x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
@@ -41,8 +44,11 @@ class StepModel(tf.keras.Model):
             loss = self.compute_loss(x, y, y_pred, sample_weight)
         variables = self.trainable_variables
         gradients = densify(tape.gradient(loss, variables), variables, self.dense_gradient_limit)
-        if self.gradient_exchange == ALL_GATHER:
-            gradients = exchange.summed(gradients, variables)
+        if self.gradient_exchange in (ALL_GATHER, MESH):
+            mesh = self.gradient_mesh if self.gradient_exchange == MESH else None
+            if self.gradient_exchange == MESH and mesh is None:
+                raise ValueError("the mesh gradient exchange needs the run's mesh (wrap(..., mesh=...))")
+            gradients = exchange.summed(gradients, variables, mesh)
             # Keras' optimizers (new and legacy) take this to mean: already summed over workers.
             self.optimizer.apply_gradients(zip(gradients, variables), experimental_aggregate_gradients=False)
         else:
@@ -54,18 +60,21 @@ class StepModel(tf.keras.Model):
         return {metric.name: local_result(metric) for metric in self.metrics}
 
 
-def wrap(model: tf.keras.Model, dense_gradient_limit: int,
-         gradient_exchange: str = ALL_REDUCE) -> tf.keras.Model:
+def wrap(model: tf.keras.Model, dense_gradient_limit: int, gradient_exchange: str = ALL_REDUCE,
+         mesh: Callable[[np.ndarray], np.ndarray] | None = None) -> tf.keras.Model:
     """`model` with the steps above, sharing its layers and variables; build and compile the
     result under the strategy's scope. A subclassed (non-functional) user model is returned
-    as it is: it trains the same, with Keras' own steps."""
+    as it is: it trains the same, with Keras' own steps. `mesh`: the run's `Mesh.summed`, for
+    the MESH exchange."""
     if isinstance(model, StepModel):
         model.dense_gradient_limit, model.gradient_exchange = dense_gradient_limit, gradient_exchange
+        model.gradient_mesh = mesh
         return model
     if not model.inputs:  # subclassed: no graph of layers to re-wrap
         return model
     wrapped = StepModel(inputs=model.input, outputs=model.output, name=model.name)
     wrapped.dense_gradient_limit, wrapped.gradient_exchange = dense_gradient_limit, gradient_exchange
+    wrapped.gradient_mesh = mesh
     # Per-step outputs are this worker's own; none needs reducing across workers.
     wrapped.distribute_reduction_method = "first"
     return wrapped

@@ -38,6 +38,7 @@ class Node:
     link: DriverLink
     workspace: Workspace
     partition: int
+    ports: tuple[int, ...] = ()  # its share of train.tf_ports (TF server, gradient mesh); empty: any free port
 
     def record(self, *, role: str, index: int, manager_pid: int | None,
                cluster: dict[str, list[str]], threads: int) -> NodeRecord:
@@ -108,7 +109,7 @@ def main_fun(node_args: Mapping[str, object], ctx) -> None:
             with training.temp_files_in(node.workspace.scratch):
                 training.fit_and_export(args, role=role, worker_index=worker_rank(role, index),
                                         num_workers=training_workers(cluster),
-                                        link=node.link, workspace=node.workspace)
+                                        link=node.link, workspace=node.workspace, ports=node.ports)
         status = cc.RUN_OK
     finally:
         if role == Role.CHIEF:

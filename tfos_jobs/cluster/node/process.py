@@ -72,7 +72,8 @@ def run(launch: Launch, partition: int, link: DriverLink, workspace: Workspace, 
     from tfos_jobs.cluster.node import node
 
     role, _ = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
-    context = node.Node(link=link, workspace=workspace, partition=partition)
+    share = tuple(node.port_share(launch.tf_ports, partition, launch.nodes)) if launch.tf_ports != [0] else ()
+    context = node.Node(link=link, workspace=workspace, partition=partition, ports=share)
     if role == Role.CHIEF or launch.strategy in (Strategy.MULTI_WORKER_MIRRORED, Strategy.LOCAL):
         link.fetch(cc.BACKUP, workspace.backup)  # BackupAndRestore reads it
     if launch.strategy == Strategy.LOCAL:
@@ -81,8 +82,8 @@ def run(launch: Launch, partition: int, link: DriverLink, workspace: Workspace, 
     if spec.get("place"):  # a lost parameter-server worker's, taken by its task's retry
         node.take_place(launch, context, spec["place"])
         return
-    if launch.tf_ports != [0]:  # TFoS's TF server port
-        os.environ["TENSORFLOW_PORT"] = str(node.free_port(node.port_share(launch.tf_ports, partition, launch.nodes)))
+    if share:  # TFoS's TF server port
+        os.environ["TENSORFLOW_PORT"] = str(node.free_port(list(share)))
     node.run_in_cluster(launch, context, bytes.fromhex(spec["secret"]))
 
 

@@ -25,14 +25,14 @@ from typing import Any, Callable
 
 from tfos_jobs.contracts.metrics import StepProfile
 from tfos_jobs.model.exchange import summed
-from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE
+from tfos_jobs.topology import ALL_GATHER, ALL_REDUCE, MESH
 
 
 def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_input: Callable[[], Any],
             steps: int, steps_per_execution: int, parameter_server: bool, workers: int,
-            gradient_exchange: str = ALL_REDUCE) -> StepProfile:
+            gradient_exchange: str = ALL_REDUCE, mesh: Callable[[Any], Any] | None = None) -> StepProfile:
     """`build_copy()`: the same model, compiled, outside any distribution strategy;
-    `make_input()`: this node's training batches."""
+    `make_input()`: this node's training batches; `mesh`: the run's `Mesh.summed` (MESH)."""
     batches = make_input()
     input_ms = _input_ms(batches, steps)
     compute_ms = _compute_ms(build_copy(), batches, steps, steps_per_execution)
@@ -41,7 +41,7 @@ def measure(*, strategy: Any, trainer: Any, build_copy: Callable[[], Any], make_
         exchange_ms = _parameter_traffic_ms(strategy, trainer.trainable_variables, steps, steps_per_execution, workers)
     elif workers > 1:
         exchange_ms = _gradient_sum_ms(strategy, trainer.trainable_variables, steps, steps_per_execution,
-                                       gradient_exchange)
+                                       gradient_exchange, mesh)
     else:
         exchange_ms = 0.0
     gradient_bytes = sum(s.num_elements() * d.size for s, d in shapes)
@@ -74,15 +74,15 @@ def _compute_ms(model: Any, batches: Any, steps: int, steps_per_execution: int) 
 
 
 def _gradient_sum_ms(strategy: Any, variables: list, steps: int, steps_per_execution: int,
-                     gradient_exchange: str) -> float:
+                     gradient_exchange: str, mesh: Callable[[Any], Any] | None) -> float:
     """One sum across workers of zeros shaped like the gradients per step, the way training
     sums them, `steps_per_execution` steps per call, as training runs them."""
     import tensorflow as tf
 
     def step(total):
         gradients = [tf.zeros(v.shape, v.dtype) + tf.cast(total, v.dtype) for v in variables]
-        if gradient_exchange == ALL_GATHER:
-            reduced = summed(gradients, variables)
+        if gradient_exchange in (ALL_GATHER, MESH):
+            reduced = summed(gradients, variables, mesh if gradient_exchange == MESH else None)
         else:
             reduced = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         return tf.cast(tf.reduce_sum(reduced[0]), tf.float32) * 0.0

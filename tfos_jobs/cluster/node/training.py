@@ -22,11 +22,12 @@ from tfos_jobs.contracts.metrics import Anomaly, ChiefResult, StepProfile
 from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data import dataset, reader
-from tfos_jobs.cluster.node import checkpoints, peers, trained
+from tfos_jobs.cluster.node import checkpoints, gradient_mesh, trained
+from tfos_jobs.cluster.node import strategy as node_strategy
 from tfos_jobs.cluster.node.callbacks import Publisher, epoch_progress, first_step, heartbeat
 from tfos_jobs.cluster.node.checkpoints import CHIEF_DEVICE, Position
 from tfos_jobs.cluster.node.control_client import DriverLink
-from tfos_jobs.topology import ALL_REDUCE, Role, Strategy, choose_exchange, examples_per_step
+from tfos_jobs.topology import MESH, Role, Strategy, examples_per_step
 
 
 def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
@@ -59,37 +60,6 @@ def configure_threads(threads: int) -> int:
     except RuntimeError:  # TensorFlow already runs in this process: keep what it has
         return 0
     return threads
-
-
-def make_strategy(name: str, num_workers: int = 1):
-    """A one-worker cluster has nothing to all-reduce with: it trains as one process does,
-    without MultiWorkerMirrored's per-step collectives. A TF cluster's strategy starts once the
-    peers it connects to listen (`peers`)."""
-    import tensorflow as tf
-
-    if name == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1:
-        peers.await_servers(name)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        # Otherwise every step all-reduces whether each worker still has a batch, to end an
-        # epoch together on uneven data: one more collective per step (a quarter of a
-        # two-worker step here), and never needed, since training and validation data repeat.
-        strategy.extended.experimental_enable_get_next_as_optional = False
-        return strategy
-    if name == Strategy.PARAMETER_SERVER:
-        peers.await_servers(name)
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        return tf.distribute.ParameterServerStrategy(resolver)
-    return tf.distribute.get_strategy()
-
-
-def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> str:
-    """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where
-    nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
-    optimizer's own aggregation in place."""
-    if args.train.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
-        return ALL_REDUCE
-    gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return choose_exchange(args.train.gradient_exchange, num_workers, gradient_bytes)
 
 
 @contextlib.contextmanager
@@ -151,6 +121,7 @@ class NodeTraining:
     link: DriverLink
     workspace: Workspace
     meta: dataset.DatasetMeta
+    ports: tuple[int, ...] = ()  # the node's share of train.tf_ports, for its gradient mesh
 
     @property
     def parameter_server(self) -> bool:
@@ -173,8 +144,9 @@ class BuiltModel:
     strategy: Any
     model: Any  # what is exported
     trainer: Any  # the model with the run's training step (model.steps), compiled
-    gradient_exchange: str  # topology.ALL_GATHER or ALL_REDUCE
+    gradient_exchange: str  # topology.MESH, ALL_GATHER or ALL_REDUCE
     build: Callable[..., Any]  # the model function, for the step profile's copy
+    mesh: gradient_mesh.Mesh | None  # MESH: this worker's connections to the others (closed by fit_and_export)
 
 
 @dataclass(frozen=True)
@@ -198,20 +170,30 @@ class Callbacks:
 
 
 def fit_and_export(args: NodeArgs, *, role: str, worker_index: int, num_workers: int, link: DriverLink,
-                   workspace: Workspace, extra_callbacks: tuple = ()) -> dict[str, float]:
+                   workspace: Workspace, extra_callbacks: tuple = (), ports: tuple[int, ...] = ()) -> dict[str, float]:
     """Train; every worker exports (multi-worker saving is collective), only the chief keeps it
     and publishes it through `link`. Returns the metrics of the epoch whose model is kept.
 
     A callback in `extra_callbacks` that stops training and sets `skip_export` (a sweep's
-    early stopping) ends the run without an export."""
+    early stopping) ends the run without an export. `ports`: the node's share of train.tf_ports,
+    where its gradient mesh listens (empty: any free port)."""
     import tensorflow as tf
 
     # The same seed on every worker and every run: the same initial weights, so a rerun, or
     # the same data on another filesystem, learns the same model.
     tf.keras.utils.set_random_seed(args.train.seed)
     node = NodeTraining(args, role == Role.CHIEF, worker_index, num_workers, link, workspace,
-                        dataset.read(workspace.dataset))
+                        dataset.read(workspace.dataset), ports)
     built = build_model(node)
+    try:
+        return _fit_and_export(node, built, extra_callbacks)
+    finally:
+        if built.mesh is not None:
+            built.mesh.close()
+
+
+def _fit_and_export(node: NodeTraining, built: BuiltModel, extra_callbacks: tuple) -> dict[str, float]:
+    args, link, workspace, num_workers = node.args, node.link, node.workspace, node.num_workers
     steps = steps_for(args, node.meta.records(Split.TRAIN), num_workers)
     resumed = checkpoints.resume_position(workspace.backup, steps, step_checkpoints=node.checkpoint_calls > 0)
     inputs = input_pipelines(node, skip=0 if node.parameter_server else resumed.batches(steps))
@@ -242,16 +224,19 @@ def build_model(node: NodeTraining) -> BuiltModel:
     from tfos_jobs.model.builder import compile_model
 
     tr, meta = node.args.train, node.meta
-    strategy = make_strategy(tr.strategy, node.num_workers)
+    strategy = node_strategy.make_strategy(tr.strategy, node.num_workers)
     # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
     crossing = node.parameter_server or (tr.strategy == Strategy.MULTI_WORKER_MIRRORED and node.num_workers > 1)
     build = model_fn_of(node.args)
     with strategy.scope():
         model = build(meta.spec, meta.vocab, meta.stats, tr.model)
-        gradient_exchange = gradient_exchange_for(node.args, node.num_workers, model.trainable_variables)
-        trainer = steps_mod.wrap(model, tr.dense_gradient_limit if crossing else 0, gradient_exchange)
+        gradient_exchange = node_strategy.gradient_exchange_for(node.args, node.num_workers, model.trainable_variables)
+        mesh = (node_strategy.open_mesh(strategy, node.link, node.args.train.step_timeout, node.worker_index, node.ports)
+                if gradient_exchange == MESH else None)
+        trainer = steps_mod.wrap(model, tr.dense_gradient_limit if crossing else 0, gradient_exchange,
+                                 mesh.summed if mesh is not None else None)
         compile_model(trainer, meta.spec, tr.optimizer, tr.learning_rate, steps_per_execution=tr.steps_per_execution)
-    return BuiltModel(strategy, model, trainer, gradient_exchange, build)
+    return BuiltModel(strategy, model, trainer, gradient_exchange, build, mesh)
 
 
 def input_pipelines(node: NodeTraining, skip: int = 0) -> Inputs:
@@ -345,7 +330,7 @@ def profile_steps(node: NodeTraining, built: BuiltModel, inputs: Inputs) -> Step
         strategy=built.strategy, trainer=built.trainer, build_copy=build_copy, steps=tr.profile_steps,
         make_input=lambda: inputs.train_shard(workers, 0 if parameter_server else node.worker_index),
         steps_per_execution=tr.steps_per_execution, parameter_server=parameter_server, workers=workers,
-        gradient_exchange=built.gradient_exchange)
+        gradient_exchange=built.gradient_exchange, mesh=built.mesh.summed if built.mesh is not None else None)
 
 
 def export(node: NodeTraining, built: BuiltModel, inputs: Inputs) -> Anomaly | None:
