@@ -88,16 +88,14 @@ class Mesh:
         while pending:
             events = poller.poll(self.timeout * 1000)
             if not events:
-                late = min(r for r, g in got.items() if g < nbytes) if any(g < nbytes for g in got.values()) \
-                    else min(r for r, s in sent.items() if s < nbytes)
-                raise _tf_error("DeadlineExceededError",
-                                f"gradient exchange: no data from worker {self._name(late)} for {self.timeout:.0f} s")
+                late = min(r for r in self.peers if got[r] < nbytes or sent[r] < nbytes)
+                raise _tf_error("DeadlineExceededError", f"gradient exchange: worker {self._name(late)} neither "
+                                f"sent nor took data for {self.timeout:.0f} s")
             for fd, event in events:
                 r = ranks[fd]
                 sock = self.peers[r]
                 if event & select.POLLNVAL:
-                    raise _tf_error("UnavailableError", f"gradient exchange: the connection to worker {self._name(r)} "
-                                    "was closed")
+                    raise _tf_error("UnavailableError", f"gradient exchange: worker {self._name(r)}'s connection is closed")
                 try:
                     if event & select.POLLOUT and sent[r] < nbytes:
                         sent[r] += sock.send(out[sent[r]:])
@@ -117,9 +115,11 @@ class Mesh:
                 else:
                     poller.unregister(sock)
                     pending -= 1
-        total = own.copy() if self.rank == 0 else np.frombuffer(self._buffers[0], dtype=np.float32).reshape(own.shape).copy()
-        for r in range(1, self.size):
-            total += own if r == self.rank else np.frombuffer(self._buffers[r], dtype=np.float32).reshape(own.shape)
+        parts = [own if r == self.rank else np.frombuffer(self._buffers[r], np.float32).reshape(own.shape)
+                 for r in range(self.size)]
+        total = parts[0].copy()
+        for part in parts[1:]:
+            total += part
         return total
 
     def close(self) -> None:
