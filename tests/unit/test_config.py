@@ -68,6 +68,8 @@ def test_wrong_value_type_names_key():
     ("train.profile_steps=-2", "train.profile_steps: must be >= 0, got -2"),
     ("train.gradient_exchange=ring", "train.gradient_exchange: 'ring' is not one of: auto, mesh, all_gather, all_reduce"),
     ('train.tf_ports="39100"', "train.tf_ports: '39100' holds 1 port(s), fewer than the TF cluster's 2 nodes"),
+    ("train.tf_ports=39100-39102", "train.tf_ports: '39100-39102' holds 3 port(s), fewer than the TF cluster's 2 "
+     "nodes need; each node takes two of its own (its TF server and its gradient mesh)"),
     ("train.tf_ports=39100-39050", "train.tf_ports: '39100-39050' is not a port or a range of ports within 1-65535"),
     ("sources.people.format=csv", None),
 ])
@@ -150,3 +152,9 @@ def test_model_params_refused_where_they_would_be_ignored_or_cannot_be_values():
         config.load(CENSUS, ["train.model.kind=m:build", "train.model.cross_layers=3"])
     with pytest.raises(ConfigError, match=r"train\.batch: unknown key"):
         config.load(CENSUS, ["train.batch=3"])
+
+
+def test_tf_ports_need_a_second_port_per_node_only_for_the_gradient_mesh():
+    gathered = config.load(CENSUS, ["train.tf_ports=39100-39101", "train.gradient_exchange=all_gather"]).train
+    assert (gathered.tf_ports, gathered.workers) == ("39100-39101", 2)
+    assert config.load(CENSUS, ["train.tf_ports=39100-39103"]).train.gradient_exchange == "auto"
