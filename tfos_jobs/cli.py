@@ -154,7 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sweep":
             args.space_overrides = [o for o in overrides if o.startswith(("sweep.", "params."))]
             overrides = [o for o in overrides if o not in args.space_overrides]
-            args.base_overrides = overrides
         if args.command == "serve-sql":
             overrides += [f"serve_sql.{k}={json.dumps(v)}" for k in ("port", "bind") if (v := getattr(args, k)) is not None]
         args.loaded_overrides = overrides
@@ -265,9 +264,8 @@ def cmd_prepare(cfg, args) -> int:
 
 def cmd_train(cfg, args) -> int:
     from tfos_jobs import api
-    from tfos_jobs.model.builder import check_model
 
-    model = check_model(model_cfg=cfg.train.model, spec=cfg.features)  # a wrong model fails here, before Spark starts
+    model = api.check_model(config=cfg)  # a wrong model fails here, before Spark starts
     api.train(_session(cfg), build=model, config=cfg, overwrite=args.overwrite)
     return 0
 
@@ -340,14 +338,13 @@ def cmd_demo_warehouse(cfg, args) -> int:
 
 def cmd_sweep(cfg, args) -> int:
     from tfos_jobs import api
-    from tfos_jobs.search import space
+    from tfos_jobs.config import sweep
 
-    definition = space.load(args.space, args.space_overrides, args.config, args.base_overrides)
-    space.check_models(args.config, args.base_overrides, definition)  # every model the trials build, before Spark
+    definition = api.check_sweep(config=cfg, space=sweep.load(args.space, args.space_overrides))  # before Spark
     # Trials are one-task jobs: the driver's own trial and epoch lines replace Spark's console bar.
     quiet = {**cfg.spark.conf, "spark.ui.showConsoleProgress": "false"}
-    cfg = dataclasses.replace(cfg, spark=dataclasses.replace(cfg.spark, conf=quiet))
-    outcome = api.sweep(_session(cfg), config=args.config, space=definition, overrides=args.base_overrides)
+    spark = _session(dataclasses.replace(cfg, spark=dataclasses.replace(cfg.spark, conf=quiet)))
+    outcome = api.sweep(spark, config=cfg, space=definition)
     return 0 if outcome.best is not None else 1
 
 

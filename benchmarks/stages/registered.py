@@ -95,7 +95,7 @@ def register_keras_flavour(bench: Bench, uri: str, local_saved_model: str, spec:
     from mlflow.types.schema import Schema, TensorSpec
 
     from tfos_jobs.contracts import serving as contract
-    from tfos_jobs.model.builder import resolve_model_fn
+    from tfos_jobs.model.builder import resolve_build
     from tfos_jobs.model.export import load_signature
     from tfos_jobs.tf_import import tensorflow
 
@@ -107,7 +107,7 @@ def register_keras_flavour(bench: Bench, uri: str, local_saved_model: str, spec:
         with open(contract.vocab_asset(local_saved_model, f.name), encoding="utf-8") as fh:
             vocab[f.name] = fh.read().splitlines()
     model_cfg = bench.big.train.model
-    model = resolve_model_fn(model_cfg.kind)(spec, vocab, stats, model_cfg)
+    model = resolve_build(model_cfg.kind)(spec, vocab, stats, model_cfg)
     model.load_weights(os.path.join(local_saved_model, "variables", "variables")).assert_existing_objects_matched()
     frame = inputs.limit(1000).toPandas()
     sample = scoring.numpy_inputs(frame, spec)

@@ -115,14 +115,17 @@ def main(argv: list[str]) -> int:
             result = api.train(spark, config=dataclasses.replace(cfg, train=ps), log=lambda _: None)
             emit("ps", auc=result.metrics["eval"]["auc"], nodes=sorted(n["role"] for n in result.nodes))
         if "sweep" in steps:
-            space = {"sweep": {"dir": str(work / "sweep"), "max_trials": 2, "max_parallel_trials": 2,
-                               "algorithm": "grid", "metric": "val_auc", "goal": "maximize", "early_stopping": "none",
-                               "fixed": {"train.epochs": 1, "train.steps_per_epoch": 10}},
-                     "params": {"train.learning_rate": {"type": "categorical", "values": [0.01, 0.003]}}}
+            from tfos_jobs.config.sweep import Param, SweepConfig
+
+            space = SweepConfig(dir=str(work / "sweep"), max_trials=2, max_parallel_trials=2, algorithm="grid",
+                                metric="val_auc", goal="maximize", early_stopping="none",
+                                fixed={"train.epochs": 1, "train.steps_per_epoch": 10},
+                                params=(Param(key="train.learning_rate", type="categorical", values=(0.01, 0.003)),))
             outcome = api.sweep(spark, config=cfg, space=space, log=lambda _: None)
+            best_model = outcome.best_model is not None and outcome.best_model.path.endswith("/sweep/best")
             emit("sweep", statuses=sorted(r["status"] for r in outcome.results),
                  best=None if outcome.best is None else outcome.best["trial"],
-                 best_model=(work / "sweep" / "best" / "saved_model" / "saved_model.pb").exists())
+                 best_model=best_model and (work / "sweep" / "best" / "saved_model" / "saved_model.pb").exists())
         if "stream" in steps and args.kafka:
             stream_step(spark, cfg, work, args.kafka)
     finally:

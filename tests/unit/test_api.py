@@ -13,6 +13,7 @@ from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary, summary_file
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.model.builder import build_model, kind_of
+from tfos_jobs.config import sweep as sweep_file
 from tfos_jobs.search import space
 
 from tests.conftest import CENSUS, ROOT
@@ -42,20 +43,38 @@ def test_a_callable_of_an_importable_module_goes_by_name_one_of_a_script_by_valu
 
 def test_a_config_as_tables_reads_back_the_same_config():
     cfg = config.load(CENSUS, ["train.epochs=3"])
-    assert config.from_dict(api.config_tables(cfg)) == cfg
+    assert config.from_dict(config.to_dict(cfg)) == cfg
 
 
-def test_a_sweep_from_tables_is_checked_against_its_base_config():
-    base = api.config_tables(config.load(CENSUS))
+def test_typed_settings_change_a_config_as_its_file_would():
+    cfg = config.load(CENSUS)
+    changed = cfg.with_settings({"train.learning_rate": 0.01, "train.model.num_layers": 2,
+                                 "spark.conf.spark.sql.shuffle.partitions": 4, "features.age.default": 30.0})
+    assert changed == config.load(CENSUS, ["train.learning_rate=0.01", "train.model.num_layers=2",
+                                           "spark.conf.spark.sql.shuffle.partitions=4", "features.age.default=30.0"])
+    assert changed.train.learning_rate == 0.01 and changed.spark.conf["spark.sql.shuffle.partitions"] == "4"
+    assert cfg.train.learning_rate != 0.01  # the config it came from is left as it was
+    with pytest.raises(ConfigError, match="train.epochs: must be >= 1"):
+        cfg.with_settings({"train.epochs": 0})
+    with pytest.raises(ConfigError, match="train.learning_rate: expected a number, got 'fast'"):
+        cfg.with_settings({"train.learning_rate": "fast"})
+    with pytest.raises(ConfigError, match="train.epochs.x: train.epochs is a value, not a table"):
+        cfg.with_settings({"train.epochs.x": 1})
+
+
+def test_a_sweep_built_in_code_is_checked_as_the_sweep_file_is():
+    params = (sweep_file.Param(key="train.learning_rate", type="float", low=1e-4, high=1e-2, scale="log"),)
+    typed = sweep_file.SweepConfig(dir="out/sweep", max_trials=2, params=params)
     tables = {"sweep": {"dir": "out/sweep", "max_trials": 2},
               "params": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "scale": "log"}}}
-    assert space.from_tables(tables, (), base).max_trials == 2
-    assert tables["sweep"] == {"dir": "out/sweep", "max_trials": 2}  # the caller's dict is left as it was
-    bad = {**tables, "params": {"train.epochs": {"type": "int", "low": 0, "high": 2}}}
+    assert sweep_file.checked(typed) == sweep_file.from_tables(tables) == typed
+    with pytest.raises(ConfigError, match="params.train.learning_rate: low 0.1 is above high 0.01"):
+        sweep_file.checked(dataclasses.replace(typed, params=(dataclasses.replace(params[0], low=0.1),)))
+    with pytest.raises(ConfigError, match="sweep.max_trials: expected an integer, got '2'"):
+        sweep_file.checked(dataclasses.replace(typed, max_trials="2"))  # type: ignore[arg-type]
+    bad = dataclasses.replace(typed, params=(sweep_file.Param(key="train.epochs", type="int", low=0, high=2),))
     with pytest.raises(ConfigError, match="train.epochs: must be >= 1"):
-        space.from_tables(bad, (), base)
-    with pytest.raises(ConfigError, match="sweep.dir is required"):
-        space.from_tables({"params": tables["params"]})
+        space.trial_models(config.load(CENSUS), bad)
 
 
 def test_prepare_refuses_missing_inputs_before_any_spark_job():
@@ -115,24 +134,24 @@ def test_each_training_setting_comes_one_way():
 
 def test_a_setting_built_in_code_is_checked_as_a_file_is():
     from tfos_jobs.config import ModelConfig, TrainConfig
-    from tfos_jobs.config.loading import checked
+    from tfos_jobs.config.loading import as_loaded
 
-    assert checked(TrainConfig(learning_rate=1), "train").learning_rate == 1.0  # a number, as TOML's 1 reads
+    assert as_loaded(TrainConfig(learning_rate=1), "train").learning_rate == 1.0  # a number, as TOML's 1 reads
     with pytest.raises(ConfigError, match="train.epochs: expected an integer, got '3'"):
-        checked(TrainConfig(epochs="3"), "train")  # type: ignore[arg-type]
+        as_loaded(TrainConfig(epochs="3"), "train")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="train.model.units: expected an integer, got 1.5"):
-        checked(TrainConfig(model=ModelConfig(units=1.5)), "train")  # type: ignore[arg-type]
+        as_loaded(TrainConfig(model=ModelConfig(units=1.5)), "train")  # type: ignore[arg-type]
 
 
 def test_a_model_checked_against_the_configs_spec_holds_for_the_datasets():
     """`tfos train` builds the model before Spark starts, against the config's spec; training
     does not build it again against the dataset's, which differs only in its resolved defaults."""
     from tfos_jobs.config.loading import build_spec
-    from tfos_jobs.model.builder import check_model
+    from tfos_jobs.model.builder import check_build
 
     cfg = config.load(CENSUS)
-    model = check_model(model_cfg=cfg.train.model, spec=cfg.features)
-    features = api.config_tables(cfg)["features"]
+    model = check_build(model_cfg=cfg.train.model, spec=cfg.features)
+    features = config.to_dict(cfg)["features"]
     resolved = {name: {**body, "default": 41.5} if body.get("default") == "mean" else body
                 for name, body in features.items()}
     assert resolved != features and model.holds_for(cfg.train.model, build_spec(resolved))

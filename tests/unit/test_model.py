@@ -24,7 +24,7 @@ from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.features.spec import (BucketizedFeature, CategoricalFeature, CrossedFeature, FeatureSpec,
                                      KeyFeature, Label, NumericFeature)
 from tfos_jobs.model import builder
-from tfos_jobs.model.builder import build_model, compile_model, resolve_model_fn
+from tfos_jobs.model.builder import build_model, compile_model, resolve_build
 from tfos_jobs.model.export import export_saved_model, load_signature, read_spec
 
 SMALL = ModelConfig(first_layer_size=16, num_layers=2, scale_factor=0.5)
@@ -371,15 +371,15 @@ def test_multiclass_needs_its_classes():
 
 
 def test_user_model_function_by_module_path(rows):
-    fn = resolve_model_fn("tests.unit.test_model:tiny_user_model")
+    fn = resolve_build("tests.unit.test_model:tiny_user_model")
     assert fn is tiny_user_model
-    assert resolve_model_fn("wide_deep") is build_model
+    assert resolve_build("wide_deep") is build_model
     model = compile_model(fn(BINARY, VOCAB, STATS, SMALL), BINARY, "adam", 0.01)
     assert model.name == "user_model" and list(model.input) == list(BINARY.model_inputs)
     assert model.predict(features(rows), verbose=0).shape == (600, 1)
     for bad in ("nope:missing", "tests.unit.test_model:missing", "tests.unit.test_model:NOT_CALLABLE", "dnn"):
         with pytest.raises(ValueError, match=r"train\.model\.kind"):
-            resolve_model_fn(bad)
+            resolve_build(bad)
 
 
 def test_saved_model_cli_shows_the_export(exported):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tfos_jobs import config, user_code
+from tfos_jobs import api, config, user_code
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.model.builder import check_model_fn, input_names
+from tfos_jobs.model.builder import check_build, input_names
 
 from tests.conftest import CENSUS, ROOT
 
@@ -85,19 +85,19 @@ def test_sweep_refuses_a_wrong_model_before_spark_starts(no_java, tmp_path):
 def test_the_other_wrong_models(kind):
     cfg = config.load(CENSUS, [f"train.model.kind={kind}"])
     with pytest.raises(ConfigError, match=r"^train.model.kind: .*" + CASES[kind]):
-        check_model_fn(model_cfg=cfg.train.model, spec=cfg.features)
+        check_build(model_cfg=cfg.train.model, spec=cfg.features)
 
 
 def test_a_swept_model_kind_is_checked_too(tmp_path):
     """One of the searched kinds is wrong: the sweep names it before any trial."""
-    from tfos_jobs.search import space
+    from tfos_jobs.config import sweep as sweep_file
 
     overrides = [f"sweep.dir={tmp_path}/s", "params.train.model.kind.type=categorical",
                  'params.train.model.kind.values=["wide_deep", "tests.cluster.boom:build"]']
-    sweep = space.load(SWEEP, overrides, CENSUS)
+    sweep = sweep_file.load(SWEEP, overrides)
     with pytest.raises(ConfigError, match=r"raised ValueError: boom.*\(the trials with "
                                           r"train.model.kind='tests.cluster.boom:build'\)"):
-        space.check_models(CENSUS, [], sweep)
+        api.check_sweep(config=config.load(CENSUS), space=sweep)
 
 
 def test_the_check_would_see_spark_start(no_java, tmp_path):
@@ -113,7 +113,7 @@ def test_dry_build_of_the_example_model_with_its_params(monkeypatch):
     cfg = config.load(CENSUS, ["train.model.kind=mymodels:build", "train.model.params.cross_layers=3"])
     import mymodels
 
-    assert check_model_fn(model_cfg=cfg.train.model, spec=cfg.features) is mymodels.build
+    assert check_build(model_cfg=cfg.train.model, spec=cfg.features).fn is mymodels.build
     from tfos_jobs.model.builder import placeholder_spec, placeholder_stats, placeholder_vocab
 
     spec = placeholder_spec(cfg.features)
@@ -122,11 +122,11 @@ def test_dry_build_of_the_example_model_with_its_params(monkeypatch):
            ["cross_0", "cross_1", "cross_2"]
     assert sorted(input_names(model)) == sorted(cfg.features.model_inputs)
     # a callable given as such (the Python API) goes through the same checks
-    assert check_model_fn(model_cfg=cfg.train.model, spec=cfg.features, fn=mymodels.build) is mymodels.build
+    assert api.check_model(config=cfg, build=mymodels.build).fn is mymodels.build
     with pytest.raises(ConfigError, match=r"train.model.kind: .*two_args must take four positional arguments"):
         from tests.cluster import boom
 
-        check_model_fn(model_cfg=cfg.train.model, spec=cfg.features, fn=boom.two_args)
+        api.check_model(config=cfg, build=boom.two_args)
 
 
 def test_what_is_shipped_for_a_model_kind(tmp_path, monkeypatch):
@@ -183,15 +183,16 @@ def test_submit_adds_the_model_module_to_py_files(tmp_path):
 
 
 def test_a_sweep_searches_a_user_models_params(tmp_path):
+    from tfos_jobs.config import sweep as sweep_file
     from tfos_jobs.search import space
 
     overrides = [f"sweep.dir={tmp_path}/s", 'sweep.fixed.train.model.kind="mymodels:build"',
                  "params.train.model.params.cross_layers.type=int", "params.train.model.params.cross_layers.low=1",
                  "params.train.model.params.cross_layers.high=4"]
-    sweep = space.load(SWEEP, overrides, CENSUS)
+    sweep = sweep_file.load(SWEEP, overrides)
     param = next(p for p in sweep.params if p.key == "train.model.params.cross_layers")
     assert param.column == "model_params_cross_layers"
-    cfg = space.trial_config(CENSUS, [], sweep, {"train.model.params.cross_layers": 3, "train.learning_rate": 0.01,
-                                                 "train.batch_size": 256})
+    cfg = space.trial_config(config.load(CENSUS), sweep, {"train.model.params.cross_layers": 3,
+                                                          "train.learning_rate": 0.01, "train.batch_size": 256})
     assert cfg.train.model.kind == "mymodels:build" and cfg.train.model.params == {"cross_layers": 3}
     assert space.model_kinds(sweep, "wide_deep") == ["mymodels:build"]

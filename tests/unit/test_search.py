@@ -14,6 +14,8 @@ import pytest
 from tfos_jobs.jobs.sweep.driver import report as sweep_report
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.storage import Storage
+from tfos_jobs import config
+from tfos_jobs.config import sweep as sweep_file
 from tfos_jobs.search import samplers, space
 from tfos_jobs.search.study import TRIAL_ATTR, StudyPlace, SweepStudy, default_name, mask
 from tfos_jobs.contracts.trial import TrialStatus
@@ -32,7 +34,8 @@ def write(tmp_path, text: str):
 
 
 def test_the_shipped_sweep_file_is_valid_against_the_census_config():
-    s = space.load(SWEEP, [], str(CENSUS), [])
+    s = sweep_file.load(SWEEP)
+    assert len(space.trial_models(config.load(CENSUS), s)) == 4  # the settings of each value checked as a config's
     assert s.algorithm == "random" and s.goal == "maximize" and s.metric == "val_auc"
     assert [p.column for p in s.params] == ["learning_rate", "model_first_layer_size", "model_num_layers", "batch_size"]
     assert s.fixed["train.epochs"] == 4
@@ -59,19 +62,20 @@ def test_the_shipped_sweep_file_is_valid_against_the_census_config():
 ])
 def test_sweep_file_errors_name_the_key(tmp_path, text, message):
     with pytest.raises(ConfigError, match=None) as err:
-        space.load(write(tmp_path, text))
+        sweep_file.load(write(tmp_path, text))
     assert message in str(err.value)
 
 
-def test_a_value_the_training_config_refuses_is_named_before_spark_starts(tmp_path):
+def test_a_value_the_training_config_refuses_is_named_before_any_trial(tmp_path):
+    census = config.load(CENSUS)
     path = write(tmp_path, '[params."train.optimizer"]\ntype = "categorical"\nvalues = ["adam", "adamw2"]\n')
     with pytest.raises(ConfigError) as err:
-        space.load(path, [], str(CENSUS), [])
-    assert 'train.optimizer="adamw2"' in str(err.value) and "train.optimizer" in str(err.value)
+        space.trial_models(census, sweep_file.load(path))
+    assert 'train.optimizer="adamw2"' in str(err.value) and "train.optimizer: 'adamw2'" in str(err.value)
     path = write(tmp_path, '[params."train.modle.num_layers"]\ntype = "int"\nlow = 1\nhigh = 2\n')
     with pytest.raises(ConfigError) as err:
-        space.load(path, [], str(CENSUS), [])
-    assert "modle" in str(err.value)
+        space.trial_models(census, sweep_file.load(path))
+    assert "train.modle: unknown key" in str(err.value)
 
 
 def line(epoch: int, epochs: int = 3, seconds: float = 1.0, **metrics: float) -> EpochLine:
@@ -102,7 +106,7 @@ def _row(n, status, value, lr):
 
 
 def test_best_leaderboard_and_table(tmp_path):
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     rows = [_row(1, "completed", 0.80, 0.01), _row(2, "failed", None, 0.02), _row(3, "completed", 0.85, 0.001),
             _row(4, "pruned", 0.90, 0.005), _row(5, "completed", 0.85, 0.003)]
     assert sweep_report.best(s, rows)["trial"] == 3  # pruned trials do not count; ties go to the earlier trial
@@ -120,21 +124,21 @@ def test_best_leaderboard_and_table(tmp_path):
 
 
 def test_sweep_overrides_take_dotted_config_keys():
-    s = space.load(SWEEP, ["params.train.learning_rate.high=0.5", "sweep.fixed.train.epochs=2", "sweep.max_trials=3"])
+    s = sweep_file.load(SWEEP, ["params.train.learning_rate.high=0.5", "sweep.fixed.train.epochs=2", "sweep.max_trials=3"])
     lr = next(p for p in s.params if p.key == "train.learning_rate")
     assert lr.high == 0.5 and s.fixed["train.epochs"] == 2 and s.max_trials == 3
 
 
 # -- Optuna: samplers, pruners, the study ------------------------------------------------------
 
-def grid_sweep(tmp_path, **changes) -> space.SweepConfig:
+def grid_sweep(tmp_path, **changes) -> sweep_file.SweepConfig:
     path = write(tmp_path, 'algorithm = "grid"\nmax_trials = 100\n'
                  '[params."train.learning_rate"]\ntype = "float"\nlow = 0.001\nhigh = 0.1\nscale = "log"\n'
                  '[params."train.model.num_layers"]\ntype = "int"\nlow = 1\nhigh = 3\n')
-    return dataclasses.replace(space.load(path), **changes)
+    return dataclasses.replace(sweep_file.load(path), **changes)
 
 
-def open_study(tmp_path, sweep: space.SweepConfig, name: str = "s", fingerprint: str = "f") -> SweepStudy:
+def open_study(tmp_path, sweep: sweep_file.SweepConfig, name: str = "s", fingerprint: str = "f") -> SweepStudy:
     storage = Storage(None)
     place = StudyPlace(storage, sweep, storage.qualify(str(tmp_path / "sweep")))
     return SweepStudy.open(place, sweep, name, fingerprint, max_epochs=4, log=lambda line: None)
@@ -158,7 +162,7 @@ def test_grid_runs_every_point_once_in_an_order_drawn_from_the_seed(tmp_path):
 
 
 def test_random_draws_the_same_settings_for_the_same_trial_number(tmp_path):
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     study = open_study(tmp_path / "a", s)
     draws = [study.start(n) for n in range(1, 51)]
     assert open_study(tmp_path / "b", s).start(7) == draws[6]  # a resumed sweep's trial 7
@@ -174,14 +178,14 @@ def test_random_draws_the_same_settings_for_the_same_trial_number(tmp_path):
     ("random", optuna.samplers.RandomSampler), ("tpe", optuna.samplers.TPESampler),
     ("bayesian", optuna.samplers.TPESampler), ("cmaes", optuna.samplers.CmaEsSampler)])
 def test_each_algorithm_is_optunas_sampler(algorithm, kind):
-    s = dataclasses.replace(space.load(SWEEP), algorithm=algorithm)
+    s = dataclasses.replace(sweep_file.load(SWEEP), algorithm=algorithm)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # TPE's constant liar is experimental: its warning is silenced
         assert isinstance(samplers.sampler(s, 1), kind)
 
 
 def test_tpe_learns_from_the_trials_told(tmp_path):
-    s = dataclasses.replace(space.load(SWEEP), algorithm="tpe", max_trials=12)
+    s = dataclasses.replace(sweep_file.load(SWEEP), algorithm="tpe", max_trials=12)
     study = open_study(tmp_path, s)
     for n in range(1, 7):
         settings = study.start(n)
@@ -191,7 +195,7 @@ def test_tpe_learns_from_the_trials_told(tmp_path):
 
 
 def test_cmaes_draws_categorical_parameters_at_random_without_warning_each_trial(tmp_path, caplog):
-    s = dataclasses.replace(space.load(SWEEP), algorithm="cmaes")
+    s = dataclasses.replace(sweep_file.load(SWEEP), algorithm="cmaes")
     assert samplers.independent_params(s) == ["train.batch_size"]
     study = open_study(tmp_path, s)
     optuna.logging.enable_propagation()
@@ -213,7 +217,7 @@ def test_cmaes_draws_categorical_parameters_at_random_without_warning_each_trial
     ("hyperband", optuna.pruners.HyperbandPruner), ("successive_halving", optuna.pruners.SuccessiveHalvingPruner),
     ("none", optuna.pruners.NopPruner)])
 def test_each_early_stopping_is_optunas_pruner(name, kind):
-    s = dataclasses.replace(space.load(SWEEP), early_stopping=name, warmup_epochs=2, min_trials=2, percentile=40.0)
+    s = dataclasses.replace(sweep_file.load(SWEEP), early_stopping=name, warmup_epochs=2, min_trials=2, percentile=40.0)
     pruner = samplers.pruner(s, max_epochs=9)
     assert isinstance(pruner, kind)
     if name == "percentile":
@@ -223,15 +227,15 @@ def test_each_early_stopping_is_optunas_pruner(name, kind):
 
 
 def test_hyperband_runs_up_to_the_most_epochs_a_trial_takes():
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     assert space.largest(s, "train.epochs", 10) == 4  # sweep.fixed
-    searched = dataclasses.replace(s, fixed={}, params=(*s.params, space.Param("train.epochs", "int", 2, 6)))
+    searched = dataclasses.replace(s, fixed={}, params=(*s.params, sweep_file.Param("train.epochs", "int", 2, 6)))
     assert space.largest(searched, "train.epochs", 10) == 6
     assert space.largest(dataclasses.replace(s, fixed={}), "train.epochs", 10) == 10
 
 
 def test_median_pruner_judges_epochs_after_the_warmup_against_completed_trials(tmp_path):
-    s = dataclasses.replace(space.load(SWEEP), algorithm="random", early_stopping="median", warmup_epochs=2,
+    s = dataclasses.replace(sweep_file.load(SWEEP), algorithm="random", early_stopping="median", warmup_epochs=2,
                             min_trials=1)
     study = open_study(tmp_path, s)
     good, bad, diverged = study.start(1), study.start(2), study.start(3)
@@ -252,7 +256,7 @@ def test_median_pruner_judges_epochs_after_the_warmup_against_completed_trials(t
 
 
 def test_a_resumed_sweep_reuses_the_running_trials_and_teaches_a_new_study_the_finished_ones(tmp_path):
-    s = dataclasses.replace(space.load(SWEEP), algorithm="tpe", early_stopping="median", min_trials=1)
+    s = dataclasses.replace(sweep_file.load(SWEEP), algorithm="tpe", early_stopping="median", min_trials=1)
     study = open_study(tmp_path, s)
     settings = {n: study.start(n) for n in (1, 2, 3, 4)}
     study.report(1, 1, 0.8)
@@ -285,7 +289,7 @@ def test_a_resumed_sweep_reuses_the_running_trials_and_teaches_a_new_study_the_f
 
 
 def test_a_study_refuses_another_sweep_and_names_the_settings(tmp_path):
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     open_study(tmp_path, s, fingerprint="one")
     open_study(tmp_path, s, fingerprint="one")  # the same sweep resumes
     with pytest.raises(ConfigError) as err:
@@ -301,7 +305,7 @@ def test_a_study_refuses_another_sweep_and_names_the_settings(tmp_path):
 
 
 def test_the_fingerprint_leaves_out_limits_and_where_the_study_is_kept():
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     same = dataclasses.replace(s, max_trials=50, time_budget_seconds=9, storage="sqlite:///x.db", study_name="n",
                                percentile=50.0)
     assert same.fingerprint() == s.fingerprint()
@@ -313,7 +317,7 @@ def test_the_fingerprint_leaves_out_limits_and_where_the_study_is_kept():
 
 def test_the_study_is_kept_in_the_sweep_dir_or_at_a_url(tmp_path):
     storage = Storage(None)
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     local = StudyPlace(storage, s, storage.qualify(str(tmp_path / "sweep")))
     assert local.journal == str(tmp_path / "sweep" / "study.journal") and local.remote is None
     assert isinstance(local.optuna_storage(), optuna.storages.JournalStorage)
@@ -347,7 +351,7 @@ class RemoteStorage:
 
 
 def test_a_sweep_dir_elsewhere_keeps_a_local_copy_of_the_journal(tmp_path):
-    s = space.load(SWEEP)
+    s = sweep_file.load(SWEEP)
     remote = RemoteStorage({})
     place = StudyPlace(remote, s, "hdfs://nn/sweeps/a")
     study = SweepStudy.open(place, s, "a", "f", 4)
@@ -366,7 +370,7 @@ def test_a_storage_password_is_never_shown(tmp_path):
 
     url = "postgresql+psycopg2://sweeper:s3cret@127.0.0.1:1/optuna"
     assert mask(url) == "postgresql+psycopg2://sweeper:***@127.0.0.1:1/optuna"
-    s = dataclasses.replace(space.load(SWEEP), storage=url)
+    s = dataclasses.replace(sweep_file.load(SWEEP), storage=url)
     assert "s3cret" not in json.dumps(definition(s, "f", "n", {}), default=str)
     place = StudyPlace(Storage(None), s, "file:/unused")
     assert "s3cret" not in place.shown
@@ -412,7 +416,7 @@ def test_a_lone_node_asks_its_run_whether_to_stop():
 
 def test_a_study_made_beforehand_with_enqueued_settings_runs_them_first(tmp_path):
     url = f"sqlite:///{tmp_path}/study.db"
-    s = dataclasses.replace(space.load(SWEEP), storage=url)
+    s = dataclasses.replace(sweep_file.load(SWEEP), storage=url)
     made = optuna.create_study(study_name="mine", storage=url, direction="maximize")
     first = {"train.learning_rate": 0.01, "train.model.first_layer_size": 64, "train.model.num_layers": 2,
              "train.batch_size": 256}

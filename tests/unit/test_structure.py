@@ -10,6 +10,7 @@ the layout             each folder holds one kind of thing (FOLDERS), the packag
                        entrypoints/; only storage/ reaches Hadoop's FileSystem, everyone else
                        goes through `Storage`; sweeps start trials only through the launcher seam
 size                   modules and functions are small, and hold code, not prose
+typed settings         a config is changed by `--set` strings only on the command line (SET_STRINGS)
 """
 from __future__ import annotations
 
@@ -460,3 +461,42 @@ def test_one_file_api_outside_storage():
     assert filesystem_offences("tfos_jobs/x.py", "from tfos_jobs.storage import Storage, filesystem\n") == [
         "tfos_jobs/x.py: filesystem"]
 
+
+
+# Where a config is changed through the command line's `key=value` strings: the command line, the
+# command lines deploy/ builds for remote `tfos` runs, and config/, which owns the mechanism.
+SET_STRINGS = ("tfos_jobs/cli", "tfos_jobs/deploy/", "tfos_jobs/config/")
+
+
+def set_string_offences(where: str, source: str) -> list[str]:
+    """Calls that change a config by `--set` strings (`apply_override`, `load(path, overrides)` of a
+    config module) outside SET_STRINGS: everywhere else settings are typed (`Config.with_settings`)."""
+    if where.startswith(SET_STRINGS):
+        return []
+    tree = ast.parse(source)
+    config_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+                    if (n.module or "").startswith("tfos_jobs.config") or (n.module == "tfos_jobs" and a.name == "config")}
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else None
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        overrides = len(n.args) > 1 or any(k.arg == "overrides" for k in n.keywords)
+        if name == "apply_override" or (name == "load" and overrides and (owner in config_names or (
+                owner is None and name in config_names))):
+            found.append(f"{where}:{n.lineno}: {ast.unparse(n.func)}")
+    return found
+
+
+def test_settings_are_typed_outside_the_command_line():
+    assert [o for p in sources() for o in set_string_offences(rel(p), p.read_text())] == []
+    planted = ("from tfos_jobs import config as config_mod\nfrom tfos_jobs.config import sweep\n"
+               "def trial(path, x):\n    a = config_mod.load(path, [f'train.epochs={x}'])\n"
+               "    b = sweep.load(path, overrides=['sweep.max_trials=2'])\n    config_mod.apply_override({}, 'a=1')\n"
+               "    load(spark, a, b)\n    return config_mod.load(path).with_settings({'train.epochs': x})\n")
+    assert set_string_offences("tfos_jobs/search/x.py", planted) == [
+        "tfos_jobs/search/x.py:4: config_mod.load", "tfos_jobs/search/x.py:5: sweep.load",
+        "tfos_jobs/search/x.py:6: config_mod.apply_override"]
+    assert set_string_offences("tfos_jobs/deploy/x.py", planted) == []

@@ -19,6 +19,7 @@ from tfos_jobs.cluster.driver.supervise import supervise
 from tfos_jobs.contracts.dataset import Manifest, SplitFiles
 from tfos_jobs.data import dataset
 from tfos_jobs.jobs.sweep.driver import job as sweep_job
+from tfos_jobs.config import sweep as sweep_file
 from tfos_jobs.search import space
 from tfos_jobs.storage import Storage
 
@@ -112,18 +113,16 @@ def lone_trial(aucs: dict[int, list[float]]) -> Script:
 
 def run_sweep(tmp_path: Path, launcher: TrialLauncher, **sweep: object) -> tuple[dict, list[str]]:
     """A two-point grid over the learning rate on the census config, its trials started by `launcher`."""
-    from tfos_jobs.api import config_tables
-
     root = tmp_path / "dataset"
     dataset_dir = root if (root / "_meta").exists() else tiny_dataset(root)
-    base = config_tables(config.load(CENSUS, [f"train.dataset={dataset_dir}", "train.reservation_timeout=5",
-                                              "train.step_timeout=30", "train.max_attempts=1"]))
+    base = config.load(CENSUS).with_settings({"train.dataset": str(dataset_dir), "train.reservation_timeout": 5,
+                                              "train.step_timeout": 30, "train.max_attempts": 1})
     tables = {"sweep": {"dir": str(tmp_path / "sweep"), "algorithm": "grid", "metric": "val_auc", "goal": "maximize",
                         "max_trials": 2, "max_parallel_trials": 2, "early_stopping": "none", **sweep},
               "params": {"train.learning_rate": {"type": "categorical", "values": [0.01, 0.001]}}}
     lines: list[str] = []
-    outcome = sweep_job.run(None, base, [], space.from_tables(tables, (), base, []), log=lines.append,
-                            launcher=lambda lone: launcher)
+    outcome = sweep_job.run(None, base, space.check_sweep(base, sweep_file.from_tables(tables)).sweep,
+                            log=lines.append, launcher=lambda lone: launcher)
     return outcome, lines
 
 

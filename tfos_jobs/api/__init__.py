@@ -15,16 +15,17 @@ thin clients of these functions. Example (docs/python_api.md, examples/python_ap
     spark.sql("SELECT predict_income(struct(*)) FROM people").show()
 
 Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location;
-settings come one way, a typed config (`Config`, or one of its sections). Stable: `__all__`,
-the keyword arguments, the results' fields (added to, never changed without a release note).
+settings come one way, a typed config (`Config`, or one of its sections; `Config.with_settings`
+changes one by dotted keys). Stable: `__all__`, the keyword arguments, the results' fields (added
+to, never changed without a release note).
 """
 from __future__ import annotations
 
 from tfos_jobs.api.data import DatasetManifest, prepare, session
 from tfos_jobs.api.serving import evaluate, predict, register, replay, sql, stream
-from tfos_jobs.api.training import SweepResult, TrainResult, config_tables, sweep, train
+from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_sweep, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
 from udfs.register import PredictionUdf
 
-__all__ = ["session", "prepare", "train", "sweep", "register", "sql", "predict", "evaluate", "stream", "replay",
-           "config_tables", "DatasetManifest", "TrainResult", "SweepResult", "PredictionUdf", "PredictionSummary"]
+__all__ = ["session", "prepare", "check_model", "train", "check_sweep", "sweep", "register", "sql", "predict", "evaluate", "stream", "replay",
+           "DatasetManifest", "TrainResult", "SweepResult", "PredictionUdf", "PredictionSummary"]

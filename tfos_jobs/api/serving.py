@@ -140,7 +140,7 @@ def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamS
     ------
     TfosError : the query failed (naming the micro-batch and the cause) or a setting is wrong.
 
-    Stable. Example: ``api.stream(spark, config=config.load("conf/fleet.toml", ["stream.stop_when_idle_seconds=30"]))``"""
+    Stable. Example: ``api.stream(spark, config=config.load("conf/fleet.toml").with_settings({"stream.stop_when_idle_seconds": 30}))``"""
     from tfos_jobs.jobs.stream.driver import job
 
     check_workers(spark)

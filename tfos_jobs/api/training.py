@@ -3,20 +3,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, cast
+from typing import Any, Callable, Mapping, cast
 
 from pyspark.sql import SparkSession
 
-from tfos_jobs import config as config_mod
 from tfos_jobs.config import Config, TrainConfig
-from tfos_jobs.config.loading import Table, checked
+from tfos_jobs.config.loading import as_loaded
+from tfos_jobs.config.sweep import SweepConfig
 from tfos_jobs.contracts.dataset import Manifest, Split
 from tfos_jobs.contracts.metrics import Metrics, NodeSummary
 from tfos_jobs.contracts.model_dir import ModelDir
+from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.model.builder import CheckedModel, checked_model, kind_of
-from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.model.builder import CheckedBuild, check_build, kind_of
+from tfos_jobs.search import space as search_space
+from tfos_jobs.search.space import CheckedSweep
 from udfs.environment import check_workers
 
 Log = Callable[[str], None]
@@ -50,7 +52,7 @@ class TrainResult:
 
 
 def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_dir: str | None = None,
-          build: str | Callable[..., Any] | CheckedModel | None = None, config: Config | TrainConfig | None = None,
+          build: str | Callable[..., Any] | CheckedBuild | None = None, config: Config | TrainConfig | None = None,
           overwrite: bool = False, log: Log = print) -> TrainResult:
     """Train on `dataset` and export a SavedModel into `model_dir`; the model is built from the
     dataset's own feature spec.
@@ -86,7 +88,7 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     from tfos_jobs.storage import Storage
 
     whole = config if isinstance(config, Config) else None
-    settings = checked(config.train if isinstance(config, Config) else config or TrainConfig(), "train")
+    settings = as_loaded(config.train if isinstance(config, Config) else config or TrainConfig(), "train")
     where = "train" if whole is not None else "train()"
     storage = Storage(spark)
     tr = _with_handles(settings, dataset=dataset.output if isinstance(dataset, Manifest) else dataset,
@@ -97,7 +99,7 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     errors = tr.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
-    definition = checked_model(build, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
+    definition = check_build(model_cfg=tr.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
     check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,
@@ -131,59 +133,81 @@ def _with_handles(settings: TrainConfig, *, dataset: str | None, model_dir: str 
 @dataclass(frozen=True)
 class SweepResult:
     """A finished sweep: its best trial's row (None when none completed), every trial's, as
-    `results.parquet` holds them (`contracts.trial.TrialResult`)."""
+    `results.parquet` holds them (`contracts.trial.TrialResult`), and the best trial's model
+    (`<sweep dir>/best`), which `register` and `predict` take as `model=`."""
 
     best: TrialResult | None
     results: tuple[TrialResult, ...]
+    best_model: ModelDir | None = None
 
 
-def sweep(spark: SparkSession, *, config: Config | Table | str, space: SweepConfig | Table,
-          overrides: Sequence[str] = (), log: Log = print) -> SweepResult:
+def check_model(*, config: Config, build: str | Callable[..., Any] | None = None) -> CheckedBuild:
+    """The model a training run with `config` builds (`build`, else its `train.model.kind`), checked
+    by a dry build against the config's feature spec before any Spark session exists; `train`
+    takes the result as `build=` and does not build it again (`tfos train` checks this way).
+
+    Raises
+    ------
+    ConfigError : the model cannot be imported or built, or does not fit the spec, named.
+
+    Stable. Example: ``api.train(spark, build=api.check_model(config=census), config=census)``"""
+    model = config.train.model if build is None else dataclasses.replace(config.train.model, kind=kind_of(build)[0])
+    return check_build(model_cfg=model, spec=config.features, build=build)
+
+
+def check_sweep(*, config: Config, space: SweepConfig) -> CheckedSweep:
+    """Every value the sweep's trials take, checked as a config's, and every distinct model they
+    build, dry-built once, before any Spark session exists; `sweep` takes the result as `space=`
+    and does not check it again (`tfos sweep` checks this way).
+
+    Raises
+    ------
+    ConfigError : a wrong space, a trial value the config refuses, or a model that fails its dry build.
+
+    Stable. Example: ``api.sweep(spark, config=census, space=api.check_sweep(config=census, space=space))``"""
+    return search_space.check_sweep(config, space)
+
+
+def sweep(spark: SparkSession, *, config: Config, space: SweepConfig | CheckedSweep, log: Log = print) -> SweepResult:
     """A hyperparameter sweep whose trials run as Spark tasks (docs/sweeps.md).
 
-    `config`: the base config (a `Config`, its tables as a dict, or a TOML path); `space`: a
-    `SweepConfig` or the sweep file's tables, e.g. ``{"sweep": {"dir": "out/sweep", "max_trials": 4},
-    "params": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "scale": "log"}}}``.
+    `config`: the base config, every trial's but for the settings the sweep gives it; `space`: what
+    to search (`config.sweep.load("conf/sweep.toml")`, or a `SweepConfig` built in code, e.g.
+    ``SweepConfig(dir="out/sweep", max_trials=4, params=(Param(key="train.learning_rate", type="float",
+    low=1e-4, high=1e-2, scale="log"),))``), or what `check_sweep` returned for `config`. Each trial's
+    config is `config.with_settings(...)` of the sweep's fixed settings and the trial's values.
 
     With the base config's `[tracking]` enabled, the sweep and each trial are MLflow runs
     (docs/tracking.md), as `tfos sweep` logs them.
 
     Returns
     -------
-    SweepResult : the best trial's row and every trial's (`contracts.trial.TrialResult`).
+    SweepResult : the best trial's row, every trial's (`contracts.trial.TrialResult`), the best model.
 
     Raises
     ------
     ConfigError : a wrong space or base config, or a model a trial would build that fails its dry
-        build, before any Spark job.
+        build (each distinct model built once), before any Spark job.
 
-    Stable. Example: ``api.sweep(spark, config=config.load("conf/census.toml"), space=space).best``"""
+    Stable. Example: ``api.register(spark, name="predict_income", model=api.sweep(spark, config=census,
+    space=space).best_model)``"""
     from tfos_jobs.jobs.sweep.driver import job
-    from tfos_jobs.search import space as space_mod
 
-    base = config_tables(config) if isinstance(config, Config) else config
-    definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
-    space_mod.check_models(base, overrides, definition)  # every model the trials build, by a dry build
+    if not (isinstance(space, CheckedSweep) and space.base == config):
+        space = search_space.check_sweep(config, space.sweep if isinstance(space, CheckedSweep) else space)
     check_workers(spark)
-    loaded = space_mod.base(base, overrides)  # the trials' base config, loaded: its [tracking]
-    if not loaded.tracking.enabled:
-        outcome = job.run(spark, base, list(overrides), definition, log=log)
-        return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
-    from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver
-    from tfos_jobs.storage import Storage
+    observer = None
+    if config.tracking.enabled:
+        from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver
+        from tfos_jobs.storage import Storage
 
-    observer = MlflowSweepObserver(loaded, Storage(spark), log)
+        observer = MlflowSweepObserver(config, Storage(spark), log)
     failed = True
     try:
-        outcome = job.run(spark, base, list(overrides), definition, log=log, observer=observer)
+        outcome = job.run(spark, config, space.sweep, log=log, observer=observer)
         failed = False
     finally:
-        observer.close(failed)
-    return SweepResult(best=outcome["best"], results=tuple(outcome["results"]))
-
-
-def config_tables(config: Config) -> dict[str, object]:
-    """A Config as the tables of its TOML file (what `config.from_dict` reads back). Stable."""
-    tables = config_mod.to_dict(config)
-    tables["features"] = {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in tables["features"]}
-    return tables
+        if observer is not None:
+            observer.close(failed)
+    best_model = ModelDir(SweepDir(outcome["dir"]).best) if outcome["best"] else None
+    return SweepResult(best=outcome["best"], results=tuple(outcome["results"]), best_model=best_model)

@@ -1,9 +1,10 @@
-"""Configuration: TOML in `conf/` -> frozen dataclasses, with `--set key=value` overrides.
+"""Configuration: TOML in `conf/` -> frozen dataclasses, changed by typed settings
+(`Config.with_settings`) or, on the command line only, by `--set key=value`.
 
 One module per section (`[spark]`, `[sources.*]`, `[prepare]`, `[train]`, `[predict]`,
-`[tracking]`, `[serve_sql]`, the demo data sets), each checking itself (`errors()`, as `FeatureSpec.errors`
-does); `Config` adds what spans sections. Everything is checked here, before any Spark job starts; an error names the key
-(as a dotted path, the way it is written with `--set`) and what it allows.
+`[tracking]`, `[serve_sql]`, the demo data sets, and the sweep file), each checking itself (`errors()`, as
+`FeatureSpec.errors` does); `Config` adds what spans sections. Everything is checked here, before any Spark job
+starts; an error names the key (as a dotted path, the way a setting names it) and what it allows.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tfos_jobs.config.demo_data import FleetConfig, SyntheticConfig
-from tfos_jobs.config.loading import apply_override, build, build_spec, is_url, read_config_file, read_toml
+from tfos_jobs.config.loading import apply_override, build, build_spec, is_url, read_config_file, read_toml, set_value
 from tfos_jobs.config.predict import PredictConfig
 from tfos_jobs.config.prepare import ActivityConfig, LookupConfig, PrepareConfig, SplitConfig
 from tfos_jobs.config.sources import FILE_FORMATS, SOURCE_FORMATS, SourceConfig
@@ -29,7 +30,7 @@ __all__ = [
     "ActivityConfig", "Config", "ElasticConfig", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
     "PrepareConfig", "SOURCE_FORMATS", "ServeSqlConfig", "SourceConfig", "SparkConfig", "SplitConfig", "StreamConfig", "SyntheticConfig", "TrackingConfig",
     "TrainConfig", "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml",
-    "to_dict", "validate",
+    "set_value", "to_dict", "validate",
 ]
 
 
@@ -58,9 +59,17 @@ class Config:
         errs += self.tracking.errors() + self.serve_sql.errors() + self.stream.errors()
         return errs
 
+    def with_settings(self, settings: Mapping[str, object]) -> "Config":
+        """This config with each dotted key of `settings` set to its typed value, e.g.
+        `config.with_settings({"train.learning_rate": 0.01})`, checked as a file's values are."""
+        tables = to_dict(self)
+        for key, value in settings.items():
+            set_value(tables, key, value)
+        return from_dict(tables)
+
 
 def load(path: str | Path, overrides: Sequence[str] = ()) -> Config:
-    """Read a TOML file, apply `key=value` overrides, build and validate the config."""
+    """Read a TOML file, apply the command line's `key=value` overrides, build and validate the config."""
     raw = read_config_file(path)
     for item in overrides:
         apply_override(raw, item)
@@ -90,7 +99,8 @@ def validate(config: Config) -> None:
 
 
 def to_dict(config: Config) -> dict[str, Any]:
-    """A plain-data view (for printing and for the manifest)."""
+    """The config as the tables of its TOML file: what `from_dict` reads back to an equal config."""
     out = dataclasses.asdict(dataclasses.replace(config, features=FeatureSpec(())))
-    out["features"] = config.features.to_dict()["features"]
+    out["features"] = {f.name: {k: v for k, v in dataclasses.asdict(f).items() if k != "name"}
+                       for f in config.features.features}
     return out

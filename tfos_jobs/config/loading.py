@@ -1,5 +1,6 @@
-"""Reading a config: TOML files (local or on a Hadoop filesystem), `extends`, `--set key=value`
-overrides, and the typed build that names the key of every value that does not fit."""
+"""Reading a config: TOML files (local or on a Hadoop filesystem), `extends`, settings by dotted
+key (typed, or the command line's `--set key=value`), and the typed build that names the key of
+every value that does not fit."""
 from __future__ import annotations
 
 import collections.abc
@@ -94,7 +95,7 @@ def _parse_toml(text: str, what: str, where: str) -> dict[str, Any]:
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
-    """`a.b.c=value`: the value is read as a TOML value when it parses as one, else as a string."""
+    """`a.b.c=value` (a `--set` item): the value is read as a TOML value when it parses as one, else as a string."""
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -103,13 +104,18 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    set_value(raw, key, value)
+
+
+def set_value(raw: dict[str, Any], key: str, value: object) -> None:
+    """Sets the dotted `key` of a config's tables, making the tables on its way."""
     node = raw
     parts = _split_key(key)
     for i, part in enumerate(parts[:-1]):
-        nxt = node.setdefault(part, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is a value, not a table")
-        node = nxt
+        nxt = node.get(part, {})
+        if not isinstance(nxt, Mapping):
+            raise ConfigError(f"{key}: {'.'.join(parts[: i + 1])} is a value, not a table")
+        node[part] = node = dict(nxt)  # a plain copy: a section's own mapping (ModelParams) may be read-only
     node[parts[-1]] = value
 
 
@@ -162,11 +168,11 @@ def build(cls: type, data: Any, where: str) -> Any:
     return cls(**kwargs)
 
 
-def checked(section: T, where: str) -> T:
+def as_loaded(section: T, where: str) -> T:
     """A config section built in code rather than read from a file, its values checked as the
     loader checks a file's (the same errors, naming the key); nested sections too."""
     values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}  # type: ignore[arg-type]
-    nested = {k: checked(v, _join(where, k)) for k, v in values.items() if dataclasses.is_dataclass(v)
+    nested = {k: as_loaded(v, _join(where, k)) for k, v in values.items() if dataclasses.is_dataclass(v)
               and not isinstance(v, type) and not isinstance(v, FeatureSpec)}
     return build(type(section), {**values, **nested}, where)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from tfos_jobs.config.sweep import ParamValue
 from tfos_jobs.names import Name
-
-ParamValue = int | float | str | bool  # a searched setting's value, as a trial is given it
 
 
 class TrialStatus(Name):

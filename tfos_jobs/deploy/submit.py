@@ -202,6 +202,7 @@ def model_kinds(app_args: Sequence[str]) -> list[str]:
     (and a sweep's `--space`), as far as they are files on this machine."""
     from tfos_jobs import config as config_mod
     from tfos_jobs import resources
+    from tfos_jobs.config import sweep as sweep_config
     from tfos_jobs.search import space
 
     if not app_args or app_args[0] not in ("train", "sweep"):
@@ -221,7 +222,7 @@ def model_kinds(app_args: Sequence[str]) -> list[str]:
     if app_args[0] != "sweep" or not args.space or config_mod.is_url(args.space):
         return [str(kind)]
     try:
-        sweep = space.load(resources.config_path(args.space), [o for o in args.overrides if o.startswith(("sweep.", "params."))])
+        sweep = sweep_config.load(resources.config_path(args.space), [o for o in args.overrides if o.startswith(("sweep.", "params."))])
     except TfosError:
         return [str(kind)]
     return space.model_kinds(sweep, str(kind))

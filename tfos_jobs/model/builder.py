@@ -30,7 +30,7 @@ from tfos_jobs.tasks import ModelKind, Task
 if TYPE_CHECKING:
     import tensorflow as tf
 
-ModelFn = Callable[[FeatureSpec, "dict[str, list[str]]", "dict[str, Any]", ModelConfig], "tf.keras.Model"]
+BuildFn = Callable[[FeatureSpec, "dict[str, list[str]]", "dict[str, Any]", ModelConfig], "tf.keras.Model"]
 
 
 
@@ -97,7 +97,7 @@ def make_optimizer(name: str, learning_rate: float) -> "tf.keras.optimizers.Opti
     return classes[name](learning_rate=learning_rate)
 
 
-def resolve_model_fn(kind: str) -> ModelFn:
+def resolve_build(kind: str) -> BuildFn:
     """`wide_deep`, `sequence_autoencoder`, or a user function "module:function" with
     build_model's signature that returns an uncompiled model taking the same dict of raw columns."""
     if kind == ModelKind.WIDE_DEEP:
@@ -130,15 +130,16 @@ DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckedModel:
-    """A model checked on the driver against the spec it is for (`check_model`): a training run
-    builds it on its nodes without checking it again. `by_value`: the callable the nodes get
-    pickled (a script's or notebook's function), None when they import `config.kind` by name."""
+class CheckedBuild:
+    """A build function checked on the driver against the spec it is for (`check_build`): a
+    training run builds its model on the nodes without checking it again. `by_value`: the
+    callable the nodes get pickled (a script's or notebook's function), None when they import
+    `config.kind` by name."""
 
     config: ModelConfig
     spec: FeatureSpec
-    fn: ModelFn
-    by_value: ModelFn | None = None
+    fn: BuildFn
+    by_value: BuildFn | None = None
 
     def holds_for(self, model_cfg: ModelConfig, spec: FeatureSpec) -> bool:
         """Whether this check is the one `model_cfg` would get against `spec`: the same settings
@@ -147,11 +148,11 @@ class CheckedModel:
         return self.config == model_cfg and _without_defaults(self.spec) == _without_defaults(spec)
 
 
-def kind_of(model: str | Callable[..., Any] | CheckedModel) -> tuple[str, ModelFn | None]:
+def kind_of(model: str | Callable[..., Any] | CheckedBuild) -> tuple[str, BuildFn | None]:
     """A model given as a kind, "module:function" or a callable: its `kind`, and the callable to
     pickle by value when its module cannot be imported by name on the executors (a script's or
     notebook's `__main__`, a function defined in a function)."""
-    if isinstance(model, CheckedModel):
+    if isinstance(model, CheckedBuild):
         return model.config.kind, model.by_value
     if isinstance(model, str):
         return model, None
@@ -168,31 +169,24 @@ def kind_of(model: str | Callable[..., Any] | CheckedModel) -> tuple[str, ModelF
     return (kind, None) if found is model else (kind, model)
 
 
-def checked_model(model: str | Callable[..., Any] | CheckedModel | None, model_cfg: ModelConfig,
-                  spec: FeatureSpec) -> CheckedModel:
-    """The model, checked against `spec`; one already checked against it is not built again."""
-    if isinstance(model, CheckedModel) and model.holds_for(model_cfg, spec):
-        return model
-    return check_model(model_cfg=model_cfg, spec=spec, by_value=None if model is None else kind_of(model)[1])
-
-
 def _without_defaults(spec: FeatureSpec) -> list[dict[str, Any]]:
     return [{k: v for k, v in f.items() if k != "default"} for f in spec.to_dict()["features"]]
 
 
-def check_model(*, model_cfg: ModelConfig, spec: FeatureSpec, by_value: ModelFn | None = None) -> CheckedModel:
-    """`check_model_fn`'s checks, kept with what they were made against."""
-    return CheckedModel(model_cfg, spec, check_model_fn(model_cfg=model_cfg, spec=spec, fn=by_value), by_value)
-
-
-def check_model_fn(*, model_cfg: ModelConfig, spec: FeatureSpec, fn: ModelFn | None = None) -> ModelFn:
-    """The model function, checked on the driver before any Spark job: `fn` (a callable), else
-    `model_cfg.kind` imported and resolved. A user function must take the four arguments of
-    `ModelFn` and, called with `spec` and placeholder vocabularies and statistics derived from
-    it (no dataset is read: it may be on a cluster filesystem), return a `tf.keras.Model` that
-    reads only the spec's model inputs and whose output export can name (one tensor per task,
-    `model.export`). Raises ConfigError naming `train.model.kind`, with the function's own
-    error as one line; the built-in kinds are only resolved."""
+def check_build(*, model_cfg: ModelConfig, spec: FeatureSpec,
+                build: str | Callable[..., Any] | CheckedBuild | None = None) -> CheckedBuild:
+    """The build function, checked on the driver before any Spark job: `build` when it is a
+    callable, else `model_cfg.kind` imported and resolved; one `build` already checked against
+    `spec` is returned as it is. A user function must take the four arguments of `BuildFn` and,
+    called with `spec` and placeholder vocabularies and statistics derived from it (no dataset is
+    read: it may be on a cluster filesystem), return a `tf.keras.Model` that reads only the spec's
+    model inputs and whose output export can name (one tensor per task, `model.export`). Raises
+    ConfigError naming `train.model.kind`, with the function's own error as one line; the
+    built-in kinds are only resolved."""
+    if isinstance(build, CheckedBuild) and build.holds_for(model_cfg, spec):
+        return build
+    by_value = None if build is None else kind_of(build)[1]
+    fn = by_value
     name = model_cfg.kind if fn is None else getattr(fn, "__qualname__", repr(fn))
     if fn is None:
         if model_cfg.is_user_function:  # the user's module imports TensorFlow the package's way (tf-keras)
@@ -200,11 +194,11 @@ def check_model_fn(*, model_cfg: ModelConfig, spec: FeatureSpec, fn: ModelFn | N
 
             tensorflow()
         try:
-            fn = resolve_model_fn(model_cfg.kind)
+            fn = resolve_build(model_cfg.kind)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         if not model_cfg.is_user_function:
-            return fn
+            return CheckedBuild(model_cfg, spec, fn)
     elif not callable(fn):
         raise ConfigError(f"{KIND}: {fn!r} is not callable: give a model function (spec, vocab, stats, model_cfg)")
     try:
@@ -215,7 +209,7 @@ def check_model_fn(*, model_cfg: ModelConfig, spec: FeatureSpec, fn: ModelFn | N
     except ValueError:  # no signature to read (a builtin): the dry build below tells
         pass
     _dry_build(fn, name, model_cfg, spec)
-    return fn
+    return CheckedBuild(model_cfg, spec, fn, by_value)
 
 
 def _signature(fn: Callable) -> str:
@@ -225,7 +219,7 @@ def _signature(fn: Callable) -> str:
         return "unknown"
 
 
-def _dry_build(fn: ModelFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec) -> None:
+def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec) -> None:
     from tfos_jobs.tf_import import tensorflow
 
     tf = tensorflow()

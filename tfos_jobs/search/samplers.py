@@ -14,8 +14,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tfos_jobs.search.names import Algorithm, Pruner
-from tfos_jobs.search.space import Param, SweepConfig
+from tfos_jobs.config.sweep import Algorithm, Param, Pruner, SweepConfig
 
 
 def distributions(sweep: SweepConfig) -> dict[str, BaseDistribution]:

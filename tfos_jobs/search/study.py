@@ -26,9 +26,8 @@ from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.search import samplers
-from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.config.sweep import Pruner, SweepConfig
 from tfos_jobs.contracts.trial import ParamValue, TrialResult, TrialStatus
-from tfos_jobs.search.names import Pruner
 from tfos_jobs.search.trials import metric_by_epoch
 from tfos_jobs.storage import Storage
 

@@ -86,9 +86,9 @@ def model_fn_of(args: NodeArgs):
         from pyspark import cloudpickle
 
         return cloudpickle.loads(args.model_fn)
-    from tfos_jobs.model.builder import resolve_model_fn
+    from tfos_jobs.model.builder import resolve_build
 
-    return resolve_model_fn(args.train.model.kind)
+    return resolve_build(args.train.model.kind)
 
 
 def pruning(link: DriverLink):

@@ -23,7 +23,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from pyspark.sql import SparkSession
 
@@ -38,11 +38,10 @@ from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingErr
 from tfos_jobs.jobs.sweep.driver import report as sweep_report
 from tfos_jobs.jobs.sweep.driver.observer import Guarded, SweepObserver
 from tfos_jobs.progress_log import ProgressLog, read_progress
+from tfos_jobs.config import Config
+from tfos_jobs.config.sweep import Algorithm, Pruner, SweepConfig
 from tfos_jobs.search import samplers
-from tfos_jobs.search.names import Algorithm, Pruner
-from tfos_jobs.search.space import model_kinds
-from tfos_jobs.search.space import BaseConfig, SweepConfig, largest, trial_config
-from tfos_jobs.search.space import base as space_base
+from tfos_jobs.search.space import largest, model_kinds, trial_config
 from tfos_jobs.search.study import StudyPlace, SweepStudy, default_name, mask
 from tfos_jobs.contracts.trial import FINISHED, ParamValue, TrialResult, TrialStatus
 from tfos_jobs.search.trials import trial_result
@@ -87,8 +86,7 @@ class Context:
     spark: SparkSession | None
     storage: Storage
     meta: DatasetMeta
-    base_config: BaseConfig
-    base_overrides: Sequence[str]
+    base: Config
     sweep: SweepConfig
     dir: str
     study: SweepStudy
@@ -97,13 +95,12 @@ class Context:
     notify: Guarded
 
 
-def run(spark: SparkSession | None, base_config: BaseConfig, base_overrides: Sequence[str], sweep: SweepConfig, *,
-        log: Callable[[str], None] = print, observer: SweepObserver | None = None,
-        launcher: LauncherFor | None = None) -> dict[str, Any]:
+def run(spark: SparkSession | None, base: Config, sweep: SweepConfig, *, log: Callable[[str], None] = print,
+        observer: SweepObserver | None = None, launcher: LauncherFor | None = None) -> dict[str, Any]:
     """Run (or resume) the sweep; returns {"best": the best trial's result (None when none
-    completed), "results": every trial's}. `observer` hears of the sweep's progress. `launcher`:
-    where each trial's nodes run (default: the session's executors)."""
-    base = space_base(base_config, base_overrides)
+    completed), "results": every trial's, "dir": the sweep directory}. Each trial trains with
+    `base` and its settings. `observer` hears of the sweep's progress. `launcher`: where each
+    trial's nodes run (default: the session's executors)."""
     storage = Storage(spark)
     meta = node_inputs.read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
     if spark is not None:
@@ -137,12 +134,12 @@ def run(spark: SparkSession | None, base_config: BaseConfig, base_overrides: Seq
         _notes(sweep, total, log)
         notify(SweepObserver.sweep_started, dataclasses.replace(sweep, storage=mask(sweep.storage)), sweep_dir, total)
         started = time.time()
-        ctx = Context(spark, storage, meta, base_config, base_overrides, sweep, sweep_dir, study, launcher, log, notify)
+        ctx = Context(spark, storage, meta, base, sweep, sweep_dir, study, launcher, log, notify)
         _run_trials(ctx, place, known, results, todo, total)
     best = sweep_report.finish(storage, sweep_dir, sweep, results, total, time.time() - started, log)
     rows = [results[n] for n in sorted(results)]
     notify(SweepObserver.sweep_finished, best, rows, SweepDir(sweep_dir).best_model if best else None)
-    return {"best": best, "results": rows}
+    return {"best": best, "results": rows, "dir": sweep_dir}
 
 
 def default_launcher(spark: SparkSession | None, *, pruning: bool) -> LauncherFor:
@@ -249,7 +246,7 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
     ctx.log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
     ctx.notify(SweepObserver.trial_started, n, dict(settings))
     try:
-        cfg = trial_config(ctx.base_config, ctx.base_overrides, sweep, settings)
+        cfg = trial_config(ctx.base, sweep, settings)
     except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
         trial.outcome["result"] = _record(ctx, trial, TrialStatus.FAILED, str(e))
         return trial

@@ -10,7 +10,7 @@ from typing import Any, Callable, Concatenate, ParamSpec
 
 from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.trial import TrialResult
-from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.config.sweep import SweepConfig
 
 
 class SweepObserver:

@@ -11,9 +11,8 @@ from typing import Any, Callable
 from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.config.sweep import Goal, SweepConfig
 from tfos_jobs.contracts.trial import FINISHED, TrialResult, TrialStatus
-from tfos_jobs.search.names import Goal
 from tfos_jobs.storage import Storage
 
 COLUMNS = ("trial", "status", "value", "epochs_run", "seconds", "started", "finished", "host", "pid", "error")

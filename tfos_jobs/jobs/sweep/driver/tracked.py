@@ -12,7 +12,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.jobs.sweep.driver.observer import SweepObserver
-from tfos_jobs.search.space import SweepConfig
+from tfos_jobs.config.sweep import SweepConfig
 from tfos_jobs.contracts.trial import TrialResult, TrialStatus
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.model_log import local_copy, log_model

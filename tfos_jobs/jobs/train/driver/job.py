@@ -37,7 +37,7 @@ from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
 from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.model.builder import CheckedModel, resolve_model_fn
+from tfos_jobs.model.builder import CheckedBuild, resolve_build
 from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage, named, restore_aside
 from tfos_jobs.topology import Strategy
@@ -47,7 +47,7 @@ __all__ = ["run", "TrainingError"]
 
 def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: bool = False,
         log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
-        on_epoch: Callable[[EpochLine], None] | None = None, model: CheckedModel | None = None,
+        on_epoch: Callable[[EpochLine], None] | None = None, model: CheckedBuild | None = None,
         meta: DatasetMeta | None = None, launcher: Launcher | None = None, judge: Judge | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
@@ -56,7 +56,7 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     log to keep (a sweep watches its trials' as they train); by default the model directory's.
     `on_epoch` gets each epoch's line once, on this thread, as it is printed. Only the `[train]`
     section is used: a `TrainConfig` will do. `model`: the model already checked on the driver
-    (`model.builder.check_model`; its callable, if it has one, reaches the nodes pickled by value),
+    (`model.builder.check_build`; its callable, if it has one, reaches the nodes pickled by value),
     else `train.model.kind` is imported here; `meta`: the dataset's, already read. `launcher`: where the nodes
     run (default: this process for `local`, else the executors); `judge` answers a lone node
     that asks whether to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
@@ -65,7 +65,7 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     meta = meta or node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
     if model is None:
         try:
-            resolve_model_fn(tr.model.kind)  # a user model function must import here before nodes start
+            resolve_build(tr.model.kind)  # a user model function must import here before nodes start
         except ValueError as e:
             raise ConfigError(str(e)) from None
     model_fn = model.by_value if model is not None else None

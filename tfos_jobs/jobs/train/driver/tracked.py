@@ -13,7 +13,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Metrics
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.model.builder import CheckedModel
+from tfos_jobs.model.builder import CheckedBuild
 from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
@@ -22,7 +22,7 @@ from tfos_jobs.tracking.run_logger import Tracking
 
 
 def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
-        model: CheckedModel | None = None, meta: DatasetMeta | None = None) -> Metrics:
+        model: CheckedBuild | None = None, meta: DatasetMeta | None = None) -> Metrics:
     """`train.run`, tracked when `[tracking]` names a server; `model` and `meta`: as `train.run` takes them."""
     if not cfg.tracking.enabled:
         return train.run(spark, cfg, overwrite=overwrite, log=log, model=model, meta=meta)
