@@ -6,14 +6,15 @@ ChiefResult   the chief node -> the driver, over the control channel, when train
 Metrics       the driver -> `<model_dir>/metrics.json`, read by the Python API (`TrainResult`),
               MLflow (`tracking.model_log`), sweeps and the benchmarks; `tfos evaluate` adds
               its `Evaluation` of a sensor model's anomaly scores to the same file
-All travel as JSON: these are the dicts' keys and types, checked where they are built and read.
+All travel as JSON: these are the dicts' keys and types, checked where they are built and read
+(a ChiefResult by `chief_result` as the driver receives it).
 """
 from __future__ import annotations
 
-from typing import Mapping, TypedDict
+from typing import Mapping, TypedDict, cast
 
 from tfos_jobs.contracts.epoch_line import LineJson
-from tfos_jobs.contracts.values import Json, JsonObject
+from tfos_jobs.contracts.values import Json, JsonObject, wrong_keys
 
 
 class NodeSummary(TypedDict):
@@ -91,6 +92,15 @@ class ChiefResult(TypedDict):
     step_profile: StepProfile | None  # when train.profile_steps > 0
     anomaly: Anomaly | None  # sensor models only
     sample: SamplePredictions
+
+
+def chief_result(data: object) -> ChiefResult:
+    """The chief's result as the driver receives it, decoded JSON, checked before anything reads
+    it: a ValueError names each key missing or of another type."""
+    wrong = wrong_keys(ChiefResult, data) if isinstance(data, dict) else ["not a JSON object"]
+    if wrong:
+        raise ValueError(", ".join(wrong))
+    return cast(ChiefResult, data)
 
 
 class Alerts(TypedDict):
