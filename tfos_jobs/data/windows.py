@@ -101,16 +101,12 @@ def cut(rows: pd.DataFrame, params: WindowParams, *, origin: int | None = None, 
 
     # On the grid: a missing step takes the row before it; a gap longer than max_gap is marked.
     n = int(steps[-1]) + 1
-    row_at = np.zeros(n, dtype=np.int64)
-    row_at[steps] = 1
-    row_at = np.cumsum(row_at) - 1
+    present = np.zeros(n, dtype=bool)
+    present[steps] = True
+    row_at = np.cumsum(present) - 1  # the row on each step, or the last one before it
     grid = filled[row_at]  # [n, d]
-    long_gap = np.zeros(n + 1, dtype=np.int64)
-    missing = steps[1:] - steps[:-1] - 1
-    for k in np.flatnonzero(missing > p.max_gap):
-        long_gap[steps[k] + 1] += 1
-        long_gap[steps[k + 1]] -= 1
-    in_gap = np.cumsum(long_gap)[:n] > 0
+    missing_after = np.append(np.diff(steps) - 1, 0)  # each row's: the steps missing after it
+    in_gap = ~present & (missing_after[row_at] > p.max_gap)
 
     lowest = max(first, offset)
     begin = -(-lowest // p.stride) * p.stride  # the first grid step on the stride at or after `lowest`
