@@ -17,31 +17,48 @@ from tfos_jobs.jobs.stream.driver.job import Liveness
 IDLE, STALL = 30.0, 120.0
 
 
+class Progress(dict):
+    """A progress report as `recentProgress` gives it: fields by key, the input rate as properties."""
+
+    def __init__(self, batch: int, timestamp: str, rows: int):
+        super().__init__(batchId=batch, timestamp=timestamp, batchDuration=500)
+        self.numInputRows, self.inputRowsPerSecond, self.processedRowsPerSecond = rows, float(rows), float(rows)
+
+
 def started(at: float = 0.0) -> Liveness:
     return Liveness(IDLE, STALL, last_event=at, heard_at=at)
+
+
+def seen(live: Liveness, now: float, *recent: Progress, report: bool = True) -> list[int]:
+    """The micro-batches to report when the query's recent reports are `recent` at `now`,
+    reported (with their events) when `report`."""
+    new = live.to_report(list(recent), now)
+    for progress in new if report else []:
+        live.reported(progress["batchId"], progress.numInputRows, now)
+    return [progress["batchId"] for progress in new]
 
 
 def test_idle_needs_a_report_of_nothing_new_after_the_last_event_and_the_time_between_batches():
     live = started()
     assert not live.idle(1000.0, True)  # no micro-batch yet: never idle, however long
-    live.heard("t1", 50, 5.0)
-    live.reported(0, 50, 5.0)
+    assert seen(live, 5.0, Progress(0, "t0", 50)) == [0]
     assert not live.idle(5.0 + IDLE + 1, True)  # no report of nothing new has come since
-    live.heard("t2", 0, 7.0)
+    assert seen(live, 7.0, Progress(0, "t0", 50), Progress(0, "t1", 0)) == []  # nothing new
     assert not live.idle(5.0 + IDLE - 1, True)  # not long enough
     assert not live.idle(5.0 + IDLE + 1, False)  # a micro-batch is running
     assert live.idle(5.0 + IDLE + 1, True)
-    live.reported(1, 20, 40.0)  # events again: the time counts from there
+    assert seen(live, 40.0, Progress(1, "t2", 20)) == [1]  # events again: the time counts from there
     assert not live.idle(5.0 + IDLE + 1, True) and not live.idle(40.0 + IDLE + 1, True)
-    live.heard("t3", 0, 42.0)
+    seen(live, 42.0, Progress(1, "t3", 0))
     assert live.idle(40.0 + IDLE + 1, True)
-    live.reported(2, 0, 50.0)  # a micro-batch without events changes nothing
+    assert seen(live, 50.0, Progress(2, "t4", 0)) == [2]  # a micro-batch without events changes nothing
     assert live.idle(40.0 + IDLE + 1, True)
-    assert not Liveness(0.0, STALL, last_event=0.0, heard_at=42.0).idle(1e6, True)  # 0: never idle
+    seen(live, 52.0, Progress(3, "t5", 9), report=False)  # events only count once their micro-batch is reported
+    assert live.idle(40.0 + IDLE + 1, True)
+    assert not Liveness(0.0, STALL, last_event=0.0, heard_at=0.0).idle(1e6, True)  # 0: never idle
     empty_start = started()  # the first micro-batch, with events or not, starts the time
-    empty_start.heard("t0", 0, 5.0)
-    empty_start.reported(0, 0, 5.0)
-    empty_start.heard("t1", 0, 6.0)
+    seen(empty_start, 5.0, Progress(0, "t0", 0))
+    seen(empty_start, 6.0, Progress(0, "t1", 0))
     assert not empty_start.idle(IDLE + 1, True) and empty_start.idle(5.0 + IDLE + 1, True)
 
 
@@ -50,19 +67,12 @@ def test_stalled_is_silence_between_batches_and_any_new_report_ends_it():
     assert not live.stalled(STALL - 1, True)
     assert not live.stalled(STALL + 1, False)  # a micro-batch may run longer than that
     assert live.stalled(STALL + 1, True)
-    live.heard("t1", 0, 100.0)
+    assert seen(live, 100.0, Progress(0, "t1", 0), report=False) == [0]  # not reported yet: seen again
     assert not live.stalled(STALL + 1, True) and live.stalled(100.0 + STALL + 1, True)
-    live.heard("t1", 0, 200.0)  # the same report again is no sign of life
+    assert seen(live, 200.0, Progress(0, "t1", 0)) == [0]  # the same report again is no sign of life
     assert live.stalled(100.0 + STALL + 1, True)
+    assert seen(live, 201.0, Progress(0, "t1", 0)) == []  # a micro-batch is reported once
     assert job.stall_seconds(2.0) == 120.0 and job.stall_seconds(30.0) == 300.0
-
-
-class Progress(dict):
-    """A progress report as `recentProgress` gives it: fields by key, the input rate as properties."""
-
-    def __init__(self, batch: int, timestamp: str, rows: int):
-        super().__init__(batchId=batch, timestamp=timestamp, batchDuration=500)
-        self.numInputRows, self.inputRowsPerSecond, self.processedRowsPerSecond = rows, float(rows), float(rows)
 
 
 class Clock:

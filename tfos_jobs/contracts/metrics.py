@@ -6,15 +6,15 @@ ChiefResult   the chief node -> the driver, over the control channel, when train
 Metrics       the driver -> `<model_dir>/metrics.json`, read by the Python API (`TrainResult`),
               MLflow (`tracking.model_log`), sweeps and the benchmarks; `tfos evaluate` adds
               its `Evaluation` of a sensor model's anomaly scores to the same file
-All travel as JSON: these are the dicts' keys and types, checked where they are built and read
-(a ChiefResult by `chief_result` as the driver receives it).
+All travel as JSON: these are the dicts' keys and types, checked where they are built and read.
 """
 from __future__ import annotations
 
-from typing import Mapping, TypedDict, cast
+from types import UnionType
+from typing import Any, Mapping, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 from tfos_jobs.contracts.epoch_line import LineJson
-from tfos_jobs.contracts.values import Json, JsonObject, wrong_keys
+from tfos_jobs.contracts.values import Json, JsonObject
 
 
 class NodeSummary(TypedDict):
@@ -95,12 +95,38 @@ class ChiefResult(TypedDict):
 
 
 def chief_result(data: object) -> ChiefResult:
-    """The chief's result as the driver receives it, decoded JSON, checked before anything reads
-    it: a ValueError names each key missing or of another type."""
-    wrong = wrong_keys(ChiefResult, data) if isinstance(data, dict) else ["not a JSON object"]
+    """The chief's result as the driver receives it (decoded JSON), checked against ChiefResult's
+    keys and types before anything reads it: a ValueError names each key missing or of another type."""
+    wrong = _wrong_keys(ChiefResult, data) if isinstance(data, dict) else ["not a JSON object"]
     if wrong:
         raise ValueError(", ".join(wrong))
     return cast(ChiefResult, data)
+
+
+def _wrong_keys(cls: Any, data: Mapping[str, object]) -> list[str]:
+    """"k missing", or "k is not <its type, as written>", for each key of TypedDict `cls` that
+    `data` lacks or holds with a value of another type."""
+    written = {k: getattr(a, "__forward_arg__", a) for k, a in cls.__annotations__.items()}
+    return [f"{k} missing" if k not in data else f"{k} is not {written[k]}" for k, hint in get_type_hints(cls).items()
+            if k in cls.__required_keys__ and (k not in data or not _fits(data[k], hint))]
+
+
+def _fits(value: object, hint: Any) -> bool:
+    """Whether decoded JSON `value` is of type `hint`: a TypedDict, dict[str, X], list[X], a union of
+    these, str, int, float (an int too), bool or None; any other hint (`Json`) takes any value."""
+    origin, args = get_origin(hint), get_args(hint)
+    if is_typeddict(hint):
+        return isinstance(value, dict) and not _wrong_keys(hint, value)
+    if origin in (Union, UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(v, args[1]) for v in value.values())
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
+    if hint in (str, int, float, bool, type(None)):
+        number = (int, float) if hint is float else hint
+        return isinstance(value, number) and (hint is bool or not isinstance(value, bool))
+    return True
 
 
 class Alerts(TypedDict):

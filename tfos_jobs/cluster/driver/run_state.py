@@ -82,12 +82,8 @@ class RunState:
             with self._lock:
                 self._reservations.append({k: data[k] for k in cc.NODE_FIELDS})
             return None
-        if kind == cc.QUERY:
-            return self.reserved()
-        if kind == cc.CLUSTER:
-            return self.reservations()
-        if kind == cc.STATUS:
-            return self.done()
+        if kind in (cc.QUERY, cc.CLUSTER, cc.STATUS):
+            return {cc.QUERY: self.reserved, cc.CLUSTER: self.reservations, cc.STATUS: self.done}[kind]()
         if kind == cc.SHOULD_PRUNE:
             return self._should_prune(message)
         if kind == cc.PLACE:

@@ -95,14 +95,13 @@ class Liveness:
     quiet: bool = False  # a report of nothing new came after the last event
     batches: set[int] = field(default_factory=set)  # the micro-batches reported
 
-    def heard(self, timestamp: str, events: int, now: float) -> None:
-        """The query's newest progress report (the same one again is no sign of life)."""
-        if timestamp != self.newest:
-            self.newest, self.heard_at = timestamp, now
-            self.quiet = self.quiet or not events
-
-    def is_new(self, batch: int) -> bool:
-        return batch not in self.batches
+    def to_report(self, recent: list[StreamingQueryProgress], now: float) -> list[StreamingQueryProgress]:
+        """The micro-batches of the query's `recent` reports not reported yet; its newest report,
+        when new, is a sign of life (of idleness, if it read nothing)."""
+        if recent and str(recent[-1].get("timestamp")) != self.newest:
+            self.newest, self.heard_at = str(recent[-1].get("timestamp")), now
+            self.quiet = self.quiet or not int(recent[-1].numInputRows or 0)
+        return [progress for progress in recent if int(progress["batchId"]) not in self.batches]
 
     def reported(self, batch: int, events: int, now: float) -> None:
         self.batches.add(batch)
@@ -140,14 +139,11 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
                 running.awaitTermination(POLL_SECONDS)
             except StreamingQueryException:
                 break  # reported below, from running.exception()
-            now, recent = time.monotonic(), running.recentProgress
-            if recent:
-                live.heard(str(recent[-1].get("timestamp")), int(recent[-1].numInputRows or 0), now)
-            for progress in recent:
-                batch = int(progress["batchId"])
-                report = batches.report(batch) if live.is_new(batch) else None
+            now = time.monotonic()
+            for progress in live.to_report(running.recentProgress, now):
+                report = batches.report(int(progress["batchId"]))
                 if report is not None:
-                    live.reported(batch, _report(progress, report, summary, st.progress_log, log), now)
+                    live.reported(report.batch, _report(progress, report, summary, st.progress_log, log), now)
             if running.exception() is not None:
                 break
             between_batches = not running.status.get("isTriggerActive")
@@ -173,7 +169,14 @@ def _report(progress: StreamingQueryProgress, report: BatchReport, summary: Stre
             log: Callable[[str], None]) -> int:
     """A micro-batch that ended: counted, its messages and line printed, its line logged; its events."""
     line = progress_line(progress, report)
-    _count(summary, line, report)
+    summary.batches += 1
+    summary.events += line[contract.INPUT_ROWS]
+    summary.scored += report.scored
+    summary.alerts += report.alerts
+    for r, n in report.quarantined.items():
+        summary.quarantined[r] = summary.quarantined.get(r, 0) + n
+    if report.model_version and report.model_version not in summary.model_versions:
+        summary.model_versions.append(report.model_version)
     for message in report.messages:
         log(message)
     if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
@@ -244,14 +247,3 @@ def describe(line: dict[str, Any]) -> str:
             f"processed) in {line[contract.BATCH_MS] / 1000:.1f} s; {line[contract.SCORED]:,} scored, "
             f"{line[contract.QUARANTINED]:,} quarantined{f' ({why})' if why else ''}, {line[contract.ALERTS]:,} alerts; "
             f"state {line[contract.STATE_ROWS]:,} rows{watermark_text}{skipped}")
-
-
-def _count(summary: StreamSummary, line: dict[str, Any], report: BatchReport) -> None:
-    summary.batches += 1
-    summary.events += line[contract.INPUT_ROWS]
-    summary.scored += report.scored
-    summary.alerts += report.alerts
-    for r, n in report.quarantined.items():
-        summary.quarantined[r] = summary.quarantined.get(r, 0) + n
-    if report.model_version and report.model_version not in summary.model_versions:
-        summary.model_versions.append(report.model_version)
