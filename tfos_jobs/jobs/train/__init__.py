@@ -1,5 +1,4 @@
-"""The train job: a dataset -> a SavedModel, trained in this process (`local`) or by TF nodes
-started on the executors (a TF cluster, or a sweep trial's lone node).
+"""The train job: a dataset -> a SavedModel, trained here (`local`) or by TF nodes on the executors.
 
   driver/  the job: the model directory, the attempts (through `tfos_jobs.cluster`), the report
 The nodes' side is `tfos_jobs.cluster.node`.

@@ -59,9 +59,9 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     section is used: a `TrainConfig` will do. `model`: the model already checked on the driver
     (`model.builder.check_model`; its callable, if it has one, reaches the nodes pickled by value),
     else `train.model.kind` is imported here; `meta`: the dataset's, already read; `model_dir`:
-    `model_directory`'s, when the caller needed it first. `launcher`: where the nodes
-    run (default: this process for `local`, else the executors); `judge` answers a lone node
-    that asks whether to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
+    `model_directory`'s, when the caller needed it first. `launcher`: where the nodes run (default:
+    this process for `local`, else the executors); `judge` answers a lone node that asks whether
+    to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
     tr = config if isinstance(config, TrainConfig) else config.train
     storage = Storage(spark)
     meta = meta or node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
