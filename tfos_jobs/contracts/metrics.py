@@ -97,18 +97,14 @@ class ChiefResult(TypedDict):
 def chief_result(data: object) -> ChiefResult:
     """The chief's result as the driver receives it (decoded JSON), checked against ChiefResult's
     keys and types before anything reads it: a ValueError names each key missing or of another type."""
-    wrong = _wrong_keys(ChiefResult, data) if isinstance(data, dict) else ["not a JSON object"]
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    written = {k: getattr(a, "__forward_arg__", a) for k, a in ChiefResult.__annotations__.items()}  # as typed
+    wrong = [f"{k} missing" if k not in data else f"{k} is not {written[k]}"
+             for k, hint in get_type_hints(ChiefResult).items() if k not in data or not _fits(data[k], hint)]
     if wrong:
         raise ValueError(", ".join(wrong))
     return cast(ChiefResult, data)
-
-
-def _wrong_keys(cls: Any, data: Mapping[str, object]) -> list[str]:
-    """"k missing", or "k is not <its type, as written>", for each key of TypedDict `cls` that
-    `data` lacks or holds with a value of another type."""
-    written = {k: getattr(a, "__forward_arg__", a) for k, a in cls.__annotations__.items()}
-    return [f"{k} missing" if k not in data else f"{k} is not {written[k]}" for k, hint in get_type_hints(cls).items()
-            if k in cls.__required_keys__ and (k not in data or not _fits(data[k], hint))]
 
 
 def _fits(value: object, hint: Any) -> bool:
@@ -116,7 +112,8 @@ def _fits(value: object, hint: Any) -> bool:
     these, str, int, float (an int too), bool or None; any other hint (`Json`) takes any value."""
     origin, args = get_origin(hint), get_args(hint)
     if is_typeddict(hint):
-        return isinstance(value, dict) and not _wrong_keys(hint, value)
+        return isinstance(value, dict) and all(k in value and _fits(value[k], h) for k, h in get_type_hints(hint).items()
+                                               if k in hint.__required_keys__)
     if origin in (Union, UnionType):
         return any(_fits(value, arg) for arg in args)
     if origin is dict:

@@ -83,9 +83,8 @@ def cut(rows: pd.DataFrame, params: WindowParams, *, origin: int | None = None, 
     on_grid = np.rint((seconds - zero) / p.step_seconds).astype(np.int64)
     same = np.flatnonzero(on_grid[1:] == on_grid[:-1])
     if same.size:
-        files = rows[SOURCE_FILE].to_numpy()[order] if SOURCE_FILE in rows else None
         first_dupe = same[0] + 1
-        where = f"{files[first_dupe]}: " if files is not None else ""
+        where = f"{rows[SOURCE_FILE].to_numpy()[order][first_dupe]}: " if SOURCE_FILE in rows else ""
         when = dt.datetime.fromtimestamp(int(seconds[first_dupe]), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         return _problem(p, key, f"{where}column {p.time!r} has {same.size} duplicate timestamp(s) for "
                                 f"{p.key} {key!r} (on the grid of {p.step_seconds} s), first at {when}")

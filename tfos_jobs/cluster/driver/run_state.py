@@ -114,8 +114,7 @@ class RunState:
                 if cc.FIRST_STEP not in self._times:
                     self._times[cc.FIRST_STEP], self._resumed_at = time.time(), resumed_at
             elif kind == cc.BEAT:
-                steps = _count(message, "steps")
-                self._last_beat, self._steps = time.time(), max(self._steps, steps)
+                self._last_beat, self._steps = time.time(), max(self._steps, _count(message, "steps"))
             elif kind == cc.FAILED:
                 self._errors[node] = kept = str(message.get("text", ""))
             elif kind == cc.LOST:
