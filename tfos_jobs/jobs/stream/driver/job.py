@@ -118,8 +118,7 @@ class Liveness:
 
 def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, config: Config,
            log: Callable[[str], None]) -> str:
-    """Report each micro-batch as it ends; stop on a signal, on idleness, or on the query's
-    failure; a stalled query is an error (`Liveness`)."""
+    """Report each micro-batch as it ends; stop on a signal, when idle or failed; stalled is an error."""
     st = config.stream
     now = time.monotonic()
     live = Liveness(st.stop_when_idle_seconds, stall_seconds(st.trigger_seconds), last_event=now, heard_at=now)
@@ -234,12 +233,9 @@ def progress_line(progress: StreamingQueryProgress, report: BatchReport) -> dict
 
 
 def describe(line: dict[str, Any]) -> str:
-    watermark = line[contract.WATERMARK]
-    if watermark and not watermark.startswith("1970-"):
-        shown = dt.datetime.fromisoformat(watermark.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M")
-        watermark_text = f", watermark {shown}"
-    else:
-        watermark_text = ""
+    watermark, watermark_text = line[contract.WATERMARK], ""
+    if watermark and not watermark.startswith("1970-"):  # Spark's before the first one
+        watermark_text = f", watermark {dt.datetime.fromisoformat(watermark.replace('Z', '+00:00')):%Y-%m-%d %H:%M}"
     skipped = " (written before the restart: skipped)" if line[contract.SKIPPED] else ""
     why = ", ".join(f"{n:,} {r}" for r, n in sorted(line[contract.QUARANTINED_BY_REASON].items()))
     return (f"micro-batch {line[contract.BATCH]}: {line[contract.INPUT_ROWS]:,} events "
