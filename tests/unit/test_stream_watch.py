@@ -72,7 +72,7 @@ def test_stalled_is_silence_between_batches_and_any_new_report_ends_it():
     assert seen(live, 200.0, Progress(0, "t1", 0)) == [0]  # the same report again is no sign of life
     assert live.stalled(100.0 + STALL + 1, True)
     assert seen(live, 201.0, Progress(0, "t1", 0)) == []  # a micro-batch is reported once
-    assert job.stall_seconds(2.0) == 120.0 and job.stall_seconds(30.0) == 300.0
+    assert [Liveness.started(IDLE, trigger, 0.0).stall_seconds for trigger in (2.0, 30.0)] == [120.0, 300.0]
 
 
 class Clock:

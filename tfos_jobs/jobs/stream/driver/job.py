@@ -95,6 +95,12 @@ class Liveness:
     quiet: bool = False  # a report of nothing new came after the last event
     batches: set[int] = field(default_factory=set)  # the micro-batches reported
 
+    @classmethod
+    def started(cls, idle_seconds: float, trigger_seconds: float, now: float) -> "Liveness":
+        """Stalled after max(120 s, 10 triggers) of silence: Spark reports an idle trigger at least every
+        10 s (spark.sql.streaming.noDataProgressEventInterval), a micro-batch when it ends."""
+        return cls(idle_seconds, max(120.0, 10 * trigger_seconds), last_event=now, heard_at=now)
+
     def to_report(self, recent: list[StreamingQueryProgress], now: float) -> list[StreamingQueryProgress]:
         """The micro-batches of the query's `recent` reports not reported yet; its newest report,
         when new, is a sign of life (of idleness, if it read nothing)."""
@@ -120,8 +126,7 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
            log: Callable[[str], None]) -> str:
     """Report each micro-batch as it ends; stop on a signal, when idle or failed; stalled is an error."""
     st = config.stream
-    now = time.monotonic()
-    live = Liveness(st.stop_when_idle_seconds, stall_seconds(st.trigger_seconds), last_event=now, heard_at=now)
+    live = Liveness.started(st.stop_when_idle_seconds, st.trigger_seconds, time.monotonic())
     signalled: list[str] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -184,13 +189,6 @@ def _report(progress: StreamingQueryProgress, report: BatchReport, summary: Stre
             with open(progress_log, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line) + "\n")
     return line[contract.INPUT_ROWS]
-
-
-def stall_seconds(trigger_seconds: float) -> float:
-    """How long a query between micro-batches may report nothing: Spark reports an idle trigger
-    at least every 10 s (spark.sql.streaming.noDataProgressEventInterval), a micro-batch when it
-    ends."""
-    return max(120.0, 10 * trigger_seconds)
 
 
 def _stop_between_batches(running: StreamingQuery, patience: float = 60.0) -> None:
