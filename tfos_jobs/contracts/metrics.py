@@ -40,9 +40,8 @@ class NodeRecord(NodeSummary):
 
 
 def node_summary(record: NodeRecord) -> NodeSummary:
-    return NodeSummary(role=record["role"], index=record["index"], host=record["host"],
-                       executor_id=record["executor_id"], cuda_visible_devices=record["cuda_visible_devices"],
-                       pid=record["pid"], python=record["python"], manager_pid=record["manager_pid"])
+    fields: Mapping[str, object] = record
+    return cast(NodeSummary, {key: fields[key] for key in NodeSummary.__annotations__})
 
 
 class StepProfile(TypedDict):
