@@ -72,6 +72,7 @@ def test_stalled_is_silence_between_batches_and_any_new_report_ends_it():
     assert seen(live, 200.0, Progress(0, "t1", 0)) == [0]  # the same report again is no sign of life
     assert live.stalled(100.0 + STALL + 1, True)
     assert seen(live, 201.0, Progress(0, "t1", 0)) == []  # a micro-batch is reported once
+    assert seen(live, 202.0, Progress(1, "t2", 5), Progress(1, "t3", 0)) == [1]  # even when two reports name it
     assert [Liveness.started(IDLE, trigger, 0.0).stall_seconds for trigger in (2.0, 30.0)] == [120.0, 300.0]
 
 
@@ -133,7 +134,7 @@ def watch(monkeypatch, tmp_path, script, idle: float = IDLE) -> tuple[Query, lis
 def test_the_watch_reports_each_micro_batch_once_and_stops_when_idle(monkeypatch, tmp_path):
     first, second, empty = Progress(0, "t0", 40), Progress(1, "t1", 60), Progress(2, "t2", 0)
     script = [([], True, None), ([first], False, None), ([first, second], False, None),
-              ([first, second, empty], False, None)]
+              ([first, second, empty, Progress(2, "t3", 0)], False, None)]  # an idle report naming micro-batch 2
     query, lines, stopped_by = watch(monkeypatch, tmp_path, script)
     assert stopped_by == "no event for 30 s" and query.stopped
     assert query.polls == 3 + int(IDLE) + 1  # the last event came on poll 3

@@ -107,7 +107,10 @@ class Liveness:
         if recent and str(recent[-1].get("timestamp")) != self.newest:
             self.newest, self.heard_at = str(recent[-1].get("timestamp")), now
             self.quiet = self.quiet or not int(recent[-1].numInputRows or 0)
-        return [progress for progress in recent if int(progress["batchId"]) not in self.batches]
+        first: dict[int, StreamingQueryProgress] = {}  # a micro-batch's own report, not an idle one naming it
+        for progress in recent:
+            first.setdefault(int(progress["batchId"]), progress)
+        return [progress for batch, progress in first.items() if batch not in self.batches]
 
     def reported(self, batch: int, events: int, now: float) -> None:
         self.batches.add(batch)
