@@ -30,6 +30,3 @@ class ModelKind(Name):
 
     WIDE_DEEP = "wide_deep"  # rows: the spec's features, wide (crosses) and deep (embeddings, dense layers)
     SEQUENCE_AUTOENCODER = "sequence_autoencoder"  # sensor windows: a recurrent autoencoder
-
-
-MODEL_KINDS = tuple(k.value for k in ModelKind)

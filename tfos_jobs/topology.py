@@ -22,7 +22,7 @@ class Strategy(Name):
 
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # every worker takes a batch; gradients summed each step
     PARAMETER_SERVER = "parameter_server"  # a chief coordinates workers; variables live on parameter servers
-    LOCAL = "local"  # one process (the driver), no TF cluster
+    LOCAL = "local"  # one process, no TF cluster: the driver's, or a sweep trial's lone node on an executor
 
 
 class Role(Name):

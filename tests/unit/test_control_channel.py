@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 import struct
 import threading
@@ -21,7 +22,7 @@ from tfos_jobs.cluster.driver.run_state import RunState
 from tfos_jobs.cluster.driver.transfers import Transfers
 from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
 from tfos_jobs.contracts.epoch_line import EpochLine
-from tfos_jobs.contracts.metrics import NodeRecord
+from tfos_jobs.contracts.metrics import ChiefResult, NodeRecord, SamplePredictions
 from tfos_jobs.progress_log import ProgressLog, parse
 from tfos_jobs.storage import Storage
 
@@ -166,6 +167,11 @@ def record(role: str, pid: int) -> NodeRecord:
                       index=0, executor_id=str(pid - 11), manager_pid=None, cluster={}, threads=1)
 
 
+RESULT = ChiefResult(final={"loss": 0.4, "val_auc": 0.8}, test=None, kept_epoch=2, epochs_run=2, steps_per_epoch=10,
+                     gradient_exchange="all_reduce", step_profile=None, anomaly=None,
+                     sample=SamplePredictions(rows={"age": [30, 41]}, outputs=[[0.2], [0.7]]))
+
+
 def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
     chief, worker = link(server, "chief-0"), link(server, "worker-0")
     chief.started(record("chief", 11))
@@ -185,7 +191,7 @@ def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
                              metrics={"loss": 0.4}))
     worker.failed("Traceback...\nValueError: bad shard")
     assert worker.status() is None
-    chief.result({"final": {"loss": 0.4}})
+    chief.result(RESULT)
     chief.done(cc.RUN_OK)
     run = server.run
     assert list(run.records()) == ["chief-0", "worker-0"] and run.records()["worker-0"] == record("worker", 12)
@@ -197,8 +203,25 @@ def test_a_node_reports_what_the_driver_used_to_read_from_shared_files(server):
         chief.client.request(cc.PROGRESS, {cc.SENDER_NODE: "chief-0", "line": {"epoch": 3, "epochs": 2, "loss": 0.3}})
     assert len(run.progress.lines()) == 2
     assert run.errors() == {"worker-0": "Traceback...\nValueError: bad shard"}
-    assert run.result() == {"final": {"loss": 0.4}}
+    assert run.result() == RESULT
     assert worker.status() == cc.RUN_OK and run.done() == cc.RUN_OK
+
+
+@pytest.mark.parametrize("result, refused", [
+    ({k: v for k, v in RESULT.items() if k != "epochs_run"}, "epochs_run missing"),
+    ({**RESULT, "final": {"loss": "0.4"}, "kept_epoch": 2.5}, "final is not dict[str, float], kept_epoch is not int | None"),
+    ({**RESULT, "step_profile": {"input_ms": 1.0}}, "step_profile is not StepProfile | None"),
+    ({**RESULT, "sample": {}}, "sample is not SamplePredictions"),
+    ([0.4], "not a JSON object"),
+])
+def test_a_malformed_result_is_refused_naming_its_key_and_the_run_keeps_none(server, result, refused):
+    """The driver reads the chief's result as the contract says it is (`contracts.metrics.chief_result`),
+    never as whatever arrived: what does not fit is refused with the node's error, not a KeyError later."""
+    with pytest.raises(cc.ControlError, match=re.escape(f"needs the chief's result: {refused} (")):
+        link(server, "chief-0").result(result)
+    assert server.run.result() is None
+    link(server, "chief-0").result({**RESULT, "test": {"auc": 1}, "unknown": "kept"})  # an int is a float too
+    assert server.run.result()["test"] == {"auc": 1}
 
 
 def test_files_travel_whole_to_their_target_and_back(server, tmp_path):

@@ -21,6 +21,8 @@ MWM = TrainConfig(strategy=Strategy.MULTI_WORKER_MIRRORED.value, workers=2, rese
 PS = TrainConfig(strategy=Strategy.PARAMETER_SERVER.value, workers=2, ps=1, reservation_timeout=20, step_timeout=20)
 PEER_GONE = "Traceback (most recent call last):\n  ...\ntensorflow.python.framework.errors_impl.UnavailableError: peer gone"
 CODE_ERROR = "Traceback (most recent call last):\n  ...\nValueError: shapes (3,) and (4,) are incompatible"
+RESULT = {"final": {"loss": 0.4}, "test": None, "kept_epoch": 1, "epochs_run": 1, "steps_per_epoch": 10,
+          "gradient_exchange": "all_reduce", "step_profile": None, "anomaly": None, "sample": {"rows": {}, "outputs": []}}
 
 
 class FakeNodes:
@@ -51,7 +53,7 @@ class FakeNodes:
 
     def finish(self) -> None:
         self.send(cc.BEAT, "chief-0", steps=10)
-        self.send(cc.RESULT, "chief-0", result={"epochs_run": 1})
+        self.send(cc.RESULT, "chief-0", result=RESULT)
         self.send(cc.DONE, "chief-0", status=cc.RUN_OK)
 
     def hold(self) -> None:
@@ -149,7 +151,7 @@ def trains_well(nodes: FakeNodes) -> None:
 def test_an_attempt_whose_nodes_end_well_is_the_only_one():
     launcher = FakeLauncher(trains_well)
     finished, lines = run(launcher)
-    assert finished.number == 1 and finished.state.result() == {"epochs_run": 1}
+    assert finished.number == 1 and finished.state.result() == RESULT
     assert finished.state.done() == cc.RUN_OK and lines == []
     assert not launcher.launched[0].cancelled.is_set()
 

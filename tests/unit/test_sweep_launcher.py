@@ -77,7 +77,7 @@ def epoch(n: int, auc: float) -> dict:
 def result(epochs: int, auc: float) -> dict:
     return {"final": {"val_auc": auc, "val_loss": 1 - auc}, "test": None, "kept_epoch": epochs, "epochs_run": epochs,
             "steps_per_epoch": 10, "gradient_exchange": "all_reduce", "step_profile": None, "anomaly": None,
-            "sample": {}}
+            "sample": {"rows": {}, "outputs": []}}
 
 
 def start(nodes: FakeNodes, node: str = "chief-0") -> None:

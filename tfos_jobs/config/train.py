@@ -11,7 +11,6 @@ from tfos_jobs.tasks import ModelKind
 from tfos_jobs.topology import AUTO, MESH, DeliveryName, ExchangeName, Strategy, StrategyName, node_count
 
 
-ParamScalar = Union[str, int, float, bool]
 KIND_KEY = "train.model.kind"  # the setting naming the model, in errors and sweep parameters
 PARAMS_KEY = "train.model.params"
 

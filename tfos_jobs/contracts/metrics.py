@@ -10,7 +10,8 @@ All travel as JSON: these are the dicts' keys and types, checked where they are 
 """
 from __future__ import annotations
 
-from typing import Mapping, TypedDict
+from types import UnionType
+from typing import Any, Mapping, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 from tfos_jobs.contracts.epoch_line import LineJson
 from tfos_jobs.contracts.values import Json, JsonObject
@@ -39,9 +40,8 @@ class NodeRecord(NodeSummary):
 
 
 def node_summary(record: NodeRecord) -> NodeSummary:
-    return NodeSummary(role=record["role"], index=record["index"], host=record["host"],
-                       executor_id=record["executor_id"], cuda_visible_devices=record["cuda_visible_devices"],
-                       pid=record["pid"], python=record["python"], manager_pid=record["manager_pid"])
+    fields: Mapping[str, object] = record
+    return cast(NodeSummary, {key: fields[key] for key in NodeSummary.__annotations__})
 
 
 class StepProfile(TypedDict):
@@ -91,6 +91,38 @@ class ChiefResult(TypedDict):
     step_profile: StepProfile | None  # when train.profile_steps > 0
     anomaly: Anomaly | None  # sensor models only
     sample: SamplePredictions
+
+
+def chief_result(data: object) -> ChiefResult:
+    """The chief's result as the driver receives it (decoded JSON), checked against ChiefResult's
+    keys and types before anything reads it: a ValueError names each key missing or of another type."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    written = {k: getattr(a, "__forward_arg__", a) for k, a in ChiefResult.__annotations__.items()}  # as typed
+    wrong = [f"{k} missing" if k not in data else f"{k} is not {written[k]}"
+             for k, hint in get_type_hints(ChiefResult).items() if k not in data or not _fits(data[k], hint)]
+    if wrong:
+        raise ValueError(", ".join(wrong))
+    return cast(ChiefResult, data)
+
+
+def _fits(value: object, hint: Any) -> bool:
+    """Whether decoded JSON `value` is of type `hint`: a TypedDict, dict[str, X], list[X], a union of
+    these, str, int, float (an int too), bool or None; any other hint (`Json`) takes any value."""
+    origin, args = get_origin(hint), get_args(hint)
+    if is_typeddict(hint):
+        return isinstance(value, dict) and all(k in value and _fits(value[k], h) for k, h in get_type_hints(hint).items()
+                                               if k in hint.__required_keys__)
+    if origin in (Union, UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(v, args[1]) for v in value.values())
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
+    if hint in (str, int, float, bool, type(None)):
+        number = (int, float) if hint is float else hint
+        return isinstance(value, number) and (hint is bool or not isinstance(value, bool))
+    return True
 
 
 class Alerts(TypedDict):

@@ -38,7 +38,7 @@ class NodeArgs:
     num_ps: int  # parameter servers (topology.parameter_servers of train.strategy and train.ps)
     dataset: str  # where the dataset lives (a node trains from its local copy; this names files in messages)
     max_node_seconds: float = MAX_NODE_SECONDS
-    # A model function given as a Python callable (`tfos_jobs.api.train(model=fn)`), pickled by
+    # A model function given as a Python callable (`tfos_jobs.api.train(build=fn)`), pickled by
     # value with cloudpickle, so one defined in a script or notebook reaches the nodes; None: `train.model.kind`.
     model_fn: bytes | None = None
 

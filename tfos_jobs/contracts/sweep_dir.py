@@ -6,7 +6,7 @@
       trial-<n>/          one trial (TrialDir): it trains into it as into a model directory, and
         params.json       its settings, written before it starts
         progress.jsonl    one line per finished epoch
-        result.json       its row of the results (search.trials.TrialResult)
+        result.json       its row of the results (contracts.trial.TrialResult)
         error.txt         the traceback of a trial that failed
         saved_model/  backup/
       results.parquet  results.csv    one row per trial

@@ -107,13 +107,11 @@ def people_chunk(chunk: int, n_people: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng([seed, chunk])
     age = np.clip(17 + rng.gamma(2.3, 9.3, n), 17, 90).astype(np.int32)
     sex = _choice(rng, ["Male", "Female"], [0.669, 0.331], n)
-    edu_names = list(EDUCATION)
-    edu_share = np.array([v[0] for v in EDUCATION.values()])
-    edu_idx = rng.choice(len(edu_names), size=n, p=edu_share / edu_share.sum())
-    education = np.asarray(edu_names, dtype=object)[edu_idx]
-    education_num = np.array([v[1] for v in EDUCATION.values()], dtype=np.int32)[edu_idx]
+    edu_share, edu_num = map(np.array, zip(*EDUCATION.values()))  # the table's columns
+    edu_idx = rng.choice(len(EDUCATION), size=n, p=edu_share / edu_share.sum())
+    education = np.asarray(list(EDUCATION), dtype=object)[edu_idx]
+    education_num = edu_num.astype(np.int32)[edu_idx]
     degree = education_num >= 13
-    education_num_eff = education_num - 10
 
     bands = np.array(list(MARITAL_BY_AGE))
     band = np.searchsorted(bands, age, side="left")
@@ -127,11 +125,9 @@ def people_chunk(chunk: int, n_people: int, seed: int) -> pd.DataFrame:
     rel_other = _choice(rng, ["Not-in-family", "Unmarried", "Own-child", "Other-relative"], [0.55, 0.35, 0.05, 0.05], n)
     relationship = np.where(married, rel, np.where(single_young, rel_single, rel_other))
 
-    occ_names = list(OCCUPATION)
-    base = np.array([v[0] for v in OCCUPATION.values()])
-    slope = np.array([v[1] for v in OCCUPATION.values()])
-    occ_idx = _row_choice(rng, base[None, :] * np.exp(slope[None, :] * education_num_eff[:, None]))
-    occupation = np.asarray(occ_names, dtype=object)[occ_idx]
+    occ_share, occ_slope, occ_effect = map(np.array, zip(*OCCUPATION.values()))
+    occ_idx = _row_choice(rng, occ_share * np.exp(occ_slope * (education_num - 10)[:, None]))
+    occupation = np.asarray(list(OCCUPATION), dtype=object)[occ_idx]
     workclass = _choice(rng, list(WORKCLASS), list(WORKCLASS.values()), n)
     race = _choice(rng, list(RACE), list(RACE.values()), n)
     country = _choice(rng, list(COUNTRIES), [v[0] for v in COUNTRIES.values()], n)
@@ -146,7 +142,6 @@ def people_chunk(chunk: int, n_people: int, seed: int) -> pd.DataFrame:
     hours_per_week = np.where(rng.random(n) < 0.47, 40, hours).astype(np.int32)
     fnlwgt = np.clip(np.round(np.exp(rng.normal(12.0, 0.5, n))), 12285, 1484705).astype(np.int32)
 
-    occ_effect = np.array([v[2] for v in OCCUPATION.values()])[occ_idx]
     region_effect = np.array([REGION_EFFECT[COUNTRIES[c][1]] for c in country])
     work_effect = np.array([WORKCLASS_EFFECT.get(w, 0.0) for w in workclass])
     z = (
@@ -158,7 +153,7 @@ def people_chunk(chunk: int, n_people: int, seed: int) -> pd.DataFrame:
         + 0.035 * (hours_per_week - 40)
         + np.where(capital_gain >= 99999, 5.0, np.where(capital_gain > 5000, 2.8, 0.8 * (capital_gain > 0)))
         + 1.3 * (capital_loss > 1800)
-        + occ_effect + region_effect + work_effect
+        + occ_effect[occ_idx] + region_effect + work_effect
     )
     label = rng.random(n) < 1.0 / (1.0 + np.exp(-z))
 

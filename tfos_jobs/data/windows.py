@@ -83,9 +83,8 @@ def cut(rows: pd.DataFrame, params: WindowParams, *, origin: int | None = None, 
     on_grid = np.rint((seconds - zero) / p.step_seconds).astype(np.int64)
     same = np.flatnonzero(on_grid[1:] == on_grid[:-1])
     if same.size:
-        files = rows[SOURCE_FILE].to_numpy()[order] if SOURCE_FILE in rows else None
         first_dupe = same[0] + 1
-        where = f"{files[first_dupe]}: " if files is not None else ""
+        where = f"{rows[SOURCE_FILE].to_numpy()[order][first_dupe]}: " if SOURCE_FILE in rows else ""
         when = dt.datetime.fromtimestamp(int(seconds[first_dupe]), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         return _problem(p, key, f"{where}column {p.time!r} has {same.size} duplicate timestamp(s) for "
                                 f"{p.key} {key!r} (on the grid of {p.step_seconds} s), first at {when}")
@@ -101,16 +100,12 @@ def cut(rows: pd.DataFrame, params: WindowParams, *, origin: int | None = None, 
 
     # On the grid: a missing step takes the row before it; a gap longer than max_gap is marked.
     n = int(steps[-1]) + 1
-    row_at = np.zeros(n, dtype=np.int64)
-    row_at[steps] = 1
-    row_at = np.cumsum(row_at) - 1
+    present = np.zeros(n, dtype=bool)
+    present[steps] = True
+    row_at = np.cumsum(present) - 1  # the row on each step, or the last one before it
     grid = filled[row_at]  # [n, d]
-    long_gap = np.zeros(n + 1, dtype=np.int64)
-    missing = steps[1:] - steps[:-1] - 1
-    for k in np.flatnonzero(missing > p.max_gap):
-        long_gap[steps[k] + 1] += 1
-        long_gap[steps[k + 1]] -= 1
-    in_gap = np.cumsum(long_gap)[:n] > 0
+    missing_after = np.append(np.diff(steps) - 1, 0)  # each row's: the steps missing after it
+    in_gap = ~present & (missing_after[row_at] > p.max_gap)
 
     lowest = max(first, offset)
     begin = -(-lowest // p.stride) * p.stride  # the first grid step on the stride at or after `lowest`

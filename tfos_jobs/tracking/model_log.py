@@ -14,7 +14,6 @@ from tfos_jobs.storage import Storage
 from tfos_jobs.tracking import mlflow_model, registry
 from tfos_jobs.tracking.run_logger import TrackedRun
 
-SPEC_ARTIFACT = "feature_spec.json"
 CONFIG_ARTIFACT = "config.json"
 
 

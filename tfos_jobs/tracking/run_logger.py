@@ -50,10 +50,6 @@ class Tracking:
         self._thread.start()
         self.submit(self._connect)
 
-    @property
-    def working(self) -> bool:
-        return not self._failed.is_set()
-
     def submit(self, call: Callable[[], None]) -> None:
         if not self._failed.is_set():
             self._queue.put(call)

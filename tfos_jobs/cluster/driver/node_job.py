@@ -2,8 +2,8 @@
 per node, in a classic session and a Spark Connect client alike.
 
 The job reads the nodes' input files with the package's `tfos-node-inputs` data source (partition
-i: node i's files, in chunks) and hands each partition to `mapInArrow`, whose task writes the
-files to its local disk and runs the node in a process of its own (`cluster.node.task`);
+i: node i's files, `cluster.driver.node_inputs`) and hands each partition to `mapInArrow`, whose
+task puts the files on its local disk and runs the node in a process of its own (`cluster.node.task`);
 TensorFlowOnSpark's node runtime forms the TF cluster there, through the run's control channel:
   * it waits for enough executors first, and fails with a clear message after
     `reservation_timeout` seconds if the cluster is too small;

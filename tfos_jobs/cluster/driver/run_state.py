@@ -20,7 +20,7 @@ from tfos_jobs import control_channel as cc
 Judge = Callable[[int, dict[str, float]], bool]
 from tfos_jobs.cluster.driver.transfers import FILE_MESSAGES, Transfers
 from tfos_jobs.contracts.epoch_line import EpochLine
-from tfos_jobs.contracts.metrics import ChiefResult, NodeRecord
+from tfos_jobs.contracts.metrics import ChiefResult, NodeRecord, chief_result
 from tfos_jobs.progress_log import ProgressLog
 
 LAUNCHED, RESERVED = "launched", "reserved"  # start-up steps the driver times itself; cc.FIRST_STEP the chief's
@@ -82,12 +82,8 @@ class RunState:
             with self._lock:
                 self._reservations.append({k: data[k] for k in cc.NODE_FIELDS})
             return None
-        if kind == cc.QUERY:
-            return self.reserved()
-        if kind == cc.CLUSTER:
-            return self.reservations()
-        if kind == cc.STATUS:
-            return self.done()
+        if kind in (cc.QUERY, cc.CLUSTER, cc.STATUS):
+            return {cc.QUERY: self.reserved, cc.CLUSTER: self.reservations, cc.STATUS: self.done}[kind]()
         if kind == cc.SHOULD_PRUNE:
             return self._should_prune(message)
         if kind == cc.PLACE:
@@ -95,6 +91,16 @@ class RunState:
         node = message.get(cc.SENDER_NODE)
         if not isinstance(node, str) or not node:
             raise cc.ControlError(f"a {kind!r} report must name its node")
+        if kind == cc.PROGRESS:
+            line = message.get("line")
+            if not isinstance(line, dict):
+                raise cc.ControlError("a progress report needs its line")
+            try:
+                self.progress.add(EpochLine.from_json(line))
+            except ValueError as e:
+                raise cc.ControlError(f"a progress report needs its epoch line: {e}") from None
+            return None
+        kept = None  # what `keep` is handed of the report
         with self._lock:
             if kind == cc.STARTED:
                 record = message.get("record")
@@ -102,41 +108,29 @@ class RunState:
                     raise cc.ControlError("a started report needs the node's record (contracts.metrics.NodeRecord)")
                 if node in self._lost and node not in self._replaced:
                     self._replaced.append(node)
-                self._records[node] = cast(NodeRecord, record)
+                self._records[node], kept = cast(NodeRecord, record), json.dumps(record)
             elif kind == cc.FIRST_STEP:
                 resumed_at = _count(message, "resumed_at")
                 if cc.FIRST_STEP not in self._times:
                     self._times[cc.FIRST_STEP], self._resumed_at = time.time(), resumed_at
             elif kind == cc.BEAT:
-                steps = _count(message, "steps")
-                self._last_beat, self._steps = time.time(), max(self._steps, steps)
+                self._last_beat, self._steps = time.time(), max(self._steps, _count(message, "steps"))
             elif kind == cc.FAILED:
-                self._errors[node] = str(message.get("text", ""))
+                self._errors[node] = kept = str(message.get("text", ""))
             elif kind == cc.LOST:
                 if node not in self._lost:
                     self._lost.append(node)
             elif kind == cc.RESULT:
-                result = message.get("result")
-                if not isinstance(result, dict):
-                    raise cc.ControlError("a result report needs the chief's result")
-                self._result = cast(ChiefResult, result)  # as the chief built it (cluster.node.training)
+                try:
+                    self._result = chief_result(message.get("result"))
+                except ValueError as e:
+                    raise cc.ControlError(f"a result report needs the chief's result: {e}") from None
             elif kind == cc.DONE:
                 self._done = self._done or str(message.get("status"))
-            elif kind != cc.PROGRESS:
+            else:
                 raise cc.ControlError(f"unknown message type {kind!r}")
-        if self.keep is not None and kind == cc.STARTED:
-            self.keep(kind, node, json.dumps(message["record"]))
-        if self.keep is not None and kind == cc.FAILED:
-            self.keep(kind, node, str(message.get("text", "")))
-        if kind == cc.PROGRESS:
-            line = message.get("line")
-            if not isinstance(line, dict):
-                raise cc.ControlError("a progress report needs its line")
-            try:
-                epoch = EpochLine.from_json(line)
-            except ValueError as e:
-                raise cc.ControlError(f"a progress report needs its epoch line: {e}") from None
-            self.progress.add(epoch)
+        if self.keep is not None and kept is not None:
+            self.keep(kind, node, kept)
         return None
 
     def _should_prune(self, message: dict[str, Any]) -> bool:

@@ -1,5 +1,5 @@
-"""A TF node's resume state: Keras's BackupAndRestore, written every `train.checkpoint_steps`
-steps and at every epoch's end, and where a resumed run stands in its data.
+"""A TF node's resume state: Keras's BackupAndRestore at every epoch's end and, but under
+parameter_server, every `train.checkpoint_steps` steps; and where a resumed run stands in its data.
 
 Keras resumes a run mid-epoch from a step checkpoint, but its input starts again from the
 beginning; the node skips the batches the checkpoint has already trained (`Position.batches`),

@@ -4,7 +4,7 @@
 A TensorFlow collective over gRPC costs about 0.7 ms on loopback whatever its size up to ~100 KB:
 a two-worker step of the demo model (3.4-4.0 ms) spent a fifth of its time in its one
 all-gather. The same pack sent over a TCP connection and added up in numpy costs ~0.2 ms
-(docs/tuning.md, item 19). So each worker keeps one connection to every other worker, sends its
+(docs/tuning.md, item 17). So each worker keeps one connection to every other worker, sends its
 packed float32 gradients to all of them at once, receives theirs, and adds the n packs in rank
 order: every worker computes the same sums bit for bit and the mirrored variables stay equal.
 

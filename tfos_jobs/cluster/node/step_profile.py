@@ -8,8 +8,8 @@ step is one batch on one worker:
             this process, with no other node involved: a fresh copy of the model, fed from
             memory
   exchange  the step's communication alone, with tensors of the gradients' shapes:
-            MultiWorkerMirrored's sum across workers as training does it (the all-reduce, or
-            the all-gather of `model.exchange`; every worker at once), or, under
+            MultiWorkerMirrored's sum across workers as training does it (the all-reduce, the
+            all-gather of `model.exchange` or the `gradient_mesh`; every worker at once), or, under
             ParameterServerStrategy, reading every variable from the parameter servers and
             sending each an update (every worker at once)
 The driver adds `step` (measured in training) and `other` = step - compute - exchange:

@@ -1,7 +1,7 @@
-"""The prepare job: raw tables -> train/eval TFRecords + `_meta/` (contracts.dataset).
+"""The prepare job: raw tables -> train/eval (and test) TFRecords + `_meta/` (contracts.dataset).
 
 Rows become tf.Examples (`rows`), sensor series windows of tf.SequenceExamples (`windows`);
-both write through `data.dataset`, whole or not at all.
+both write through `data.dataset`, whole or not at all; `tfos sources` is `source_report`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The prepare job for rows (driver side): raw tables -> train/eval tf.Examples + `_meta/`.
+"""The prepare job for rows (driver side): raw tables -> train/eval/test tf.Examples + `_meta/`.
 
 Order of work, chosen so that nothing is computed twice and nothing is written half:
   1. read and check every source (schema only, no Spark job yet);

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession

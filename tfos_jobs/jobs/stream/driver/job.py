@@ -78,73 +78,88 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
     return summary
 
 
+@dataclass
+class Liveness:
+    """What the watch knows of the query, and when it stops (times: `time.monotonic()`).
+
+    Idle means alive and idle: no event for `idle_seconds` (0: never) while the query went on
+    reporting, between micro-batches, that it found nothing new. A query that claims to run but
+    reports nothing between micro-batches for `stall_seconds` has lost its thread: stalled, an
+    error, never an idle stop."""
+
+    idle_seconds: float
+    stall_seconds: float
+    last_event: float  # when the last micro-batch with events (or the first one) was reported
+    heard_at: float  # when the newest progress report came
+    newest: str = ""  # its timestamp
+    quiet: bool = False  # a report of nothing new came after the last event
+    batches: set[int] = field(default_factory=set)  # the micro-batches reported
+
+    @classmethod
+    def started(cls, idle_seconds: float, trigger_seconds: float, now: float) -> "Liveness":
+        """Stalled after max(120 s, 10 triggers) of silence: Spark reports an idle trigger at least every
+        10 s (spark.sql.streaming.noDataProgressEventInterval), a micro-batch when it ends."""
+        return cls(idle_seconds, max(120.0, 10 * trigger_seconds), last_event=now, heard_at=now)
+
+    def to_report(self, recent: list[StreamingQueryProgress], now: float) -> list[StreamingQueryProgress]:
+        """The micro-batches of the query's `recent` reports not reported yet; its newest report,
+        when new, is a sign of life (of idleness, if it read nothing)."""
+        if recent and str(recent[-1].get("timestamp")) != self.newest:
+            self.newest, self.heard_at = str(recent[-1].get("timestamp")), now
+            self.quiet = self.quiet or not int(recent[-1].numInputRows or 0)
+        first: dict[int, StreamingQueryProgress] = {}  # a micro-batch's own report, not an idle one naming it
+        for progress in recent:
+            first.setdefault(int(progress["batchId"]), progress)
+        return [progress for batch, progress in first.items() if batch not in self.batches]
+
+    def reported(self, batch: int, events: int, now: float) -> None:
+        self.batches.add(batch)
+        if len(self.batches) == 1 or events:
+            self.last_event, self.quiet = now, False
+
+    def stalled(self, now: float, between_batches: bool) -> bool:
+        return between_batches and now - self.heard_at > self.stall_seconds
+
+    def idle(self, now: float, between_batches: bool) -> bool:
+        return bool(self.idle_seconds and self.batches) and now - self.last_event > self.idle_seconds \
+            and self.quiet and between_batches
+
+
 def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, config: Config,
            log: Callable[[str], None]) -> str:
-    """Report each micro-batch as it ends; stop on a signal, on idleness, or on the query's failure.
-
-    Idle means alive and idle: no event for `stream.stop_when_idle_seconds` while the query went
-    on reporting, between micro-batches, that it found nothing new. A query that claims to run
-    but reports nothing between micro-batches for `stall_seconds` has lost its thread: an error,
-    never an idle stop."""
+    """Report each micro-batch as it ends; stop on a signal, when idle or failed; stalled is an error."""
     st = config.stream
-    stop = threading.Event()
-    reason: list[str] = []
+    live = Liveness.started(st.stop_when_idle_seconds, st.trigger_seconds, time.monotonic())
+    signalled: list[str] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
-        reason.append(signal.Signals(signum).name)
-        stop.set()
+        signalled.append(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} \
         if threading.current_thread() is threading.main_thread() else {}
-    seen: set[int] = set()
-    last_event = time.monotonic()
-    latest, alive = "", time.monotonic()  # the newest progress report's time, and when it came
-    idle_since_event = False  # a report of nothing new came after the last event
-    stall = stall_seconds(st.trigger_seconds)
     if st.progress_log:
         os.makedirs(os.path.dirname(os.path.abspath(st.progress_log)), exist_ok=True)
+    stopped_by = "the query ended"
     try:
-        while running.isActive and not stop.is_set():
+        while running.isActive and not signalled:
             try:
                 running.awaitTermination(POLL_SECONDS)
             except StreamingQueryException:
                 break  # reported below, from running.exception()
             now = time.monotonic()
-            recent = running.recentProgress
-            if recent and str(recent[-1].get("timestamp")) != latest:
-                latest, alive = str(recent[-1].get("timestamp")), now
-                idle_since_event = idle_since_event or not int(recent[-1].numInputRows or 0)
-            for progress in recent:
-                batch = int(progress["batchId"])
-                report = None if batch in seen else batches.report(batch)
-                if report is None:
-                    continue
-                seen.add(batch)
-                line = progress_line(progress, report)
-                _count(summary, line, report)
-                if len(seen) == 1 or line[contract.INPUT_ROWS]:
-                    last_event, idle_since_event = now, False
-                for message in report.messages:
-                    log(message)
-                if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
-                    log(describe(line))
-                    if st.progress_log:
-                        with open(st.progress_log, "a", encoding="utf-8") as fh:
-                            fh.write(json.dumps(line) + "\n")
-                if report.model_version and report.model_version not in summary.model_versions:
-                    summary.model_versions.append(report.model_version)
+            for progress in live.to_report(running.recentProgress, now):
+                report = batches.report(int(progress["batchId"]))
+                if report is not None:
+                    live.reported(report.batch, _report(progress, report, summary, st.progress_log, log), now)
             if running.exception() is not None:
                 break
             between_batches = not running.status.get("isTriggerActive")
-            if between_batches and now - alive > stall:
-                raise TfosError(f"stream: the query has reported nothing for {now - alive:.0f} s although it is not "
-                                f"running a micro-batch (its thread is gone: see the driver's log above); last "
-                                f"micro-batch {max(seen) if seen else 'none'}")
-            # idle: no event since the last micro-batch that had some (or since the first one ended),
-            # and the query has since reported, between micro-batches, that it found nothing new
-            if st.stop_when_idle_seconds and seen and now - last_event > st.stop_when_idle_seconds \
-                    and idle_since_event and between_batches:
-                reason.append(f"no event for {st.stop_when_idle_seconds:g} s")
+            if live.stalled(now, between_batches):
+                raise TfosError(f"stream: the query has reported nothing for {now - live.heard_at:.0f} s although it "
+                                f"is not running a micro-batch (its thread is gone: see the driver's log above); last "
+                                f"micro-batch {max(live.batches, default='none')}")
+            if live.idle(now, between_batches):
+                stopped_by = f"no event for {st.stop_when_idle_seconds:g} s"
                 break
     finally:
         _stop_between_batches(running)
@@ -152,16 +167,31 @@ def _watch(running: StreamingQuery, batches: Batches, summary: StreamSummary, co
             signal.signal(s, handler)
     failure = running.exception()
     if failure is not None:
-        where = f"micro-batch {max(seen) + 1}" if seen else "its first micro-batch"
+        where = f"micro-batch {max(live.batches) + 1}" if live.batches else "its first micro-batch"
         raise TfosError(f"stream: the query failed in {where}: {failure_line(failure)}")
-    return reason[0] if reason else "the query ended"
+    return signalled[0] if signalled else stopped_by
 
 
-def stall_seconds(trigger_seconds: float) -> float:
-    """How long a query between micro-batches may report nothing: Spark reports an idle trigger
-    at least every 10 s (spark.sql.streaming.noDataProgressEventInterval), a micro-batch when it
-    ends."""
-    return max(120.0, 10 * trigger_seconds)
+def _report(progress: StreamingQueryProgress, report: BatchReport, summary: StreamSummary, progress_log: str,
+            log: Callable[[str], None]) -> int:
+    """A micro-batch that ended: counted, its messages and line printed, its line logged; its events."""
+    line = progress_line(progress, report)
+    summary.batches += 1
+    summary.events += line[contract.INPUT_ROWS]
+    summary.scored += report.scored
+    summary.alerts += report.alerts
+    for r, n in report.quarantined.items():
+        summary.quarantined[r] = summary.quarantined.get(r, 0) + n
+    if report.model_version and report.model_version not in summary.model_versions:
+        summary.model_versions.append(report.model_version)
+    for message in report.messages:
+        log(message)
+    if line[contract.INPUT_ROWS] or line[contract.SCORED] or line[contract.QUARANTINED]:
+        log(describe(line))
+        if progress_log:
+            with open(progress_log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+    return line[contract.INPUT_ROWS]
 
 
 def _stop_between_batches(running: StreamingQuery, patience: float = 60.0) -> None:
@@ -204,12 +234,9 @@ def progress_line(progress: StreamingQueryProgress, report: BatchReport) -> dict
 
 
 def describe(line: dict[str, Any]) -> str:
-    watermark = line[contract.WATERMARK]
-    if watermark and not watermark.startswith("1970-"):
-        shown = dt.datetime.fromisoformat(watermark.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M")
-        watermark_text = f", watermark {shown}"
-    else:
-        watermark_text = ""
+    watermark, watermark_text = line[contract.WATERMARK], ""
+    if watermark and not watermark.startswith("1970-"):  # Spark's before the first one
+        watermark_text = f", watermark {dt.datetime.fromisoformat(watermark.replace('Z', '+00:00')):%Y-%m-%d %H:%M}"
     skipped = " (written before the restart: skipped)" if line[contract.SKIPPED] else ""
     why = ", ".join(f"{n:,} {r}" for r, n in sorted(line[contract.QUARANTINED_BY_REASON].items()))
     return (f"micro-batch {line[contract.BATCH]}: {line[contract.INPUT_ROWS]:,} events "
@@ -217,12 +244,3 @@ def describe(line: dict[str, Any]) -> str:
             f"processed) in {line[contract.BATCH_MS] / 1000:.1f} s; {line[contract.SCORED]:,} scored, "
             f"{line[contract.QUARANTINED]:,} quarantined{f' ({why})' if why else ''}, {line[contract.ALERTS]:,} alerts; "
             f"state {line[contract.STATE_ROWS]:,} rows{watermark_text}{skipped}")
-
-
-def _count(summary: StreamSummary, line: dict[str, Any], report: BatchReport) -> None:
-    summary.batches += 1
-    summary.events += line[contract.INPUT_ROWS]
-    summary.scored += report.scored
-    summary.alerts += report.alerts
-    for r, n in report.quarantined.items():
-        summary.quarantined[r] = summary.quarantined.get(r, 0) + n

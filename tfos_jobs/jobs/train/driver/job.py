@@ -48,7 +48,8 @@ __all__ = ["run", "TrainingError"]
 def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: bool = False,
         log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
         on_epoch: Callable[[EpochLine], None] | None = None, model: CheckedBuild | None = None,
-        meta: DatasetMeta | None = None, launcher: Launcher | None = None, judge: Judge | None = None) -> Metrics:
+        meta: DatasetMeta | None = None, launcher: Launcher | None = None, judge: Judge | None = None,
+        model_dir: ModelDir | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
     Setting `stop` ends a run early (a sweep's time budget or pruner): it fails with
@@ -57,9 +58,10 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     `on_epoch` gets each epoch's line once, on this thread, as it is printed. Only the `[train]`
     section is used: a `TrainConfig` will do. `model`: the model already checked on the driver
     (`model.builder.check_build`; its callable, if it has one, reaches the nodes pickled by value),
-    else `train.model.kind` is imported here; `meta`: the dataset's, already read. `launcher`: where the nodes
-    run (default: this process for `local`, else the executors); `judge` answers a lone node
-    that asks whether to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
+    else `train.model.kind` is imported here; `meta`: the dataset's, already read; `model_dir`:
+    `model_directory`'s, when the caller needed it first. `launcher`: where the nodes run (default:
+    this process for `local`, else the executors); `judge` answers a lone node that asks whether
+    to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
     tr = config if isinstance(config, TrainConfig) else config.train
     storage = Storage(spark)
     meta = meta or node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
@@ -71,8 +73,7 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     model_fn = model.by_value if model is not None else None
     if model_fn is None and spark is not None:  # a callable travels pickled in the node args
         user_code.ship(spark, [tr.model.kind], log)  # a module the executors cannot import themselves
-    with named("train.model_dir", tr.model_dir):
-        model_dir = ModelDir(storage.qualify(tr.model_dir))
+    model_dir = model_dir or model_directory(storage, tr)
     storage.check_writable("train.model_dir", model_dir.path)
     if launcher is None:
         launcher = LocalLauncher(storage) if tr.strategy == Strategy.LOCAL else ClusterLauncher(spark)
@@ -106,6 +107,12 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
         transfers.close()
     printer.poll()
     return _finish(storage, model_dir, finished, progress, time.time() - started, log, watch)
+
+
+def model_directory(storage: Storage, tr: TrainConfig) -> ModelDir:
+    """`train.model_dir`, qualified: the one place it is (an error names the setting)."""
+    with named("train.model_dir", tr.model_dir):
+        return ModelDir(storage.qualify(tr.model_dir))
 
 
 def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:

@@ -11,11 +11,10 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Metrics
-from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import CheckedBuild
 from tfos_jobs.jobs.train.driver import job as train
-from tfos_jobs.storage import Storage, named
+from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
 from tfos_jobs.tracking.params import config_params
 from tfos_jobs.tracking.run_logger import Tracking
@@ -28,8 +27,8 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
         return train.run(spark, cfg, overwrite=overwrite, log=log, model=model, meta=meta)
     tc = cfg.tracking
     tracking = Tracking(tc, log)
-    with named("train.model_dir", cfg.train.model_dir):
-        model_dir = ModelDir(Storage(spark).qualify(cfg.train.model_dir))
+    storage = Storage(spark)
+    model_dir = train.model_directory(storage, cfg.train)
     name = os.path.basename(model_dir.path.rstrip("/")) or "model"
     run = tracking.start_run(f"train {name}", tags={"tfos.command": "train", "tfos.model_dir": model_dir.path,
                                                      "tfos.dataset": cfg.train.dataset})
@@ -41,13 +40,14 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
             json.dump(params, fh, indent=2)
         run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
         try:
-            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta)
+            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta,
+                                model_dir=model_dir)
         except BaseException:
             run.end("FAILED")
             tracking.wait()
             raise
         try:
-            log_training(run, Storage(spark), model_dir, metrics, workdir, tc.register, tc.alias, log)
+            log_training(run, storage, model_dir, metrics, workdir, tc.register, tc.alias, log)
         except Exception as e:  # the model is trained and saved; only its logging is lost
             log(f"warning: tracking: the trained model could not be logged ({type(e).__name__}: {e})")
         run.end("FINISHED")
