@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from tfos_jobs import session as session_mod
+from tfos_jobs import session_builder
 from tfos_jobs.user_code import package_zip
 from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.jobs.serve import sql_server
@@ -106,8 +106,8 @@ class Bench:
         conf = {**self.spark_conf, **(extra_conf or {})}
         # The jars of the JVM are those of the first session, which every later one reuses: P15's
         # Kafka connector comes with each, so that it is there whichever session starts the JVM.
-        spark_cfg = session_mod.with_kafka_connector(SparkConfig(master=master, app_name=self.app_name, conf=conf))
-        self.spark = session_mod.build(spark_cfg)
+        spark_cfg = SparkConfig(master=master, app_name=self.app_name, conf=conf)
+        self.spark = session_builder.build(session_builder.with_kafka_connector(spark_cfg))
         # Some of the bench's own functions run in Spark's Python workers (the per-row writer, the
         # baselines' UDFs): the package travels to them as user code does (tfos_jobs.user_code).
         self.spark.sparkContext.addPyFile(package_zip(ROOT / "benchmarks", "benchmarks"))

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from tfos_jobs import config as config_mod
 from tfos_jobs import resources
 from tfos_jobs.errors import ConfigError, TfosError
-from tfos_jobs.session import LOG_LEVEL
+from tfos_jobs.session_builder import LOG_LEVEL
 
 
 def common_arguments() -> argparse.ArgumentParser:
@@ -226,12 +226,12 @@ def _stop_session() -> None:
 
 def _session(cfg, extra: dict[str, str] | None = None):
     """The session; GPU training needs Spark's resource settings before the context starts."""
-    from tfos_jobs import session
+    from tfos_jobs import session_builder
     from tfos_jobs.jobs.train.driver.gpu import discovery_script, gpu_conf
 
     script = discovery_script(cfg.train.gpu_discovery_script, resources.gpu_discovery_script(),
                               os.environ.get("PYSPARK_PYTHON", ""))
-    return session.build(cfg.spark, {**gpu_conf(cfg.train, script), **(extra or {})})
+    return session_builder.build(cfg.spark, {**gpu_conf(cfg.train, script), **(extra or {})})
 
 
 def cmd_generate(cfg, args) -> int:
@@ -353,7 +353,7 @@ def cmd_sweep(cfg, args) -> int:
 
 def cmd_stream(cfg, args) -> int:
     from tfos_jobs import api
-    from tfos_jobs.session import with_kafka_connector
+    from tfos_jobs.session_builder import with_kafka_connector
 
     if args.model:
         cfg = dataclasses.replace(cfg, stream=dataclasses.replace(cfg.stream, model=args.model))
@@ -377,7 +377,7 @@ def cmd_replay(cfg, args) -> int:
 
 def cmd_demo_stream(cfg, args) -> int:
     from tfos_jobs.demos import stream as demo
-    from tfos_jobs.session import with_kafka_connector
+    from tfos_jobs.session_builder import with_kafka_connector
 
     cfg = dataclasses.replace(cfg, spark=with_kafka_connector(cfg.spark))
     return demo.run(cfg, lambda: _session(cfg))

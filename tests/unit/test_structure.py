@@ -248,7 +248,7 @@ LAYERS = (
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
     ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases",
-     "tfos_jobs.session"),  # the libraries the jobs are made of
+     "tfos_jobs.session_builder"),  # the libraries the jobs are made of
     ("tfos_jobs.cluster",),  # TF nodes on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "tfos_jobs.serving", "udfs", "tfos_jobs.tracking"),  # the jobs, the serving library, the
     # UDF's executor side, MLflow
@@ -407,7 +407,7 @@ FOLDERS = {
 ROOT_MODULES = {
     "cli",  # the command line (the Python API is api/)
     "errors", "names", "tasks", "topology", "control_channel", "progress_log",  # names, rules, messages
-    "session", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
+    "session_builder", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
     "tf_import", "python_daemon",  # TensorFlow and pyspark, imported the one way every process does
 }
 # Modules outside storage/ that reach Hadoop's FileSystem themselves, and why.

@@ -32,9 +32,9 @@ def session(*, master: str = "local[2]", app_name: str = "tfos", conf: Mapping[s
 
     Stable. Example: ``spark = api.session(master="local-cluster[2,1,2048]")``, or
     ``api.session(remote="sc://spark.example.com:15002")``."""
-    from tfos_jobs import session as session_mod
+    from tfos_jobs import session_builder
 
-    return session_mod.build(SparkConfig(master=master, app_name=app_name, conf=dict(conf or {}),
+    return session_builder.build(SparkConfig(master=master, app_name=app_name, conf=dict(conf or {}),
                                          packages=tuple(packages), hive=hive, remote=remote))
 
 
