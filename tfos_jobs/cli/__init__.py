@@ -1,0 +1,114 @@
+"""`tfos`: the command line, a client of the Python API (`tfos_jobs.api`). Every command loads and
+validates its config before Spark starts; `tfos submit`, `pack-env` and `connect-server` hand
+over to deploy/, and `tfos bench` to the bench of the source checkout.
+
+parser     the commands and their options (the config's options the bench shares)
+commands   a function per command that reads a config: the API called, the exit code returned
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from tfos_jobs import config as config_mod
+from tfos_jobs.cli.parser import parser
+from tfos_jobs.errors import TfosError
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # the source checkout, when the package runs from one
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["submit"]:  # spark-submit's options are not ours to parse
+        return _submit(argv[1:])
+    if argv[:1] == ["bench"]:  # nor are the bench's, which lives outside the package
+        return bench(argv[1:])
+    args = parser().parse_args(argv)
+    if args.command == "pack-env":
+        return _pack_env(args.output)
+    if args.command == "connect-server":
+        from tfos_jobs.deploy import connect_server
+
+        return connect_server.main(args.action, args.dir, master=args.master, port=args.port, conf=args.conf)
+    try:
+        overrides = list(args.overrides)
+        if getattr(args, "people", None) is not None:
+            overrides.append(f"synthetic.people={args.people}")
+        for key in ("register", "alias"):
+            if getattr(args, key, None):
+                overrides.append(f"tracking.{key}={json.dumps(getattr(args, key))}")
+        if args.command == "sweep":
+            args.space_overrides = [o for o in overrides if o.startswith(("sweep.", "params."))]
+            overrides = [o for o in overrides if o not in args.space_overrides]
+            args.base_overrides = overrides
+        if args.command == "serve-sql":
+            overrides += [f"serve_sql.{k}={json.dumps(v)}" for k in ("port", "bind") if (v := getattr(args, k)) is not None]
+        args.loaded_overrides = overrides
+        config = config_mod.load(args.config, overrides)
+        if args.command == "config":
+            print(json.dumps(config_mod.to_dict(config), indent=2))
+            return 0
+        from tfos_jobs.cli.commands import COMMANDS
+
+        return COMMANDS[args.command](config, args)
+    except TfosError as e:
+        print(f"tfos {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        _stop_session()
+
+
+def _submit(argv: list[str]) -> int:
+    from tfos_jobs.cli.commands import COMMANDS
+    from tfos_jobs.deploy import submit
+
+    try:
+        return submit.run(argv, sorted(COMMANDS))
+    except TfosError as e:
+        print(f"tfos submit: error: {e}", file=sys.stderr)
+        return 2
+
+
+BENCH_MISSING = ("tfos bench: error: the benchmarks are not part of the installed package: they live in the "
+                 "source repository (benchmarks/; run them there with `make bench` or `python -m benchmarks`)")
+
+
+def bench(argv: list[str], checkout: Path = CHECKOUT) -> int:
+    """`tfos bench ARGS`: `benchmarks.cli.main(ARGS)`, from the source checkout the package is
+    installed from (editable); imported only now, so no other command pays for it."""
+    import importlib
+    import importlib.util
+
+    if not (checkout / "benchmarks" / "cli.py").is_file():
+        print(BENCH_MISSING, file=sys.stderr)
+        return 2
+    spec = importlib.util.find_spec("benchmarks")
+    if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != checkout / "benchmarks":
+        sys.path.insert(0, str(checkout))
+    bench_cli = importlib.import_module("benchmarks.cli")
+    return bench_cli.main(argv, prog="tfos bench")
+
+
+def _pack_env(output: str) -> int:
+    from tfos_jobs.deploy import env_archive
+
+    try:
+        env_archive.pack(output)
+    except TfosError as e:
+        print(f"tfos pack-env: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _stop_session() -> None:
+    """Stop Spark before the interpreter exits: local-cluster masters otherwise keep
+    relaunching executors while the JVM shuts down."""
+    if "pyspark" not in sys.modules:  # no session was started
+        return
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
