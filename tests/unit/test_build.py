@@ -72,3 +72,24 @@ def test_verbose_is_the_apis_override_in_its_place_among_the_others():
     verbose = next(a for a in common_arguments()._actions if "--verbose" in a.option_strings)
     assert f"same as --set {api.VERBOSE})" in verbose.help
 
+
+def test_tfos_bench_runs_the_bench_of_the_checkout_or_says_where_it_lives(tmp_path, capsys):
+    """`tfos bench` hands its arguments, untouched, to the bench beside the package in a fresh
+    interpreter (the package never imports it); a `benchmarks` folder where the command runs is
+    not taken for it. An installed package, with no bench beside it, says where the bench is."""
+    import subprocess
+    import sys
+
+    from tfos_jobs import cli
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("raise SystemExit('not the bench of the checkout')\n")
+    tfos = [sys.executable, "-m", "tfos_jobs.cli", "bench"]
+    shown = subprocess.run([*tfos, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: tfos bench [-h] --config CONFIG") and "--smoke" in shown.stdout
+    wrong = subprocess.run([*tfos, "--config", "census", "--nope"], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path)
+    assert wrong.returncode == 2 and "tfos bench: error: unrecognized arguments: --nope" in wrong.stderr
+    assert cli.bench(["--help"], checkout=tmp_path / "installed") == 2
+    assert capsys.readouterr().err.strip() == cli.BENCH_MISSING

@@ -8,6 +8,7 @@ commands   a function per command that reads a config: the API called, the exit 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -73,22 +74,21 @@ def _submit(argv: list[str]) -> int:
 
 BENCH_MISSING = ("tfos bench: error: the benchmarks are not part of the installed package: they live in the "
                  "source repository (benchmarks/; run them there with `make bench` or `python -m benchmarks`)")
+# The bench's own entry, named `tfos bench` in its usage, errors and report.
+BENCH_MAIN = "import sys; from benchmarks.cli import main; sys.exit(main(prog='tfos bench'))"
 
 
 def bench(argv: list[str], checkout: Path = CHECKOUT) -> int:
-    """`tfos bench ARGS`: `benchmarks.cli.main(ARGS)`, from the source checkout the package is
-    installed from (editable); imported only now, so no other command pays for it."""
-    import importlib
-    import importlib.util
-
+    """`tfos bench ARGS`: the bench of the source checkout the package runs from, in a fresh
+    interpreter that takes this process's place (its signals, its exit code): the package never
+    imports the bench, which imports the package."""
     if not (checkout / "benchmarks" / "cli.py").is_file():
         print(BENCH_MISSING, file=sys.stderr)
         return 2
-    spec = importlib.util.find_spec("benchmarks")
-    if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != checkout / "benchmarks":
-        sys.path.insert(0, str(checkout))
-    bench_cli = importlib.import_module("benchmarks.cli")
-    return bench_cli.main(argv, prog="tfos bench")
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
+    sys.stdout.flush()
+    # -P: the checkout's benchmarks (and package), never a folder of that name where the command runs
+    os.execve(sys.executable, [sys.executable, "-P", "-c", BENCH_MAIN, *argv], {**os.environ, "PYTHONPATH": path})
 
 
 def _pack_env(output: str) -> int:
