@@ -99,7 +99,7 @@ COPY udfs/ udfs/
 COPY --from=jar /build/out/tfos-tfrecord.jar tfos_jobs/jars/tfos-tfrecord.jar
 RUN pip install --no-cache-dir --no-deps . \
  && rm -rf build ./*.egg-info \
- && cd / && python -c "import pyspark, tensorflowonspark, tf_keras, tfos_jobs.cli, tfos_jobs.session as s; \
+ && cd / && python -c "import pyspark, tensorflowonspark, tf_keras, tfos_jobs.cli, tfos_jobs.session_builder as s; \
 assert s.TFRECORD_JAR.is_file(), s.TFRECORD_JAR; print('pyspark', pyspark.__version__, 'jar', s.TFRECORD_JAR)"
 COPY docs/ docs/
 

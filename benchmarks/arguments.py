@@ -6,7 +6,7 @@ import argparse
 
 from benchmarks import ROOT
 from benchmarks.sizes import FULL
-from tfos_jobs.cli import common_arguments
+from tfos_jobs.cli.parser import common_arguments
 
 DEFAULT_OUTPUT = str(ROOT / "docs" / "benchmarks.md")  # in the repository, wherever the bench runs from
 SPARK_MASTER = "local[2]"  # P4 is defined on local[2]

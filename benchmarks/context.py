@@ -13,14 +13,14 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from tfos_jobs import session as session_mod
+from tfos_jobs import api
 from tfos_jobs.user_code import package_zip
 from tfos_jobs.config.serve_sql import ServeSqlConfig
 from tfos_jobs.jobs.serve import sql_server
 from benchmarks import ROOT
 from benchmarks.harness import Figure, Log, Result, Sample, interleave
 from benchmarks.sizes import Sizes
-from tfos_jobs.config import Config, SparkConfig
+from tfos_jobs.config import Config
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.topology import examples_per_step
 
@@ -45,51 +45,53 @@ class Run:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def bench_config(cfg: Config, sizes: Sizes, work: str, scale: str) -> Config:
-    """`cfg` pointed at the bench's own data under `work`: raw tables, dataset, model."""
-    root = cfg.synthetic.output.rstrip("/")
-    prep = cfg.prepare
+def bench_config(config: Config, sizes: Sizes, work: str, scale: str) -> Config:
+    """`config` pointed at the bench's own data under `work`: raw tables, dataset, model."""
+    root = config.synthetic.output.rstrip("/")
+    prep = config.prepare
     needed = [prep.main, *(lk.source for lk in prep.lookups), *([prep.activity.source] if prep.activity else [])]
     for name in needed:
-        path = cfg.sources[name].path or ""
+        path = config.sources[name].path or ""
         if not (path == root or path.startswith(root + "/")):
             raise ConfigError(f"sources.{name}.path: tfos bench generates its own data, so every source prepare "
                               f"reads must lie under synthetic.output ({root!r}); got {path!r}")
     raw = f"{work}/raw-{scale}"
     sources = {name: dataclasses.replace(src, path=raw + src.path[len(root):])
                if src.path and (src.path == root or src.path.startswith(root + "/")) else src
-               for name, src in cfg.sources.items()}
+               for name, src in config.sources.items()}
     people = sizes.people if scale == "1x" else sizes.big_people
     return dataclasses.replace(
-        cfg, sources=sources,
-        synthetic=dataclasses.replace(cfg.synthetic, output=raw, people=people, events_per_person=sizes.events_per_person),
+        config, sources=sources,
+        synthetic=dataclasses.replace(config.synthetic, output=raw, people=people,
+                                      events_per_person=sizes.events_per_person),
         prepare=dataclasses.replace(prep, output=f"{work}/dataset-{scale}", overwrite=True),
-        train=dataclasses.replace(cfg.train, dataset=f"{work}/dataset-{scale}", model_dir=f"{work}/model",
+        train=dataclasses.replace(config.train, dataset=f"{work}/dataset-{scale}", model_dir=f"{work}/model",
                                   epochs=sizes.train_epochs, steps_per_epoch=sizes.train_steps, workers=1, ps=1,
                                   batch_size=sizes.train_batch, profile_steps=sizes.profile_steps,
                                   tensorboard=False, early_stopping_patience=0),
-        predict=dataclasses.replace(cfg.predict, model=f"{work}/{SERVED_MODEL}", output=f"{work}/predictions-{scale}"),
+        predict=dataclasses.replace(config.predict, model=f"{work}/{SERVED_MODEL}",
+                                    output=f"{work}/predictions-{scale}"),
     )
 
 
 class Bench:
     """What every stage works with; each appends its results to `run`."""
 
-    def __init__(self, cfg: Config, sizes: Sizes, work: str, log: Log, *, spark_master: str, tfos_master: str,
+    def __init__(self, config: Config, sizes: Sizes, work: str, log: Log, *, spark_master: str, tfos_master: str,
                  p14_master: str, remote: str | None = None):
         self.sizes, self.work, self.log, self.remote = sizes, work, log, remote
         self.spark_master, self.tfos_master, self.p14_master = spark_master, tfos_master, p14_master
         if not sizes.train_batch:  # P7 at the demo's own global batch
-            batch = examples_per_step(cfg.train.strategy, cfg.train.batch_size, cfg.train.workers)
+            batch = examples_per_step(config.train.strategy, config.train.batch_size, config.train.workers)
             self.sizes = sizes = dataclasses.replace(sizes, train_batch=batch)
-        self.small = bench_config(cfg, sizes, work, "1x")
-        self.big = bench_config(cfg, sizes, work, "16x")
-        self.spark_conf = {**cfg.spark.conf, **SPARK_CONF}
+        self.small = bench_config(config, sizes, work, "1x")
+        self.big = bench_config(config, sizes, work, "16x")
+        self.spark_conf = {**config.spark.conf, **SPARK_CONF}
         # Read only when the first session starts the JVM, which every later one reuses: P13's
         # HiveServer2 needs the package's jar there (sql_server.session_conf).
         self.spark_conf[sql_server.DRIVER_CLASS_PATH] = sql_server.session_conf(
-            ServeSqlConfig(), cfg.spark.conf)[sql_server.DRIVER_CLASS_PATH]
-        self.app_name = f"{cfg.spark.app_name}-bench"
+            ServeSqlConfig(), config.spark.conf)[sql_server.DRIVER_CLASS_PATH]
+        self.app_name = f"{config.spark.app_name}-bench"
         self.spark: SparkSession | None = None
         self.run = Run()
         self.started = time.time()
@@ -106,8 +108,7 @@ class Bench:
         conf = {**self.spark_conf, **(extra_conf or {})}
         # The jars of the JVM are those of the first session, which every later one reuses: P15's
         # Kafka connector comes with each, so that it is there whichever session starts the JVM.
-        spark_cfg = session_mod.with_kafka_connector(SparkConfig(master=master, app_name=self.app_name, conf=conf))
-        self.spark = session_mod.build(spark_cfg)
+        self.spark = api.session(master=master, app_name=self.app_name, conf=conf, kafka=True)
         # Some of the bench's own functions run in Spark's Python workers (the per-row writer, the
         # baselines' UDFs): the package travels to them as user code does (tfos_jobs.user_code).
         self.spark.sparkContext.addPyFile(package_zip(ROOT / "benchmarks", "benchmarks"))

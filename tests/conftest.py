@@ -43,10 +43,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from tfos_jobs import session
+    from tfos_jobs import session_builder
     from tfos_jobs.config import SparkConfig
 
-    spark = session.build(SparkConfig(master="local[2]", app_name="tfos-tests", conf={
+    spark = session_builder.build(SparkConfig(master="local[2]", app_name="tfos-tests", conf={
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

@@ -42,23 +42,17 @@ def master(spark: Any) -> str:
     return str(spark.sparkContext.master)
 
 
-def driver_setting(spark: Any, key: str, default: str | None = None) -> str | None:
-    """A setting of the driver's SparkConf (core settings such as spark.executor.memory, which a
-    Connect session's runtime config does not show)."""
-    if is_connect(spark):
-        value = driver_calls.call(spark, driver_calls.CLUSTER_CONF, key=key)
-        return default if value is None else str(value)
-    return spark.sparkContext.getConf().get(key, default)
-
-
 class DriverConf:
-    """The driver's SparkConf as a Connect client reads it: `get(key, default)`, a call each."""
+    """The driver's SparkConf as a Connect client reads it, a call on the driver each `get(key,
+    default)`: core settings such as spark.executor.memory, which a Connect session's runtime
+    config does not show."""
 
     def __init__(self, spark: Any):
         self.spark = spark
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        return driver_setting(self.spark, key, default)
+        value = driver_calls.call(self.spark, driver_calls.CLUSTER_CONF, key=key)
+        return default if value is None else str(value)
 
 
 def driver_conf(spark: Any) -> Any:

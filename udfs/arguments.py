@@ -45,7 +45,7 @@ def register_checked(spark: SparkSession, name: str, spec: FeatureSpec) -> bool:
     when the driver does not have the package's jar: the function then checks its input in its
     tasks."""
     from tfos_jobs import driver_calls, sessions
-    from tfos_jobs.session import TFRECORD_JAR
+    from tfos_jobs.session_builder import TFRECORD_JAR
 
     for attempt in range(2):
         try:

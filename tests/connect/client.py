@@ -74,14 +74,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     steps = args.steps.split(",")
 
-    from tfos_jobs import api, config, session
-    from tfos_jobs.config import SparkConfig
+    from tfos_jobs import api, config
 
     if args.url:
         spark = api.session(remote=args.url)
     else:  # what `tfos stream` adds to a classic session: Spark's Kafka connector
-        spark = session.build(session.with_kafka_connector(SparkConfig(master=args.master, conf={
-            "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})))
+        spark = api.session(master=args.master, kafka=True,
+                            conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
     work, raw = args.work, args.work / "raw"
     spark_sets = [f"spark.remote={args.url}"] if args.url else [f"spark.master={args.master}"]
     sets = [*census_overrides(raw, work / "dataset", PEOPLE), *spark_sets,

@@ -18,7 +18,7 @@ from tests.hadoop.test_pipeline import TRAIN, sets
 from benchmarks.memory import executor_of as executor_jvm_of
 from tfos_jobs import config, resources
 from tfos_jobs.data import synthetic
-from tfos_jobs.session import UI_RACE_RETRY
+from tfos_jobs.session_builder import UI_RACE_RETRY
 from tfos_jobs.storage import Storage
 
 PEOPLE = 4000

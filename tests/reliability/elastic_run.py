@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tfos_jobs import api, config, session
+from tfos_jobs import api, config, session_builder
 from tfos_jobs.config import ElasticConfig, ModelConfig, SparkConfig, TrainConfig
 from tfos_jobs.topology import Strategy
 
@@ -55,7 +55,7 @@ def settings(mode: str, dataset: str, model_dir: str) -> TrainConfig:
 
 
 def main(mode: str, dataset: str, model_dir: str) -> int:
-    spark = session.build(SparkConfig(master="local-cluster[2,1,1536]", app_name="tfos-elastic", conf={
+    spark = session_builder.build(SparkConfig(master="local-cluster[2,1,1536]", app_name="tfos-elastic", conf={
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYTHONPATH": str(ROOT)}))
     jvm_sc, jvm = spark.sparkContext._jsc.sc(), spark.sparkContext._jvm

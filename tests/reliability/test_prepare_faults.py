@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from pyspark import TaskContext
     from pyspark.sql import functions as F
-    from tfos_jobs import config, session
+    from tfos_jobs import config, session_builder
     from tfos_jobs.data import tfrecord
     from tfos_jobs.jobs import prepare
 
@@ -50,7 +50,7 @@ SCRIPT = textwrap.dedent("""
                  f"sources.events.path={raw}/events", f"prepare.output={out}", "prepare.files_per_split=3",
                  "spark.master=local[2,3]", "spark.conf.spark.ui.showConsoleProgress=false"]
     cfg = config.load(sys.argv[5], overrides)
-    manifest = prepare.run(session.build(cfg.spark), cfg).to_dict()
+    manifest = prepare.run(session_builder.build(cfg.spark), cfg).to_dict()
     print("RECORDS", manifest["splits"]["train"]["records"] + manifest["splits"]["eval"]["records"])
 """)
 

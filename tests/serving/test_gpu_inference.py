@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     import pandas as pd
     from pyspark import TaskContext
     from pyspark.sql.functions import pandas_udf
-    from tfos_jobs import session
+    from tfos_jobs import session_builder
     from tfos_jobs.config import SparkConfig
 
     master, gpus = sys.argv[1], sys.argv[2] == "gpus"
@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent("""
         conf.update({"spark.worker.resource.gpu.amount": "2", "spark.worker.resource.gpu.discoveryScript": script,
                      "spark.executor.resource.gpu.amount": "2", "spark.executor.resource.gpu.discoveryScript": script,
                      "spark.task.resource.gpu.amount": "1"})
-    spark = session.build(SparkConfig(master=master, conf=conf))
+    spark = session_builder.build(SparkConfig(master=master, conf=conf))
 
     @pandas_udf("string")
     def seen(batches: Iterator[pd.Series]) -> Iterator[pd.Series]:

@@ -158,3 +158,28 @@ def test_a_model_checked_against_the_configs_spec_holds_for_the_datasets():
     fewer = {name: body for name, body in features.items() if name != "hours_per_week"}
     assert not model.holds_for(cfg.train.model, build_spec(fewer))
     assert not model.holds_for(dataclasses.replace(cfg.train.model, num_layers=2), cfg.features)
+
+
+def test_a_session_starts_with_the_configs_spark_settings_and_its_gpus(monkeypatch):
+    """`api.session(config=...)`, what every `tfos` command starts: the config's `[spark]` (with
+    `conf` added) and, for `train.gpus_per_worker`, Spark's GPU settings, which must be there as
+    the context starts; a `TrainConfig` gives only the GPUs. Nothing starts here."""
+    from tfos_jobs import session_builder
+    from tfos_jobs.config import SparkConfig, TrainConfig
+
+    started = []
+    monkeypatch.setattr(session_builder, "build", lambda spark_cfg, extra=None: started.append((spark_cfg, extra)))
+    gpus = config.load(CENSUS, ["train.gpus_per_worker=2", "train.gpu_discovery_script=/opt/gpus.sh",
+                                "spark.master=local-cluster[2,1,1024]"])
+    api.session(config=gpus, conf={"spark.sql.shuffle.partitions": "3"})
+    spark_cfg, extra = started[-1]
+    assert spark_cfg.master == "local-cluster[2,1,1024]"
+    assert dict(spark_cfg.conf) == {**gpus.spark.conf, "spark.sql.shuffle.partitions": "3"}
+    assert extra["spark.executor.resource.gpu.amount"] == extra["spark.task.resource.gpu.amount"] == "2"
+    assert extra["spark.executor.resource.gpu.discoveryScript"] == "/opt/gpus.sh"
+    api.session(master="local[3]", config=TrainConfig(gpus_per_worker=1))
+    assert started[-1][0] == SparkConfig(master="local[3]") and started[-1][1]["spark.task.resource.gpu.amount"] == "1"
+    api.session(config=config.load(CENSUS))
+    assert started[-1][1] == {}  # no GPUs asked, none set
+    with pytest.raises(ConfigError, match=r"session\(\): master, app_name, packages, hive and remote come from"):
+        api.session(master="local[4]", config=gpus)

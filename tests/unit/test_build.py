@@ -48,14 +48,48 @@ def test_tfos_submit_names_the_images_paths_the_dockerfile_makes():
 
 @pytest.mark.parametrize("argv", [["--help"], ["config", "--config", "conf/census.toml"]])
 def test_tfos_help_and_config_import_neither_tensorflow_nor_mlflow(argv):
-    """Building the CLI's parser and loading a config are on the path of every `tfos` command;
-    the benchmarks, outside the package, are imported only when `tfos bench` runs."""
+    """Building the CLI's parser and loading a config are on the path of every `tfos` command:
+    neither starts Spark's Python side (the API, which does, is loaded by the commands that run
+    a job); the benchmarks, outside the package, are never imported by it."""
     import subprocess
     import sys
 
+    heavy = ("tensorflow", "mlflow", "optuna", "benchmarks", "pyspark")
     code = (f"import sys, tfos_jobs.cli as c\ntry:\n    c.main({argv!r})\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'mlflow', 'optuna', 'benchmarks')))")
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "usage: tfos" in proc.stdout or '"train"' in proc.stdout  # it did what was asked
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_verbose_is_the_apis_override_in_its_place_among_the_others():
+    from tfos_jobs import api
+    from tfos_jobs.cli.parser import common_arguments, parser
+
+    args = parser().parse_args(["config", "--config", "census", "--set", "a.b=1", "--verbose", "--set", "a.c=2"])
+    assert args.overrides == ["a.b=1", api.VERBOSE, "a.c=2"]  # a later --set wins over --verbose, an earlier one not
+    verbose = next(a for a in common_arguments()._actions if "--verbose" in a.option_strings)
+    assert f"same as --set {api.VERBOSE})" in verbose.help
+
+
+def test_tfos_bench_runs_the_bench_of_the_checkout_or_says_where_it_lives(tmp_path, capsys):
+    """`tfos bench` hands its arguments, untouched, to the bench beside the package in a fresh
+    interpreter (the package never imports it); a `benchmarks` folder where the command runs is
+    not taken for it. An installed package, with no bench beside it, says where the bench is."""
+    import subprocess
+    import sys
+
+    from tfos_jobs import cli
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("raise SystemExit('not the bench of the checkout')\n")
+    tfos = [sys.executable, "-m", "tfos_jobs.cli", "bench"]
+    shown = subprocess.run([*tfos, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: tfos bench [-h] --config CONFIG") and "--smoke" in shown.stdout
+    wrong = subprocess.run([*tfos, "--config", "census", "--nope"], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path)
+    assert wrong.returncode == 2 and "tfos bench: error: unrecognized arguments: --nope" in wrong.stderr
+    assert cli.bench(["--help"], checkout=tmp_path / "installed") == 2
+    assert capsys.readouterr().err.strip() == cli.BENCH_MISSING

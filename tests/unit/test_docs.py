@@ -150,7 +150,7 @@ def test_the_layout_names_real_paths_and_every_package():
 
 def test_the_layout_check_finds_what_is_wrong():
     planted = ("tfos_jobs/        the package\n"
-               "  cli.py          the command; errors.py, gone.py: more\n"
+               "  names.py        the names; errors.py, gone.py: more\n"
                "  jobs/           the jobs\n"
                "    train/        training\n"
                "      executor/   moved away\n"
@@ -161,12 +161,12 @@ def test_the_layout_check_finds_what_is_wrong():
                "  inner.py        under a file\n")
     assert layout_problems(planted, ROOT) == [
         "line 10: inner.py is indented under a file, Dockerfile",
-        "line 2: gone.py, named under tfos_jobs/cli.py, does not exist",
+        "line 2: gone.py, named under tfos_jobs/names.py, does not exist",
         "line 5: tfos_jobs/jobs/train/executor/ does not exist",
         "line 6: nothing.py, named under tfos_jobs/jobs/__init__.py, does not exist",
         "line 10: Dockerfile/inner.py does not exist"]
     entries, _ = layout_entries(planted)
-    assert [e.path for e in entries][:4] == ["tfos_jobs/", "tfos_jobs/cli.py", "tfos_jobs/jobs/", "tfos_jobs/jobs/train/"]
+    assert [e.path for e in entries][:4] == ["tfos_jobs/", "tfos_jobs/names.py", "tfos_jobs/jobs/", "tfos_jobs/jobs/train/"]
     missing = unlisted_packages(planted, ROOT)
     assert "tfos_jobs/cluster/" in missing and "tfos_jobs/jobs/train/" not in missing
 

@@ -9,7 +9,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from tfos_jobs import session
+from tfos_jobs import session_builder
 from tfos_jobs import python_daemon
 from tfos_jobs.cluster.node import peers
 from tfos_jobs.deploy.connect_server import command
@@ -49,23 +49,23 @@ def test_another_pyspark_version_or_none_leaves_sparks_path_as_it_is(tmp_path):
 
 
 def test_a_session_of_the_package_sets_the_daemon_and_the_warm_up_after_the_users_plugins():
-    ours = session.executor_settings()
+    ours = session_builder.executor_settings()
     assert ours[python_daemon.SETTING] == python_daemon.MODULE
-    assert ours[session.PLUGINS] == session.WARM_UP_PLUGIN
+    assert ours[session_builder.PLUGINS] == session_builder.WARM_UP_PLUGIN
     assert ours["spark.executorEnv.TF_USE_LEGACY_KERAS"] == "1"
-    given = session.executor_settings({session.PLUGINS: "com.nvidia.spark.SQLPlugin, x.Y",
+    given = session_builder.executor_settings({session_builder.PLUGINS: "com.nvidia.spark.SQLPlugin, x.Y",
                                        python_daemon.SETTING: "my.daemon"},
-                                      {session.PLUGINS: "x.Y,tfos.spark.cluster.WarmUpPlugin"})
-    assert given[session.PLUGINS] == "com.nvidia.spark.SQLPlugin,x.Y,tfos.spark.cluster.WarmUpPlugin"
+                                      {session_builder.PLUGINS: "x.Y,tfos.spark.cluster.WarmUpPlugin"})
+    assert given[session_builder.PLUGINS] == "com.nvidia.spark.SQLPlugin,x.Y,tfos.spark.cluster.WarmUpPlugin"
     assert given[python_daemon.SETTING] == "my.daemon"  # the user's own daemon wins
 
 
 def test_the_connect_server_gets_the_same_executor_settings():
     line = command(master="local-cluster[2,1,1024]", port=15099, python="/opt/py/bin/python",
-                   conf={session.PLUGINS: "x.Y"})
+                   conf={session_builder.PLUGINS: "x.Y"})
     settings = dict(line[i + 1].split("=", 1) for i, arg in enumerate(line) if arg == "--conf")
     assert settings[python_daemon.SETTING] == python_daemon.MODULE
-    assert settings[session.PLUGINS] == f"x.Y,{session.WARM_UP_PLUGIN}"
+    assert settings[session_builder.PLUGINS] == f"x.Y,{session_builder.WARM_UP_PLUGIN}"
     assert settings["spark.executorEnv.PYSPARK_PYTHON"] == "/opt/py/bin/python"
 
 

@@ -4,7 +4,8 @@ names with one owner   a private name is not imported; model-directory file name
                        roles, tasks, model kinds and splits are typed only by their owner module
 no shared disk         nothing on the driver or a node shares a file with the other
 imports                no two modules, no two packages import each other; no module imports from
-                       a higher layer (LAYERS); every imported name exists
+                       a higher layer (LAYERS); every imported name exists; the command line
+                       imports the API, not what the API is made of (CLI_IMPORTS)
 the layout             each folder holds one kind of thing (FOLDERS), the package's root only the
                        modules ROOT_MODULES names; spark-submit's entry points are together in
                        entrypoints/; only storage/ reaches Hadoop's FileSystem, everyone else
@@ -84,7 +85,8 @@ OWNERS = {
 }
 # Where one of these words means something else, and what it means there.
 OTHER_MEANINGS = {
-    ("tfos_jobs/cli.py", "train"): "the command",
+    ("tfos_jobs/cli/parser.py", "train"): "the command",
+    ("tfos_jobs/cli/commands.py", "train"): "the command",
     ("tfos_jobs/entrypoints/train.py", "train"): "the command this entry point runs",
     ("tfos_jobs/deploy/submit.py", "train"): "the command, whose model module is shipped with --py-files",
     ("tfos_jobs/deploy/kubernetes.py", "train"): "a command whose executors host TensorFlow",
@@ -249,12 +251,12 @@ LAYERS = (
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
     ("tfos_jobs.data", "tfos_jobs.model", "tfos_jobs.search", "tfos_jobs.databases",
-     "tfos_jobs.session"),  # the libraries the jobs are made of
+     "tfos_jobs.session_builder"),  # the libraries the jobs are made of
     ("tfos_jobs.cluster",),  # TF nodes on the executors: launch, supervise, the nodes' side
     ("tfos_jobs.jobs", "tfos_jobs.serving", "udfs", "tfos_jobs.tracking"),  # the jobs, the serving library, the
     # UDF's executor side, MLflow
-    ("tfos_jobs.cli", "tfos_jobs.deploy", "tfos_jobs.entrypoints", "tfos_jobs.api", "tfos_jobs.demos"),  # the
-    # commands, what gets them onto a cluster, spark-submit's entry points, the Python API, the demos
+    ("tfos_jobs.cli", "tfos_jobs.deploy", "tfos_jobs.entrypoints", "tfos_jobs.api"),  # the commands, what gets
+    # them onto a cluster, spark-submit's entry points, the Python API (its demos too)
 )
 
 
@@ -275,6 +277,57 @@ def test_no_module_imports_from_a_higher_layer():
     assert upward_imports(import_graph()) == []
     assert upward_imports({"tfos_jobs.config.train": {"tfos_jobs.model.exchange", "tfos_jobs.topology"}}) == [
         "tfos_jobs.config.train -> tfos_jobs.model.exchange"]
+
+
+# What the command line imports: the Python API and what a client of it holds (the config, the
+# errors, the files the package ships, the way onto a cluster), and its own modules.
+CLI_IMPORTS = ("tfos_jobs.api", "tfos_jobs.config", "tfos_jobs.deploy", "tfos_jobs.errors", "tfos_jobs.resources",
+               "tfos_jobs.cli")
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def package_imports(source: str) -> list[tuple[str, str]]:
+    """(the function that makes it, "" at the top; the module) for each import in `source` of a
+    module of the package, of udfs or of the bench."""
+    tree = ast.parse(source)
+    where = {id(node): f.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for node in ast.walk(f)}  # the innermost function, walked last, names the node
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if is_module(f"{node.module}.{a.name}") else node.module
+                     for a in node.names]
+        else:
+            continue
+        found += [(where.get(id(node), ""), n) for n in names if n.split(".")[0] in (*PACKAGES, "benchmarks")]
+    return found
+
+
+def cli_offences(module: str, source: str) -> list[str]:
+    """The imports of a module of the command line past CLI_IMPORTS."""
+    return [f"{module}{'.' + function if function else ''} imports {name}" for function, name in package_imports(source)
+            if not any(name == p or name.startswith(p + ".") for p in CLI_IMPORTS)]
+
+
+def test_the_command_line_is_a_client_of_the_api():
+    """Rule checked: tfos_jobs/cli/ reaches the package through the API (and what a client of it
+    holds), never the jobs, the data or the bench themselves."""
+    paths = {module_name(p): p for p in sources() if module_name(p).split(".")[:2] == ["tfos_jobs", "cli"]}
+    assert {"tfos_jobs.cli", "tfos_jobs.cli.commands", "tfos_jobs.cli.parser"} <= set(paths)
+    assert [o for m, p in paths.items() for o in cli_offences(m, p.read_text())] == []
+    planted = ("from tfos_jobs import api, config\nfrom tfos_jobs.data import fleet\n\n\n"
+               "def cmd_train(config, args):\n    from tfos_jobs.model.builder import check_model\n\n\n"
+               "def cmd_predict(config, args):\n    import benchmarks.cli\n"
+               "    from tfos_jobs.model.builder import check_model\n")
+    assert cli_offences("tfos_jobs.cli.commands", planted) == [
+        "tfos_jobs.cli.commands imports tfos_jobs.data.fleet",
+        "tfos_jobs.cli.commands.cmd_train imports tfos_jobs.model.builder",
+        "tfos_jobs.cli.commands.cmd_predict imports benchmarks.cli",
+        "tfos_jobs.cli.commands.cmd_predict imports tfos_jobs.model.builder"]
 
 
 # -- size and prose ----------------------------------------------------------------------------
@@ -398,17 +451,17 @@ FOLDERS = {
     "tfos_jobs.serving": "the serving library the serving jobs and the stream share",
     "tfos_jobs.tracking": "MLflow",
     "tfos_jobs.api": "the Python API, one module per kind of step",
-    "tfos_jobs.demos": "the demos",
+    "tfos_jobs.api.demos": "the demos: the jobs on the embedded data through the API",
+    "tfos_jobs.cli": "the command line, a client of the API",
     "tfos_jobs.deploy": "getting the jobs onto a cluster",
     "tfos_jobs.entrypoints": "spark-submit's entry points",
     "tfos_jobs.resources": "files the package ships",
     "udfs": "the SQL prediction function",
 }
-# The package's root: the front door, and the plain names and rules every part shares.
+# The package's root: the plain names and rules every part shares, and the Spark session.
 ROOT_MODULES = {
-    "cli",  # the command line (the Python API is api/)
     "errors", "names", "tasks", "topology", "control_channel", "progress_log",  # names, rules, messages
-    "session", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
+    "session_builder", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
     "tf_import", "python_daemon",  # TensorFlow and pyspark, imported the one way every process does
 }
 # Modules outside storage/ that reach Hadoop's FileSystem themselves, and why.
@@ -435,10 +488,11 @@ def test_the_root_holds_only_the_front_door_and_shared_names():
 
 
 def entry_point_offences(where: str, source: str) -> list[str]:
-    """A spark-submit entry point (a script that hands its arguments to the command line) outside entrypoints/."""
+    """A spark-submit entry point (a script that hands its arguments to the command line) outside
+    entrypoints/ (the command line's own `python -m tfos_jobs.cli` aside)."""
     tree = ast.parse(source)
     hands_on = any(isinstance(n, ast.ImportFrom) and n.module == "tfos_jobs.cli" for n in tree.body)
-    return [where] if hands_on and not where.startswith("tfos_jobs/entrypoints/") else []
+    return [where] if hands_on and not where.startswith(("tfos_jobs/entrypoints/", "tfos_jobs/cli/")) else []
 
 
 def test_spark_submits_entry_points_are_together():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark import SparkConf
 
-from tfos_jobs import session
+from tfos_jobs import session_builder
 from tfos_jobs.deploy import env_archive, submit
 from tfos_jobs.config import SparkConfig
 from tfos_jobs.jobs.train.driver.gpu import discovery_script
@@ -35,7 +35,7 @@ def test_a_yarn_cluster_mode_submission_ships_the_jar_and_the_environment():
     cmd = dry_run("--master", "yarn", "--deploy-mode", "cluster", "--env-archive", "hdfs:///envs/e.tar.gz",
                   "--jars", "/opt/extra.jar", "--num-executors", "2", "train", "--config", "census", "--set", "a=b")
     assert cmd[0].endswith("spark-submit")
-    assert cmd[cmd.index("--jars") + 1] == f"{session.TFRECORD_JAR},/opt/extra.jar" and cmd.count("--jars") == 1
+    assert cmd[cmd.index("--jars") + 1] == f"{session_builder.TFRECORD_JAR},/opt/extra.jar" and cmd.count("--jars") == 1
     assert cmd[cmd.index("--archives") + 1] == "hdfs:///envs/e.tar.gz#tfos-env"
     conf = conf_of(cmd)
     assert conf["spark.pyspark.python"] == "./tfos-env/bin/python"
@@ -60,7 +60,7 @@ def test_client_mode_keeps_the_driver_on_this_python_and_user_settings_win():
 
 def test_other_masters_get_the_jar_only():
     cmd = dry_run("--master", "spark://h:7077", "--verbose", "my_job.py", "--x", "1")
-    assert cmd[1:3] == ["--jars", str(session.TFRECORD_JAR)] and not any("yarn" in a for a in cmd)
+    assert cmd[1:3] == ["--jars", str(session_builder.TFRECORD_JAR)] and not any("yarn" in a for a in cmd)
     assert cmd[-3:] == ["my_job.py", "--x", "1"] and "--verbose" in cmd
 
 
@@ -103,11 +103,12 @@ def test_dynamic_allocation_is_refused_for_a_tf_cluster():
 
 def test_the_jar_check_reads_the_jars_yarn_ships():
     cfg = SparkConfig()
-    on_yarn = SparkConf(loadDefaults=False).set("spark.yarn.dist.jars", f"file:{session.TFRECORD_JAR},file:/opt/x.jar")
-    assert session._missing_on_submit(session.jars_given_to_submit(on_yarn), [], cfg) == []
-    standalone = SparkConf(loadDefaults=False).set("spark.jars", str(session.TFRECORD_JAR))
-    assert session._missing_on_submit(session.jars_given_to_submit(standalone), [], cfg) == []
-    assert "the TFRecord data source jar" in session._missing_on_submit(["/opt/other.jar"], [], cfg)[0]
+    jar = session_builder.TFRECORD_JAR
+    on_yarn = SparkConf(loadDefaults=False).set("spark.yarn.dist.jars", f"file:{jar},file:/opt/x.jar")
+    assert session_builder._missing_on_submit(session_builder.jars_given_to_submit(on_yarn), [], cfg) == []
+    standalone = SparkConf(loadDefaults=False).set("spark.jars", str(session_builder.TFRECORD_JAR))
+    assert session_builder._missing_on_submit(session_builder.jars_given_to_submit(standalone), [], cfg) == []
+    assert "the TFRecord data source jar" in session_builder._missing_on_submit(["/opt/other.jar"], [], cfg)[0]
 
 
 def test_the_gpu_discovery_script_is_found_where_executors_run():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfos_jobs import session
+from tfos_jobs import session_builder
 from tfos_jobs.deploy import kubernetes, submit
 from tfos_jobs.errors import ConfigError
 
@@ -45,14 +45,14 @@ def test_cluster_mode_runs_the_images_job_script_jar_and_python_with_an_executor
     assert conf[kubernetes.PYTHON] == kubernetes.IMAGE_PYTHON and kubernetes.DRIVER_PYTHON not in conf
     assert conf[kubernetes.EXECUTORS] == "3"
     assert conf[kubernetes.OVERHEAD] == kubernetes.TF_NODE_OVERHEAD
-    assert str(session.TFRECORD_JAR) not in cmd and str(submit.JOB_SCRIPT) not in cmd
+    assert str(session_builder.TFRECORD_JAR) not in cmd and str(submit.JOB_SCRIPT) not in cmd
 
 
 def test_client_mode_keeps_the_local_driver_files_and_user_settings_win():
     cmd = command("--master", MASTER, IMAGE, "--conf", "spark.executor.memoryOverhead=3g",
                   "--conf", "spark.executor.instances=4", "predict", "--config", "census")
     conf = conf_of(cmd)
-    assert cmd[cmd.index("--jars") + 1] == str(session.TFRECORD_JAR)
+    assert cmd[cmd.index("--jars") + 1] == str(session_builder.TFRECORD_JAR)
     assert str(submit.JOB_SCRIPT) in cmd
     assert conf["spark.executor.memoryOverhead"] == "3g" and cmd.count("spark.executor.memoryOverhead=2g") == 0
     assert conf[kubernetes.PYTHON] == kubernetes.IMAGE_PYTHON  # executors run the image's Python

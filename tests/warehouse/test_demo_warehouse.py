@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from tfos_jobs.demos.warehouse import compare, digests
+from tfos_jobs.api.demos.warehouse import compare, digests
 
 from tests.warehouse.conftest import PEOPLE
 

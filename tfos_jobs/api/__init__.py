@@ -2,7 +2,8 @@
 
 Every function is keyword-only and typed, checks its settings before any Spark job runs (an
 error names the argument or config key), and returns a typed result. The `tfos` commands are
-thin clients of these functions. Example (docs/python_api.md, examples/python_api.py)::
+thin clients of these functions (`api.session(config=...)` starts theirs), and the demos
+(demos/) walk through them. Example (docs/python_api.md, examples/python_api.py)::
 
     from tfos_jobs import api, config
     from tfos_jobs.config import TrainConfig
@@ -21,11 +22,16 @@ to, never changed without a release note).
 """
 from __future__ import annotations
 
-from tfos_jobs.api.data import DatasetManifest, prepare, session
+from tfos_jobs.api.data import (VERBOSE, DatasetManifest, check_sources, dataset_summary, generate, prepare,
+                                replay_rows, session)
+from tfos_jobs.api.demos import demo, demo_stream, demo_warehouse
+from tfos_jobs.api.queries import read_text, serve_sql, show
 from tfos_jobs.api.serving import evaluate, predict, register, replay, sql, stream
 from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_sweep, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
 from udfs.register import PredictionUdf
 
-__all__ = ["session", "prepare", "check_model", "train", "check_sweep", "sweep", "register", "sql", "predict", "evaluate", "stream", "replay",
-           "DatasetManifest", "TrainResult", "SweepResult", "PredictionUdf", "PredictionSummary"]
+__all__ = ["session", "generate", "check_sources", "prepare", "dataset_summary", "check_model", "train", "check_sweep", "sweep", "register", "sql",
+           "read_text", "show", "serve_sql", "predict", "evaluate", "stream", "replay_rows", "replay", "demo",
+           "demo_stream", "demo_warehouse", "VERBOSE", "DatasetManifest", "TrainResult", "SweepResult",
+           "PredictionUdf", "PredictionSummary"]

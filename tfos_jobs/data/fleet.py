@@ -273,7 +273,7 @@ def write(cfg: Config, session: Session) -> None:
     an output on another filesystem (HDFS,
     S3, ...), or any output of a Spark Connect client (its disk is not the cluster's), receives
     them whole afterwards."""
-    from tfos_jobs.session import remote_url
+    from tfos_jobs.session_builder import remote_url
 
     fl = cfg.fleet
     remote = ("://" in fl.output and not fl.output.startswith("file:")) or bool(remote_url(cfg.spark))

@@ -34,7 +34,7 @@ STOP_GRACE = 30.0
 
 def command(*, master: str, port: int, python: str, conf: Mapping[str, str] | None = None) -> list[str]:
     """The spark-submit command line of a server for this package's clients."""
-    from tfos_jobs.session import KAFKA_JARS, executor_settings, tfrecord_jar
+    from tfos_jobs.session_builder import KAFKA_JARS, executor_settings, tfrecord_jar
     from tfos_jobs.deploy.submit import spark_submit
 
     jars = [str(tfrecord_jar()), *sorted(str(p) for p in KAFKA_JARS.glob("*.jar"))]

@@ -36,7 +36,7 @@ from typing import Sequence
 from tfos_jobs import user_code
 from tfos_jobs.deploy import kubernetes
 from tfos_jobs.errors import ConfigError, TfosError
-from tfos_jobs.session import FIXED_ENV, tfrecord_jar
+from tfos_jobs.session_builder import FIXED_ENV, tfrecord_jar
 from tfos_jobs.tasks import ModelKind
 
 ENV_LINK = "tfos-env"  # the directory the archive unpacks as in every container, unless given (A#name)

@@ -12,7 +12,7 @@ from tfos_jobs.data import sources
 from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import ConfigError, InputError, TfosError
 from tfos_jobs.serving.error_lines import error_line, query_errors
-from tfos_jobs.session import settle_console
+from tfos_jobs.session_builder import settle_console
 from tfos_jobs.tracking.registry import resolver
 from udfs import register
 

@@ -89,7 +89,7 @@ def session_conf(cfg: ServeSqlConfig, spark_conf: Mapping[str, str] | None = Non
     address, transport and authentication (no secret: those go to the JVM at start), and the
     package's jar on the driver's own class path: HiveServer2 looks the password check up with
     whatever class loader its handler thread has, which need not see `spark.jars`."""
-    from tfos_jobs.session import tfrecord_jar
+    from tfos_jobs.session_builder import tfrecord_jar
 
     given = (spark_conf or {}).get(DRIVER_CLASS_PATH, "")
     h = f"spark.hadoop.{HIVE}"

@@ -29,7 +29,7 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.serving.error_lines import PYTHON_ERROR_LINE, error_line
 from tfos_jobs.jobs.stream.driver import query
 from tfos_jobs.jobs.stream.driver.batches import BatchReport, Batches, ModelSlot
-from tfos_jobs.session import KAFKA_CONNECTOR
+from tfos_jobs.session_builder import KAFKA_CONNECTOR
 from tfos_jobs.storage import Storage
 
 POLL_SECONDS = 1

@@ -4,26 +4,29 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tfos_jobs import resources
 from tfos_jobs.config import TrainConfig
 
 GPU_VENDOR = "nvidia.com"
 
 
-def gpu_conf(tr: TrainConfig, discovery_script: str) -> dict[str, str]:
-    """Spark settings that give each TF node task `gpus_per_worker` GPUs; none without GPUs."""
+def gpu_conf(tr: TrainConfig) -> dict[str, str]:
+    """Spark settings a session starts with to give each TF node task `gpus_per_worker` GPUs; none without."""
     if tr.gpus_per_worker <= 0:
         return {}
     amount = str(tr.gpus_per_worker)
+    script = discovery_script(tr.gpu_discovery_script, resources.gpu_discovery_script(),
+                              os.environ.get("PYSPARK_PYTHON", ""))
     return {
         "spark.executor.resource.gpu.amount": amount,
         "spark.task.resource.gpu.amount": amount,
-        "spark.executor.resource.gpu.discoveryScript": discovery_script,
+        "spark.executor.resource.gpu.discoveryScript": script,
         # Kubernetes: the device plugin's resource name; executor pods then request nvidia.com/gpu
         # (the other cluster managers ignore it)
         "spark.executor.resource.gpu.vendor": GPU_VENDOR,
         # standalone workers (and local-cluster) discover the GPUs they offer themselves
         "spark.worker.resource.gpu.amount": amount,
-        "spark.worker.resource.gpu.discoveryScript": discovery_script,
+        "spark.worker.resource.gpu.discoveryScript": script,
     }
 
 

@@ -62,9 +62,7 @@ def runtime_env() -> dict[str, str]:
 
 def tfrecord_jar() -> Path:
     if not TFRECORD_JAR.exists():
-        raise ConfigError(
-            f"the TFRecord data source jar {str(TFRECORD_JAR)!r} is missing; build it with `make setup`"
-        )
+        raise ConfigError(f"the TFRecord data source jar {str(TFRECORD_JAR)!r} is missing; build it with `make setup`")
     return TFRECORD_JAR
 
 
@@ -113,35 +111,20 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
     a terminal; `spark.log.level` = INFO or finer (`--verbose`) gives Spark's own profile back."""
     if remote_url(spark_cfg):
         return connect(spark_cfg, extra_conf)
-    env = runtime_env()
     # PYSPARK_PYTHON must be in the driver's environment before the context starts: setting
     # spark.pyspark.python on the builder does not reach executors in every deploy mode.
-    os.environ.update(env)
+    os.environ.update(runtime_env())
     submitted = started_by_spark_submit()
     if submitted:
         SparkContext._ensure_initialized()  # so that SparkConf() sees spark-submit's settings
     conf = SparkConf()
+    jars, packages = _jar_lists(conf, spark_cfg, submitted)
     # A name given to spark-submit (--name) is the one the cluster manager already shows (YARN in
     # cluster mode cannot change it); without one spark-submit uses the script's file name.
     given = conf.get("spark.app.name", "") if submitted else ""
     builder = SparkSession.builder.appName(given if given and not given.endswith(".py") else spark_cfg.app_name)
-    jars = _listed(conf.get("spark.jars", "")) + _listed(spark_cfg.conf.get("spark.jars", ""))
-    submitted_jars = jars_given_to_submit(conf)
-    packages = _listed(conf.get("spark.jars.packages", "")) + _listed(spark_cfg.conf.get("spark.jars.packages", ""))
-    if submitted:
-        # The driver JVM is already running: a jar added now would reach the executors but
-        # not the driver, so it must come with --jars (or --packages). The master is spark-submit's.
-        missing = _missing_on_submit(submitted_jars, packages, spark_cfg)
-        if missing:
-            raise ConfigError(f"spark-submit was run without {'; '.join(missing)} "
-                              "(`tfos submit` and scripts/tfos-submit add the TFRecord jar for you)")
-    else:
+    if not submitted:  # the master is spark-submit's when it started the driver
         builder = builder.master(spark_cfg.master or "local[*]")
-        jars += [str(tfrecord_jar()), *(str(Path(j).resolve()) for j in spark_cfg.jars)]
-        packages += list(spark_cfg.packages)
-        for j in spark_cfg.jars:
-            if not Path(j).is_file():
-                raise ConfigError(f"spark.jars: {j!r} is not a file")
     hive = _hive_settings(spark_cfg) if spark_cfg.hive else {}
     configured = {**dict(spark_cfg.conf), **dict(extra_conf or {})}
     level = (conf.get(LOG_LEVEL, "") if submitted else "") or configured.get(LOG_LEVEL, DEFAULT_LOG_LEVEL)
@@ -259,6 +242,26 @@ def jars_given_to_submit(conf: SparkConf) -> list[str]:
 
 def _listed(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _jar_lists(conf: SparkConf, spark_cfg: SparkConfig, submitted: bool) -> tuple[list[str], list[str]]:
+    """The session's jars and packages: those given in `conf` and `spark.conf`, and under a driver
+    of our own the TFRecord jar and `[spark]`'s. spark-submit's driver JVM is already running: a
+    jar added now would reach the executors but not the driver, so it must have come with --jars
+    (or --packages)."""
+    jars = _listed(conf.get("spark.jars", "")) + _listed(spark_cfg.conf.get("spark.jars", ""))
+    packages = _listed(conf.get("spark.jars.packages", "")) + _listed(spark_cfg.conf.get("spark.jars.packages", ""))
+    if submitted:
+        missing = _missing_on_submit(jars_given_to_submit(conf), packages, spark_cfg)
+        if missing:
+            raise ConfigError(f"spark-submit was run without {'; '.join(missing)} "
+                              "(`tfos submit` and scripts/tfos-submit add the TFRecord jar for you)")
+        return jars, packages
+    ours = [str(tfrecord_jar()), *(str(Path(j).resolve()) for j in spark_cfg.jars)]
+    for j in spark_cfg.jars:
+        if not Path(j).is_file():
+            raise ConfigError(f"spark.jars: {j!r} is not a file")
+    return jars + ours, packages + list(spark_cfg.packages)
 
 
 def _missing_on_submit(jars: list[str], packages: list[str], spark_cfg: SparkConfig) -> list[str]:

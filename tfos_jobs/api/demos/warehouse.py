@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from tfos_jobs.api.data import session
 from tfos_jobs.config import Config, SourceConfig
 from tfos_jobs.data import jdbc, synthetic
 from tfos_jobs.contracts.dataset import MANIFEST, META
@@ -52,7 +53,7 @@ def database_source(config: Config) -> tuple[str, SourceConfig]:
     return name, src
 
 
-def run(config: Config, build_session: Callable[[], SparkSession], log: Callable[[str], None] = print) -> int:
+def run(config: Config, log: Callable[[str], None] = print) -> bool:
     from tfos_jobs.databases.postgres import Postgres
     from tfos_jobs.jobs import prepare
 
@@ -68,7 +69,7 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     log(f"== PostgreSQL: starting a local server on port {port} (database {database!r})")
     with Postgres(database=database, user=src.options.get("user", "tfos"), password=password, port=port):
-        spark = build_session()
+        spark = session(config=config)
         log(f"== generate: {syn.people:,} people into {syn.output}")
         counts = synthetic.generate(spark, syn.output, syn.people, syn.events_per_person, syn.seed, syn.as_of)
         log("   " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()))
@@ -88,7 +89,7 @@ def run(config: Config, build_session: Callable[[], SparkSession], log: Callable
         spark.stop()
     log("   (the local PostgreSQL server is stopped and its data removed; the Hive tables stay in "
         f"{os.path.abspath(config.spark.warehouse)})")
-    return 0 if same else 1
+    return same
 
 
 def load(spark: SparkSession, config: Config, raw: str) -> list[str]:

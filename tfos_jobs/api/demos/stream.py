@@ -17,17 +17,18 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tfos_jobs.api.data import dataset_summary, prepare, replay_rows, session
+from tfos_jobs.api.serving import stream
+from tfos_jobs.api.training import train
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.data import fleet, windows
-from tfos_jobs.data.fleet import Session
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, roc_auc
 from tfos_jobs.jobs.serve.evaluate import label
 from tfos_jobs.serving.scoring import with_predictions
-from tfos_jobs import api
 from tfos_jobs.jobs.stream.driver import replay
 from tfos_jobs.jobs.stream.driver.job import StreamSummary
 from tfos_jobs.storage import Storage
@@ -44,21 +45,20 @@ IDLE_SECONDS = 30.0  # the stream stops once no event came for this long
 AUC_TOLERANCE = 1e-6
 
 
-
-def run(config: Config, session: Session) -> int:
+def run(config: Config) -> bool:
     spec = config.features
     if not spec.is_sequence or spec.key is None:
         raise ConfigError("demo-stream replays sensor readings: run it with the fleet's config (conf/fleet.toml)")
-    spark = session()
+    spark = session(config=config, kafka=True)
     storage = Storage(spark)
-    _ensure_model(spark, config, session, storage)
+    _ensure_model(spark, config, storage)
     st = config.stream
     for place in (st.output, st.quarantine, st.checkpoint):
         storage.delete(place)
     if st.progress_log:
         storage.delete(st.progress_log)
     time_col, step = spec.time.name, spec.time.step_seconds
-    rows = replay.source_rows(spark, config, None, None)
+    rows = replay_rows(spark, config=config)
     last = rows.agg(F.max(time_col)).first()
     assert last is not None and last[0] is not None  # the fleet was generated
     readings = rows.where(F.col(time_col) >= F.lit(last[0]) - F.expr(f"INTERVAL {STEPS * step} SECONDS")).cache()
@@ -81,7 +81,7 @@ def run(config: Config, session: Session) -> int:
     producer.start()
     print(f"== stream: {st.topic} -> {st.output}, alerts as they happen")
     streaming = dataclasses.replace(config, stream=dataclasses.replace(st, stop_when_idle_seconds=IDLE_SECONDS))
-    summary = api.stream(spark, config=streaming, log=lambda line: print(line, flush=True))
+    summary = stream(spark, config=streaming, log=lambda line: print(line, flush=True))
     producer.join()
     if failed:
         raise TfosError(f"demo-stream: the replay failed: {failed[0]}")
@@ -90,22 +90,20 @@ def run(config: Config, session: Session) -> int:
     readings.unpersist()
     for line in describe(report, summary):
         print(line)
-    return 0 if report["same"] else 1
+    return bool(report["same"])
 
 
-def _ensure_model(spark: SparkSession, config: Config, session: Session, storage: Storage) -> None:
+def _ensure_model(spark: SparkSession, config: Config, storage: Storage) -> None:
     try:
         resolve_export_dir(storage, config.predict.model, resolve=resolver(config.tracking.uri or None))
         return
     except ConfigError:
         pass
-    from tfos_jobs.data.dataset import summary
-
     print(f"== no model in {config.predict.model}: the fleet pipeline first (generate, prepare, train)")
-    fleet.write(config, session)
-    manifest = api.prepare(spark, config=config, output=config.prepare.output, overwrite=True)
-    print(summary(manifest))
-    api.train(spark, dataset=manifest, config=config, overwrite=True)
+    fleet.write(config, lambda: spark)
+    manifest = prepare(spark, config=config, output=config.prepare.output, overwrite=True)
+    print(dataset_summary(manifest))
+    train(spark, dataset=manifest, config=config, overwrite=True)
 
 
 def _fresh_topic(bootstrap: str, topic: str) -> None:
