@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from tfos_jobs import resources
 from tfos_jobs.config import SparkConfig
+from tfos_jobs.config.spark import LOG_LEVEL
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.tf_import import LEGACY_KERAS
 
@@ -81,9 +82,6 @@ def with_kafka_connector(spark_cfg: SparkConfig) -> SparkConfig:
     return dataclasses.replace(spark_cfg, jars=(*spark_cfg.jars, *sorted(str(p) for p in KAFKA_JARS.glob("*.jar"))))
 
 
-# Spark's own setting of the log level (SparkContext.setLogLevel at start); at INFO or finer the
-# package's profile steps aside for Spark's.
-LOG_LEVEL = "spark.log.level"
 DEFAULT_LOG_LEVEL = "WARN"
 VERBOSE_LEVELS = ("INFO", "DEBUG", "TRACE", "ALL")
 # Masters whose executors run on this machine (they read the profile from the driver's disk).

@@ -63,14 +63,14 @@ def test_tfos_help_and_config_import_neither_tensorflow_nor_mlflow(argv):
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_verbose_is_the_apis_override_in_its_place_among_the_others():
-    from tfos_jobs import api
+def test_verbose_is_sparks_log_level_in_its_place_among_the_overrides():
     from tfos_jobs.cli.parser import common_arguments, parser
 
     args = parser().parse_args(["config", "--config", "census", "--set", "a.b=1", "--verbose", "--set", "a.c=2"])
-    assert args.overrides == ["a.b=1", api.VERBOSE, "a.c=2"]  # a later --set wins over --verbose, an earlier one not
+    # a later --set wins over --verbose, an earlier one not
+    assert args.overrides == ["a.b=1", "spark.conf.spark.log.level=INFO", "a.c=2"]
     verbose = next(a for a in common_arguments()._actions if "--verbose" in a.option_strings)
-    assert f"same as --set {api.VERBOSE})" in verbose.help
+    assert "same as --set spark.conf.spark.log.level=INFO)" in verbose.help
 
 
 def test_tfos_bench_runs_the_bench_of_the_checkout_or_says_where_it_lives(tmp_path, capsys):

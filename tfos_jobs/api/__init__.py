@@ -22,7 +22,7 @@ to, never changed without a release note).
 """
 from __future__ import annotations
 
-from tfos_jobs.api.data import (VERBOSE, DatasetManifest, check_sources, dataset_summary, generate, prepare,
+from tfos_jobs.api.data import (DatasetManifest, check_sources, generate, prepare,
                                 replay_rows, session)
 from tfos_jobs.api.demos import demo, demo_stream, demo_warehouse
 from tfos_jobs.api.queries import read_text, serve_sql, show
@@ -31,7 +31,7 @@ from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_
 from tfos_jobs.contracts.prediction import PredictionSummary
 from udfs.register import PredictionUdf
 
-__all__ = ["session", "generate", "check_sources", "prepare", "dataset_summary", "check_model", "train", "check_sweep", "sweep", "register", "sql",
+__all__ = ["session", "generate", "check_sources", "prepare", "check_model", "train", "check_sweep", "sweep", "register", "sql",
            "read_text", "show", "serve_sql", "predict", "evaluate", "stream", "replay_rows", "replay", "demo",
-           "demo_stream", "demo_warehouse", "VERBOSE", "DatasetManifest", "TrainResult", "SweepResult",
+           "demo_stream", "demo_warehouse", "DatasetManifest", "TrainResult", "SweepResult",
            "PredictionUdf", "PredictionSummary"]

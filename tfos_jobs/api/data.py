@@ -18,8 +18,6 @@ from udfs.environment import check_workers
 DatasetManifest = Manifest  # a prepared dataset's `_meta/manifest.json`, typed
 Log = Callable[[str], None]
 LOCAL = "local[2]"  # the master of a session given none
-# The override that gives Spark's own logs back (`tfos --verbose`): `config.load(path, [api.VERBOSE])`.
-VERBOSE = f"spark.conf.{session_builder.LOG_LEVEL}=INFO"
 
 
 def session(*, master: str = LOCAL, app_name: str = "tfos", conf: Mapping[str, str] | None = None,
@@ -140,6 +138,7 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | Non
     InputError : a source that cannot be read or does not fit the spec, named.
 
     Stable. Example: ``api.prepare(spark, spec=census.features, tables={"people": df}, output="out/dataset")``"""
+    from tfos_jobs.data.dataset import summary
     from tfos_jobs.jobs import prepare as prepare_job
     from tfos_jobs.jobs.prepare.rows import dataframe_sources
 
@@ -163,22 +162,11 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | Non
     if tables and features.is_sequence:
         raise ConfigError("prepare(): tables= holds rows; a spec of sensor windows reads its files from [sources]")
     check_workers(spark)  # the executors' Python imports this package, or a clear error now
-    with dataframe_sources(spark, base, tables) as config:
-        config_mod.validate(config)
-        return prepare_job.run(spark, config, overwrite=overwrite, log=log)
-
-
-def dataset_summary(manifest: DatasetManifest) -> str:
-    """A prepared dataset as `tfos prepare` prints it.
-
-    Returns
-    -------
-    str : records (or windows) per split, the sources' rows, rejects, imputations, vocabulary sizes.
-
-    Stable. Example: ``print(api.dataset_summary(manifest))``"""
-    from tfos_jobs.data.dataset import summary
-
-    return summary(manifest)
+    with dataframe_sources(spark, base, tables) as sourced:
+        config_mod.validate(sourced)
+        manifest = prepare_job.run(spark, sourced, overwrite=overwrite, log=log)
+    log(summary(manifest))
+    return manifest
 
 
 def _spec(spec: FeatureSpec | Table) -> FeatureSpec:

@@ -28,9 +28,7 @@ def cmd_evaluate(config: Config, args: Args) -> int:
 
 
 def cmd_prepare(config: Config, args: Args) -> int:
-    manifest = api.prepare(api.session(config=config), config=config, output=config.prepare.output,
-                           overwrite=args.overwrite)
-    print(api.dataset_summary(manifest))
+    api.prepare(api.session(config=config), config=config, output=config.prepare.output, overwrite=args.overwrite)
     return 0
 
 

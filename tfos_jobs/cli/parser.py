@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tfos_jobs import resources
+from tfos_jobs.config.spark import LOG_LEVEL
 
 
 def common_arguments() -> argparse.ArgumentParser:
@@ -17,20 +18,9 @@ def common_arguments() -> argparse.ArgumentParser:
                              + ", ".join(resources.sample_configs()))
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set prepare.split.eval_fraction=0.25 (repeatable)")
-    common.add_argument("--verbose", dest="overrides", action=_Verbose, nargs=0,
-                        help="Spark's own logs at INFO (same as --set spark.conf.spark.log.level=INFO)")
+    common.add_argument("--verbose", dest="overrides", action="append_const", const=f"spark.conf.{LOG_LEVEL}=INFO",
+                        help=f"Spark's own logs at INFO (same as --set spark.conf.{LOG_LEVEL}=INFO)")
     return common
-
-
-class _Verbose(argparse.Action):
-    """`--verbose`: the API's override for Spark's own logs, in its place among the --set ones (the
-    API, and Spark with it, loaded only when the option is given: `tfos --help` stays quick)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        from tfos_jobs.api import VERBOSE
-
-        namespace.overrides = [*namespace.overrides, VERBOSE]
 
 
 def parser() -> argparse.ArgumentParser:

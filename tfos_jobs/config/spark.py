@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
+# Spark's own setting of the log level (SparkContext.setLogLevel at start), under `spark.conf`: at
+# INFO or finer the package's log profile steps aside for Spark's (`tfos --verbose`).
+LOG_LEVEL = "spark.log.level"
 
 @dataclass(frozen=True)
 class SparkConfig:

@@ -7,7 +7,7 @@ import os
 from pyspark.sql import SparkSession
 
 from tfos_jobs import resources
-from tfos_jobs.api.data import dataset_summary, prepare, session
+from tfos_jobs.api.data import prepare, session
 from tfos_jobs.api.queries import show
 from tfos_jobs.api.serving import evaluate, predict, sql
 from tfos_jobs.api.training import train
@@ -15,8 +15,11 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.model_dir import ModelDir
 
 
-def run(config: Config) -> None:
-    """The census pipeline, or the fleet's for a spec of sensor windows."""
+def demo(*, config: Config) -> None:
+    """Generate the embedded data, then prepare, train, query, predict (and evaluate, for sensor
+    windows) on it, printing each step and where it wrote (`tfos demo`, docs/demo.md).
+
+    Stable. Example: ``api.demo(config=config.load("conf/census.toml"))``"""
     from tfos_jobs.data import synthetic
 
     if config.features.is_sequence:
@@ -54,7 +57,6 @@ def _steps(spark: SparkSession, config: Config, *, windows: bool) -> ModelDir:
     """Prepare, train, the demo's query and predict, on rows or on sensor windows."""
     print(f"== prepare: {'windows into ' if windows else ''}{config.prepare.output}")
     manifest = prepare(spark, config=config, output=config.prepare.output, overwrite=True)
-    print(dataset_summary(manifest))
     kind = f"{config.train.model.kind}, " if windows else ""
     print(f"== train: {kind}{config.train.strategy}, {config.train.workers} workers, into {config.train.model_dir}")
     train(spark, dataset=manifest, config=config, overwrite=True)

@@ -53,7 +53,13 @@ def database_source(config: Config) -> tuple[str, SourceConfig]:
     return name, src
 
 
-def run(config: Config, log: Callable[[str], None] = print) -> bool:
+def demo_warehouse(*, config: Config, log: Callable[[str], None] = print) -> bool:
+    """Load the census tables into a local PostgreSQL (removed at the end) and Hive tables, and
+    prepare from there and from their Parquet files: `tfos demo-warehouse` (docs/demo.md). Returns
+    whether both datasets hold the same bytes; a config without one jdbc source on a free port of
+    this machine is a ConfigError.
+
+    Stable. Example: ``api.demo_warehouse(config=config.load("conf/census_warehouse.toml"))``"""
     from tfos_jobs.databases.postgres import Postgres
     from tfos_jobs.jobs import prepare
 
