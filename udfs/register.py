@@ -29,7 +29,8 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, StorageError, named
 from tfos_jobs.tf_import import tensorflow
-from udfs import arguments, environment, shipping
+from tfos_jobs.worker_python import check_worker_python
+from udfs import arguments, shipping
 from udfs.predict import make_udf_function
 
 
@@ -200,7 +201,7 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
     Python is checked (or, on a local master, chosen) here, not at the first query. From a Spark
     Connect client the function is registered in the client's session, and the model reaches the
     executors as a session artifact; its counters are then those `tfos predict` observes."""
-    environment.check_workers(spark)
+    check_worker_python(spark)
     storage = Storage(spark)
     export_dir = resolve_export_dir(storage, model_dir, setting, resolve)
     with named(setting, model_dir):

@@ -243,7 +243,8 @@ def test_sweeps_start_trials_only_through_the_launcher_seam():
 LAYERS = (
     ("tfos_jobs", "tfos_jobs.errors", "tfos_jobs.names", "tfos_jobs.tasks", "tfos_jobs.topology",
      "tfos_jobs.tf_import", "tfos_jobs.python_daemon", "tfos_jobs.control_channel", "tfos_jobs.resources",
-     "tfos_jobs.driver_calls", "tfos_jobs.sessions"),  # plain names and rules; what a session of either kind can do
+     "tfos_jobs.driver_calls", "tfos_jobs.sessions", "tfos_jobs.worker_python"),  # plain names and rules; what a
+    # session of either kind can do; whether its executors' Python imports the package
     ("tfos_jobs.features", "tfos_jobs.storage"),  # the feature spec; files on any filesystem
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
@@ -407,7 +408,7 @@ FOLDERS = {
 ROOT_MODULES = {
     "cli",  # the command line (the Python API is api/)
     "errors", "names", "tasks", "topology", "control_channel", "progress_log",  # names, rules, messages
-    "session", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
+    "session", "sessions", "driver_calls", "user_code", "worker_python",  # the Spark session and what it is asked
     "tf_import", "python_daemon",  # TensorFlow and pyspark, imported the one way every process does
 }
 # Modules outside storage/ that reach Hadoop's FileSystem themselves, and why.

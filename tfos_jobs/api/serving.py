@@ -13,7 +13,6 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Evaluation
 from tfos_jobs.contracts.prediction import PredictionSummary
 from tfos_jobs.errors import ConfigError
-from udfs.environment import check_workers
 from udfs.register import PredictionUdf
 
 if TYPE_CHECKING:
@@ -63,7 +62,6 @@ def sql(spark: SparkSession, *, config: Config, script: str, model: str | TrainR
     Stable. Example: ``api.sql(spark, config=census, script="SELECT count(*) FROM features").show()``"""
     from tfos_jobs.jobs.serve import sql as sql_job
 
-    check_workers(spark)
     return sql_job.query(spark, config, script, model=None if model is None else _model_dir(model), name=name,
                          log=log)
 
@@ -118,7 +116,6 @@ def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | N
     if model is not None:
         config = dataclasses.replace(config, predict=dataclasses.replace(config.predict, model=_model_dir(model)))
     config_mod.validate(config)
-    check_workers(spark)
     return predict_job.run(spark, config, overwrite=overwrite, log=log)
 
 
@@ -143,7 +140,6 @@ def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamS
     Stable. Example: ``api.stream(spark, config=config.load("conf/fleet.toml", ["stream.stop_when_idle_seconds=30"]))``"""
     from tfos_jobs.jobs.stream.driver import job
 
-    check_workers(spark)
     return job.run(spark, config, log=log)
 
 

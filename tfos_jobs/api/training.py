@@ -17,7 +17,6 @@ from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.model.builder import CheckedModel, checked_model, kind_of
 from tfos_jobs.search.space import SweepConfig
-from udfs.environment import check_workers
 
 Log = Callable[[str], None]
 
@@ -98,7 +97,6 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
     definition = checked_model(build, tr.model, meta.spec)  # a dry build: a wrong model fails here, once
-    check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,
                               model=definition, meta=meta)
@@ -164,7 +162,6 @@ def sweep(spark: SparkSession, *, config: Config | Table | str, space: SweepConf
     base = config_tables(config) if isinstance(config, Config) else config
     definition = space if isinstance(space, SweepConfig) else space_mod.from_tables(space, (), base, overrides)
     space_mod.check_models(base, overrides, definition)  # every model the trials build, by a dry build
-    check_workers(spark)
     loaded = space_mod.base(base, overrides)  # the trials' base config, loaded: its [tracking]
     if not loaded.tracking.enabled:
         outcome = job.run(spark, base, list(overrides), definition, log=log)

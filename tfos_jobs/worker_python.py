@@ -1,16 +1,16 @@
-"""The Python the executors run: it must import this package, or every task of the first query
-fails with `No module named 'udfs'`.
+"""The Python the executors run: it must import this package, or every task of the first job
+that runs its code fails with `No module named 'tfos_jobs'`.
 
 Spark starts Python workers with the interpreter the SparkContext was given
 (`spark.pyspark.python` through spark-submit, else `PYSPARK_PYTHON`, else `python3` from PATH),
 which in a notebook started as `.venv/bin/python`, with nothing activated, is another Python.
 On a local master the workers run on this host, so they are given this very interpreter. On
 any other master, a one-task job asks a worker to import the package, once per application,
-and a worker that cannot ends registration (or training) with an error saying what to set.
+and a worker that cannot ends the job (or the registration) with an error saying what to set.
 From a Spark Connect client the server chose the workers' Python: the probe is all there is.
 
-    from udfs.environment import check_workers
-    check_workers(spark)   # before the first job that runs this package's code on executors
+    from tfos_jobs.worker_python import check_worker_python
+    check_worker_python(spark)   # before the first job that runs this package's code on executors
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ PYTHON_SETTING = "spark.pyspark.python"
 PYTHON_VARIABLE = "PYSPARK_PYTHON"
 LOCAL_MASTER = re.compile(r"local(\[[^]]*\]|-cluster\[[^]]*\])?")  # local, local[N], local[N,F], local-cluster[N,C,MB]
 MODULES = ("tfos_jobs", "udfs")  # what a worker imports to run the prediction function and the jobs
+SERVER_PYTHON = "(the Spark Connect server's)"
 
 _lock = threading.Lock()
 _checked: set[str] = set()  # applications (Connect sessions) whose workers imported MODULES
@@ -39,51 +40,43 @@ def is_local(master: str) -> bool:
     return LOCAL_MASTER.fullmatch(master.strip()) is not None
 
 
-def configured_python(spark: SparkSession) -> str | None:
-    """The workers' interpreter as the user set it, if they did."""
-    return spark.sparkContext.getConf().get(PYTHON_SETTING) or os.environ.get(PYTHON_VARIABLE) or None
-
-
-def check_workers(spark: SparkSession) -> str:
+def check_worker_python(spark: SparkSession) -> str:
     """Make sure this application's Python workers import tfos_jobs and udfs; returns their
     interpreter: `spark.pyspark.python` if set, else on a local master with no PYSPARK_PYTHON
-    the caller's own. Any other (and any on a cluster) is probed once per application by a
-    one-task job. Raises ConfigError naming `spark.pyspark.python` and `tfos pack-env` when a
-    worker cannot import the package."""
-    if sessions.is_connect(spark):
-        return _check_connect(spark)
-    sc = spark.sparkContext
-    assert sc.master is not None  # a running SparkContext has one: it refuses to start without spark.master
+    the caller's own. Any other (and any on a cluster, or a Spark Connect server's) is probed
+    once per application by a one-task job. Raises ConfigError naming `spark.pyspark.python` and
+    `tfos pack-env` when a worker cannot import the package."""
+    connect = sessions.is_connect(spark)
     with _lock:  # sc.pythonExec is read whenever a UDF or an RDD function is wrapped for the workers
-        if setting := sc.getConf().get(PYTHON_SETTING):
-            sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
-        elif is_local(sc.master) and configured_python(spark) is None:
-            sc.pythonExec = sys.executable
-        if (is_local(sc.master) and sc.pythonExec == sys.executable) or sessions.identity(spark) in _checked:
-            return sc.pythonExec
+        python = SERVER_PYTHON if connect else _choose(spark)
+        if (python == sys.executable and is_local(sessions.master(spark))) or sessions.identity(spark) in _checked:
+            return python
         failure = _probe(spark)
-        if failure:
-            raise ConfigError(
-                f"the executors' Python workers ({sc.pythonExec!r}) cannot import {' and '.join(MODULES)}: {failure}. "
-                f"Set {PYTHON_SETTING} (or {PYTHON_VARIABLE} before the session starts) to a Python that has tfos-jobs "
-                "installed on every executor, or ship this environment: `tfos pack-env tfos-env.tar.gz`, then "
-                f"--archives tfos-env.tar.gz#env with {PYTHON_SETTING}=./env/bin/python (docs/deploy.md)")
-        _checked.add(sessions.identity(spark))
-        return sc.pythonExec
-
-
-def _check_connect(spark: SparkSession) -> str:
-    with _lock:
-        if sessions.identity(spark) in _checked:
-            return "(the Spark Connect server's)"
-        failure = _probe(spark)
-        if failure:
+        if failure and connect:
             raise ConfigError(
                 f"the executors' Python workers of the Spark Connect server cannot import {' and '.join(MODULES)}: "
                 f"{failure}. Install tfos-jobs where the server's executors run, or start the server with "
                 f"{PYTHON_SETTING} naming a Python that has it (docs/operations.md, Spark Connect)")
+        if failure:
+            raise ConfigError(
+                f"the executors' Python workers ({python!r}) cannot import {' and '.join(MODULES)}: {failure}. "
+                f"Set {PYTHON_SETTING} (or {PYTHON_VARIABLE} before the session starts) to a Python that has tfos-jobs "
+                "installed on every executor, or ship this environment: `tfos pack-env tfos-env.tar.gz`, then "
+                f"--archives tfos-env.tar.gz#env with {PYTHON_SETTING}=./env/bin/python (docs/deploy.md)")
         _checked.add(sessions.identity(spark))
-        return "(the Spark Connect server's)"
+        return python
+
+
+def _choose(spark: SparkSession) -> str:
+    """The workers' interpreter, given to the SparkContext: `spark.pyspark.python` if the user set
+    it, else on a local master with no PYSPARK_PYTHON this process's own."""
+    sc = spark.sparkContext
+    assert sc.master is not None  # a running SparkContext has one: it refuses to start without spark.master
+    if setting := sc.getConf().get(PYTHON_SETTING):
+        sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
+    elif is_local(sc.master) and not os.environ.get(PYTHON_VARIABLE):
+        sc.pythonExec = sys.executable
+    return sc.pythonExec
 
 
 def _probe(spark: SparkSession) -> str:
