@@ -146,10 +146,10 @@ def predict_vs_write(bench: Bench) -> None:
     """`tfos predict` (joins, scoring, write, check) against writing the same joined rows to
     Parquet without a model: what scoring adds to a job that has to run anyway."""
     from tfos_jobs.jobs.serve import predict
-    from udfs.register import served_spec
+    from udfs.model_location import served_spec
 
     spark, cfg = bench.spark, bench.big
-    spec = served_spec(spark, cfg.predict.model)
+    spec = served_spec(spark, cfg.predict.model, setting="predict.model")
     with_spec = dataclasses.replace(cfg, features=spec)
     rows = assemble(spark, with_spec, for_prediction=True)[0].count()
     bench.run.sizes["predict rows"] = f"{rows:,} rows (16x people joined with regions and events), Parquet out"

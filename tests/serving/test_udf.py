@@ -65,8 +65,8 @@ EVICTIONS = """
 import gc, sys
 from udfs import predict
 from tfos_jobs.storage import Storage
-from udfs.register import resolve_export_dir
-export_dir = Storage.local(resolve_export_dir(Storage(None), sys.argv[1]))
+from udfs.model_location import locate_saved_model
+export_dir = Storage.local(locate_saved_model(Storage(None), sys.argv[1], setting="model_dir"))
 for version in range(predict.CAPACITY + 1):  # the first model is evicted
     predict.scorer(export_dir, str(version))
 settled = gc.get_freeze_count()

@@ -24,7 +24,7 @@ from tfos_jobs.api.data import DatasetManifest, prepare, session
 from tfos_jobs.api.serving import evaluate, predict, register, replay, sql, stream
 from tfos_jobs.api.training import SweepResult, TrainResult, config_tables, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
-from udfs.register import PredictionUdf
+from udfs import PredictionUdf
 
 __all__ = ["session", "prepare", "train", "sweep", "register", "sql", "predict", "evaluate", "stream", "replay",
            "config_tables", "DatasetManifest", "TrainResult", "SweepResult", "PredictionUdf", "PredictionSummary"]
