@@ -1,16 +1,13 @@
 """The Python the executors run: it must import this package, or every task of the first job
-that runs its code fails with `No module named 'tfos_jobs'`.
+that runs its code fails with `No module named 'tfos_jobs'`. Each job checks it
+(`check_worker_python`) before it first needs the executors.
 
 Spark starts Python workers with the interpreter the SparkContext was given
 (`spark.pyspark.python` through spark-submit, else `PYSPARK_PYTHON`, else `python3` from PATH),
 which in a notebook started as `.venv/bin/python`, with nothing activated, is another Python.
 On a local master the workers run on this host, so they are given this very interpreter. On
-any other master, a one-task job asks a worker to import the package, once per application,
-and a worker that cannot ends the job (or the registration) with an error saying what to set.
+any other master, a one-task job asks a worker to import the package, once per application.
 From a Spark Connect client the server chose the workers' Python: the probe is all there is.
-
-    from tfos_jobs.worker_python import check_worker_python
-    check_worker_python(spark)   # before the first job that runs this package's code on executors
 """
 from __future__ import annotations
 
@@ -29,7 +26,6 @@ PYTHON_SETTING = "spark.pyspark.python"
 PYTHON_VARIABLE = "PYSPARK_PYTHON"
 LOCAL_MASTER = re.compile(r"local(\[[^]]*\]|-cluster\[[^]]*\])?")  # local, local[N], local[N,F], local-cluster[N,C,MB]
 MODULES = ("tfos_jobs", "udfs")  # what a worker imports to run the prediction function and the jobs
-SERVER_PYTHON = "(the Spark Connect server's)"
 
 _lock = threading.Lock()
 _checked: set[str] = set()  # applications (Connect sessions) whose workers imported MODULES
@@ -41,14 +37,12 @@ def is_local(master: str) -> bool:
 
 
 def check_worker_python(spark: SparkSession) -> str:
-    """Make sure this application's Python workers import tfos_jobs and udfs; returns their
-    interpreter: `spark.pyspark.python` if set, else on a local master with no PYSPARK_PYTHON
-    the caller's own. Any other (and any on a cluster, or a Spark Connect server's) is probed
-    once per application by a one-task job. Raises ConfigError naming `spark.pyspark.python` and
-    `tfos pack-env` when a worker cannot import the package."""
+    """Make sure this application's Python workers import tfos_jobs and udfs (`_choose`, else a
+    probe once per application); returns their interpreter. Raises ConfigError naming
+    `spark.pyspark.python` and `tfos pack-env` when a worker cannot import the package."""
     connect = sessions.is_connect(spark)
     with _lock:  # sc.pythonExec is read whenever a UDF or an RDD function is wrapped for the workers
-        python = SERVER_PYTHON if connect else _choose(spark)
+        python = "(the Spark Connect server's)" if connect else _choose(spark)
         if (python == sys.executable and is_local(sessions.master(spark))) or sessions.identity(spark) in _checked:
             return python
         failure = _probe(spark)
@@ -69,12 +63,11 @@ def check_worker_python(spark: SparkSession) -> str:
 
 def _choose(spark: SparkSession) -> str:
     """The workers' interpreter, given to the SparkContext: `spark.pyspark.python` if the user set
-    it, else on a local master with no PYSPARK_PYTHON this process's own."""
+    it, else on a local master with no PYSPARK_PYTHON this process's own (no probe needed)."""
     sc = spark.sparkContext
-    assert sc.master is not None  # a running SparkContext has one: it refuses to start without spark.master
     if setting := sc.getConf().get(PYTHON_SETTING):
         sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
-    elif is_local(sc.master) and not os.environ.get(PYTHON_VARIABLE):
+    elif is_local(sessions.master(spark)) and not os.environ.get(PYTHON_VARIABLE):
         sc.pythonExec = sys.executable
     return sc.pythonExec
 
@@ -93,12 +86,11 @@ def _probe(spark: SparkSession) -> str:
         for _ in batches:
             pass
         answer = ""
-        for name in modules:
-            try:
+        try:
+            for name in modules:
                 importlib.import_module(name)
-            except Exception as e:  # any failure to import is the answer
-                answer = f"{type(e).__name__}: {e}"
-                break
+        except Exception as e:  # any failure to import is the answer
+            answer = f"{type(e).__name__}: {e}"
         yield pa.RecordBatch.from_pydict({"failure": [answer]})
 
     try:
