@@ -106,9 +106,10 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
              setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
     the session reaches, or a registered model `models:/NAME@alias` that `resolve` finds; errors
-    name `setting`, the caller's name for it). Its arguments are checked when a query is
-    analysed, and the executors' Python is checked (or, on a local master, chosen) here, not at
-    the first query. From a Spark Connect
+    name `setting`, the caller's name for it). The model is called on `batch_size` rows at a
+    time (default: each Arrow batch as the session cuts it), whatever other functions of the
+    session use. Its arguments are checked when a query is analysed, and the executors' Python
+    is checked (or, on a local master, chosen) here, not at the first query. From a Spark Connect
     client the function is registered in the client's session, and the model reaches the
     executors as a session artifact; its counters are then those `tfos predict` observes."""
     check_worker_python(spark)
@@ -120,15 +121,13 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
         local_dir = shipping.fetch(storage, export_dir, version)
     check_saved_model(spec, local_dir, export_dir)
     model = shipping.ship(spark, local_dir, version)
-    if batch_size:
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_size))
     task = contract.task_of(spec)
     counter = None if sessions.is_connect(spark) else spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
         # pyspark's overloads allow only atomic and array results for SCALAR_ITER; a struct works as well
-        udf = arrow_udf(make_udf_function(model, counter),  # type: ignore[call-overload]
+        udf = arrow_udf(make_udf_function(model, counter, batch_size),  # type: ignore[call-overload]
                         contract.udf_return_type(task), ArrowUDFType.SCALAR_ITER)
-        counting = arrow_udf(make_udf_function(model, None, counted=True),  # type: ignore[call-overload]
+        counting = arrow_udf(make_udf_function(model, None, batch_size, counted=True),  # type: ignore[call-overload]
                              contract.counted_return_type(task), ArrowUDFType.SCALAR_ITER)
     return register_in(spark, PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version, counting=counting))

@@ -27,7 +27,7 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult | Model
     """Register `name` as a Spark SQL function scoring with the SavedModel trained into `model`
     (what `train` returned, a model directory on any filesystem or its `ModelDir`, or
     `models:/NAME@alias` in the MLflow registry at `tracking_uri`, else MLFLOW_TRACKING_URI),
-    with Arrow batches of `batch_size` rows; it also builds Columns for the DataFrame API (docs/serving.md).
+    `batch_size` rows per call; it also builds Columns for the DataFrame API (docs/serving.md).
 
     Returns
     -------
