@@ -1,13 +1,11 @@
 """The Python the executors run: it must import this package, or every task of the first job
-that runs its code fails with `No module named 'tfos_jobs'`. Each job checks it
-(`check_worker_python`) before it first needs the executors.
+that runs its code fails with `No module named 'tfos_jobs'`; each job checks it first.
 
-Spark starts Python workers with the interpreter the SparkContext was given
-(`spark.pyspark.python` through spark-submit, else `PYSPARK_PYTHON`, else `python3` from PATH),
-which in a notebook started as `.venv/bin/python`, with nothing activated, is another Python.
-On a local master the workers run on this host, so they are given this very interpreter. On
-any other master, a one-task job asks a worker to import the package, once per application.
-From a Spark Connect client the server chose the workers' Python: the probe is all there is.
+Spark starts Python workers with `spark.pyspark.python` (through spark-submit), else
+`PYSPARK_PYTHON`, else `python3` from PATH: in a notebook started as `.venv/bin/python`, with
+nothing activated, another Python. On a local master the workers run on this host, so they are
+given this very interpreter; on any other master (and from a Spark Connect client, whose server
+chose them) a one-task job asks a worker to import the package, once per application.
 """
 from __future__ import annotations
 
@@ -62,8 +60,8 @@ def check_worker_python(spark: SparkSession) -> str:
 
 
 def _choose(spark: SparkSession) -> str:
-    """The workers' interpreter, given to the SparkContext: `spark.pyspark.python` if the user set
-    it, else on a local master with no PYSPARK_PYTHON this process's own (no probe needed)."""
+    """The workers' interpreter as the SparkContext is given it: `spark.pyspark.python`, else on a
+    local master with no PYSPARK_PYTHON this process's own (no probe needed)."""
     sc = spark.sparkContext
     if setting := sc.getConf().get(PYTHON_SETTING):
         sc.pythonExec = setting  # pyspark reads it only through spark-submit, not from a session's builder
@@ -73,9 +71,8 @@ def _choose(spark: SparkSession) -> str:
 
 
 def _probe(spark: SparkSession) -> str:
-    """What a Python worker says when it imports MODULES: "" when it can. The function sent is
-    pickled by value (it is local), so a worker without this package can still run it, and it
-    returns its failure instead of raising: a raising task would be retried."""
+    """What a Python worker says when it imports MODULES: "" when it can. The function sent is local
+    (pickled by value: a worker without the package runs it) and returns its failure (a raising task is retried)."""
     modules = MODULES
 
     def imports(batches: Any) -> Any:

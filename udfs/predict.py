@@ -280,10 +280,9 @@ def settle_heap() -> None:
 
 def make_udf_function(model: "ShippedModel", counter, batch_size: int | None, counted: bool = False
                       ) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
-    """The Arrow iterator function behind the UDF; captures plain values and an accumulator
-    (None from a Spark Connect client, which has none). The model is called on `batch_size` rows
-    at a time (None: on each Arrow batch as it comes). `counted`: each result comes with the
-    batch's counters (`contracts.serving.counted_return_type`), for a query to observe."""
+    """The Arrow iterator function behind the UDF, calling the model on `batch_size` rows (None: on
+    each Arrow batch); captures plain values and an accumulator (None from a Spark Connect client).
+    `counted`: each result comes with its counters (`contracts.serving.counted_return_type`)."""
 
     def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
         from udfs.shipping import local_copy
@@ -300,12 +299,11 @@ def make_udf_function(model: "ShippedModel", counter, batch_size: int | None, co
 
 
 def in_batches_of(size: int, batches: Iterator[Any]) -> Iterator[Any]:
-    """The UDF's input (each batch one column, or a tuple of columns) cut again into batches of
-    `size` rows: larger Arrow batches split (slices, no copy), smaller ones gathered, the rest
-    yielded when the input ends. pyspark's worker.py (SQL_SCALAR_ARROW_ITER_UDF) checks only that
-    the results never outnumber the rows consumed so far and that the totals match at the end
-    (`verify_output_row_limit`, `verify_iter_result_row_count`); the JVM pairs each result row
-    with the next row of its input queue (EvalPythonExec), whatever the batches."""
+    """The UDF's input (batches of one column, or tuples of columns) cut again into `size` rows:
+    larger Arrow batches split (slices, no copy), smaller ones gathered, the rest yielded at the
+    end. pyspark's worker.py (SQL_SCALAR_ARROW_ITER_UDF) checks only that the results never
+    outnumber the rows consumed so far and that the totals match (`verify_output_row_limit`,
+    `verify_iter_result_row_count`); the JVM pairs result rows with its queue of input rows in order."""
     held: list[pa.RecordBatch] = []  # rows consumed and not yet yielded, in order
     rows, single = 0, True
     for batch in batches:

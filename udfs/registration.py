@@ -1,7 +1,5 @@
-"""Driver side of the prediction UDF: a model located (`udfs.model_location`), fetched to the
-driver once per version, checked there before any query runs (`udfs.saved_model_check`), shipped
-to every executor once (`udfs.shipping`) and registered for SQL; the function registered
-(`PredictionUdf`), with the counters of what it met.
+"""Driver side of the prediction UDF: a model located, fetched and checked on the driver, shipped
+to the executors and registered for SQL; the function registered, with the counters of what it met.
 
     from udfs import register
     predict = register(spark, "predict_income", "hdfs:///models/census")
@@ -96,22 +94,19 @@ class PredictionUdf:
 
 
 def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
-    """`udf` under its name in `spark` (registering ends here; a streaming query runs in a copy of
-    the session, where a function is registered again), the model already fetched and shipped."""
+    """`udf` under its name in `spark` (as well: a streaming query runs in a copy of the session)."""
     registered = spark.udf.register(udf.name, udf.udf)
     return dataclasses.replace(udf, udf=registered, checked=check_arguments_at_analysis(spark, udf.name, udf.spec))
 
 
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
              setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf:
-    """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem
-    the session reaches, or a registered model `models:/NAME@alias` that `resolve` finds; errors
-    name `setting`, the caller's name for it). The model is called on `batch_size` rows at a
-    time (default: each Arrow batch as the session cuts it), whatever other functions of the
-    session use. Its arguments are checked when a query is analysed, and the executors' Python
-    is checked (or, on a local master, chosen) here, not at the first query. From a Spark Connect
-    client the function is registered in the client's session, and the model reaches the
-    executors as a session artifact; its counters are then those `tfos predict` observes."""
+    """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem the
+    session reaches, or `models:/NAME@alias` that `resolve` finds; errors name `setting`, the
+    caller's name for it) on `batch_size` rows per call (default: each Arrow batch), whatever the
+    session's other functions use. Its arguments are checked when a query is analysed, the
+    executors' Python here. From a Spark Connect client it is registered in the client's session,
+    the model reaches the executors as an artifact, and its counters are those `tfos predict` observes."""
     check_worker_python(spark)
     storage = Storage(spark)
     export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)
@@ -121,13 +116,12 @@ def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int 
         local_dir = shipping.fetch(storage, export_dir, version)
     check_saved_model(spec, local_dir, export_dir)
     model = shipping.ship(spark, local_dir, version)
-    task = contract.task_of(spec)
     counter = None if sessions.is_connect(spark) else spark.sparkContext.accumulator({}, CounterParam())
     with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
         warnings.simplefilter("ignore", UserWarning)
         # pyspark's overloads allow only atomic and array results for SCALAR_ITER; a struct works as well
         udf = arrow_udf(make_udf_function(model, counter, batch_size),  # type: ignore[call-overload]
-                        contract.udf_return_type(task), ArrowUDFType.SCALAR_ITER)
+                        contract.udf_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
         counting = arrow_udf(make_udf_function(model, None, batch_size, counted=True),  # type: ignore[call-overload]
-                             contract.counted_return_type(task), ArrowUDFType.SCALAR_ITER)
+                             contract.counted_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
     return register_in(spark, PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version, counting=counting))

@@ -1,6 +1,5 @@
-"""A SavedModel checked against the feature spec it carries, once, on the driver (its local copy),
-before any query: a missing vocabulary, a corrupt graph, a missing signature, or inputs and
-outputs other than the spec's fail here, naming the model, instead of in every task of a query."""
+"""A SavedModel checked against the feature spec it carries, once, on the driver, before any query:
+what is wrong with it fails here, naming the model, instead of in every task of a query."""
 from __future__ import annotations
 
 import os

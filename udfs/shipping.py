@@ -11,6 +11,7 @@ shipped again.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import tempfile
@@ -25,7 +26,6 @@ from tfos_jobs.storage import Storage
 _lock = threading.Lock()
 _cache: dict[str, str] = {}  # version -> local copy on the driver
 _shipped: set[tuple[str, str]] = set()  # (application or Connect session, archive name) added to it
-_root: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ def local_copy(model: ShippedModel) -> str:
     return SparkFiles.get(model.archive)
 
 
+@functools.cache
 def _cache_root() -> str:
-    if not _root:
-        _root.append(tempfile.mkdtemp(prefix="tfos-models-"))
-        atexit.register(shutil.rmtree, _root[0], True)
-    return _root[0]
+    root = tempfile.mkdtemp(prefix="tfos-models-")
+    atexit.register(shutil.rmtree, root, True)
+    return root

@@ -28,8 +28,7 @@ from tfos_jobs.data.anomaly_figures import ANOMALOUS, roc_auc
 from tfos_jobs.jobs.serve.evaluate import label
 from tfos_jobs.serving.scoring import with_predictions
 from tfos_jobs import api
-from tfos_jobs.jobs.stream.driver import replay
-from tfos_jobs.jobs.stream.driver.batches import SETTING
+from tfos_jobs.jobs.stream.driver import batches, replay
 from tfos_jobs.jobs.stream.driver.job import StreamSummary
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.registry import resolver
@@ -129,7 +128,7 @@ def compare(spark: SparkSession, config: Config, readings: DataFrame, truth_path
     spec = config.features
     assert spec.key is not None  # checked by run
     key = spec.key.name
-    udf = register(spark, config.predict.name, config.stream.model or config.predict.model, setting=SETTING,
+    udf = register(spark, config.predict.name, config.stream.model or config.predict.model, setting=batches.SETTING,
                    batch_size=config.predict.batch_size, resolve=resolver(config.tracking.uri or None))
     batch = with_predictions(windows.as_timestamps(windows.usable(windows.all_windows(readings, spec))), udf)
     streamed = spark.read.parquet(config.stream.output)
