@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -17,6 +16,7 @@ from tfos_jobs.config import SparkConfig
 from tfos_jobs.config.spark import LOG_LEVEL
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.tf_import import LEGACY_KERAS
+from tfos_jobs.worker_python import is_local
 
 TFRECORD_JAR = Path(__file__).parent / "jars" / "tfos-tfrecord.jar"
 # Spark's Kafka connector, as `make setup` fetches it into a source checkout (scripts/kafka-jars.txt).
@@ -84,8 +84,6 @@ def with_kafka_connector(spark_cfg: SparkConfig) -> SparkConfig:
 
 DEFAULT_LOG_LEVEL = "WARN"
 VERBOSE_LEVELS = ("INFO", "DEBUG", "TRACE", "ALL")
-# Masters whose executors run on this machine (they read the profile from the driver's disk).
-LOCAL_MASTER = re.compile(r"local(-cluster)?(\[|$)")
 # The JVM option naming a log4j2 configuration; a user's own (in extraJavaOptions) wins over ours.
 LOG4J2_OPTION = "-Dlog4j2.configurationFile="
 # Python loggers that print a line per connection or font cache at INFO, once a library (TFoS)
@@ -195,7 +193,7 @@ def console_settings(given: Mapping[str, str], hive: Mapping[str, str], *, maste
     the user names wins."""
     path = resources.log4j2_profile()
     option = f'{LOG4J2_OPTION}"{path}"' if any(c.isspace() for c in path) else f"{LOG4J2_OPTION}{path}"
-    local = master is None or LOCAL_MASTER.match(master) is not None
+    local = master is None or is_local(master)  # its executors read the profile from the driver's disk
     merged = {}
     for key, ours in (("spark.driver.extraJavaOptions", profile), ("spark.executor.extraJavaOptions", profile and local)):
         options = [o for o in (hive.get(key, ""), given.get(key, "")) if o]

@@ -1,4 +1,4 @@
 """Spark SQL prediction UDFs for models exported by tfos_jobs."""
-from udfs.register import PredictionUdf, register
+from udfs.registration import PredictionUdf, register
 
 __all__ = ["PredictionUdf", "register"]

@@ -104,8 +104,6 @@ class Scorer:
 
     def columns(self, batch: Any) -> dict[str, pa.Array]:
         """Name the batch's columns: a struct arrives as one StructArray, positional args as a tuple."""
-        if isinstance(batch, pa.ChunkedArray):
-            batch = batch.combine_chunks()
         if isinstance(batch, pa.StructArray):
             names = [field.name for field in batch.type]
             missing = [n for n in self.inputs if n not in names]
@@ -280,17 +278,17 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def make_udf_function(model: "ShippedModel", counter, counted: bool = False
+def make_udf_function(model: "ShippedModel", counter, batch_size: int | None, counted: bool = False
                       ) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
-    """The Arrow iterator function behind the UDF; captures plain values and an accumulator
-    (None from a Spark Connect client, which has none). `counted`: each result comes with the
-    batch's counters (`contracts.serving.counted_return_type`), for a query to observe."""
+    """The Arrow iterator function behind the UDF, calling the model on `batch_size` rows (None: on
+    each Arrow batch); captures plain values and an accumulator (None from a Spark Connect client).
+    `counted`: each result comes with its counters (`contracts.serving.counted_return_type`)."""
 
     def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
         from udfs.shipping import local_copy
 
         scoring = scorer(local_copy(model), model.version)
-        for batch in batches:
+        for batch in batches if batch_size is None else in_batches_of(batch_size, batches):
             counts: dict[str, int] = {}
             out = scoring(batch, counts)
             if counter is not None:
@@ -298,6 +296,28 @@ def make_udf_function(model: "ShippedModel", counter, counted: bool = False
             yield with_counts(out, counts) if counted else out
 
     return predict
+
+
+def in_batches_of(size: int, batches: Iterator[Any]) -> Iterator[Any]:
+    """The UDF's input (batches of one column, or tuples of columns) cut again into `size` rows:
+    larger Arrow batches split (slices, no copy), smaller ones gathered, the rest yielded at the
+    end. pyspark's worker.py (SQL_SCALAR_ARROW_ITER_UDF) checks only that the results never
+    outnumber the rows consumed so far and that the totals match (`verify_output_row_limit`,
+    `verify_iter_result_row_count`); the JVM pairs result rows with its queue of input rows in order."""
+    held: list[pa.RecordBatch] = []  # rows consumed and not yet yielded, in order
+    rows, single = 0, True
+    for batch in batches:
+        single = not isinstance(batch, (tuple, list))
+        columns = [batch] if single else list(batch)
+        held.append(pa.RecordBatch.from_arrays(columns, names=[str(i) for i in range(len(columns))]))
+        rows += len(columns[0])
+        while rows >= size:
+            whole = held[0] if len(held) == 1 else pa.concat_batches(held)
+            part, held, rows = whole.slice(0, size), [whole.slice(size)], rows - size
+            yield part.column(0) if single else tuple(part.columns)
+    if rows:
+        part = held[0] if len(held) == 1 else pa.concat_batches(held)
+        yield part.column(0) if single else tuple(part.columns)
 
 
 def with_counts(out: pa.Array, counts: dict[str, int]) -> pa.Array:

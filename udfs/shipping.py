@@ -1,7 +1,7 @@
 """A model on any filesystem, fetched once to the driver and shipped once to every executor.
 
 The driver copies the SavedModel from wherever it lives (local, HDFS, S3, ...) to its own disk,
-keyed by the model's version, checks it there, and adds it to the Spark application as an
+keyed by the model's version (`model_location.version_of`), and adds it to the application as an
 archive named after that version (`SparkContext.addArchive`; from a Spark Connect client, to
 the session as an artifact): each executor fetches and unpacks it once, from the driver,
 whatever filesystems the executors reach; a Python worker loads its local copy (`local_copy`).
@@ -11,7 +11,7 @@ shipped again.
 from __future__ import annotations
 
 import atexit
-import hashlib
+import functools
 import os
 import shutil
 import tempfile
@@ -21,13 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfos_jobs import sessions
-from tfos_jobs.contracts import serving as contract
 from tfos_jobs.storage import Storage
 
 _lock = threading.Lock()
 _cache: dict[str, str] = {}  # version -> local copy on the driver
 _shipped: set[tuple[str, str]] = set()  # (application or Connect session, archive name) added to it
-_root: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -36,12 +34,6 @@ class ShippedModel:
 
     archive: str  # the archive's name in the application (SparkFiles)
     version: str
-
-
-def version_of(storage: Storage, export_dir: str) -> str:
-    """Where the model is and when its graph was written: a new export is a new version."""
-    written = storage.version(f"{export_dir}/{contract.SAVED_MODEL_FILE}")
-    return hashlib.sha256(f"{export_dir}|{written}".encode()).hexdigest()[:16]
 
 
 def fetch(storage: Storage, export_dir: str, version: str) -> str:
@@ -80,8 +72,8 @@ def local_copy(model: ShippedModel) -> str:
     return SparkFiles.get(model.archive)
 
 
+@functools.cache
 def _cache_root() -> str:
-    if not _root:
-        _root.append(tempfile.mkdtemp(prefix="tfos-models-"))
-        atexit.register(shutil.rmtree, _root[0], True)
-    return _root[0]
+    root = tempfile.mkdtemp(prefix="tfos-models-")
+    atexit.register(shutil.rmtree, root, True)
+    return root

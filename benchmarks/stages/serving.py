@@ -16,6 +16,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.data.assemble import assemble
 
 NOOP = "bench_noop"  # the no-op Arrow UDF: the floor of P4 and of P12
+ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"  # the session's rows per Arrow batch, for every UDF
 
 
 def serving(bench: Bench) -> None:
@@ -29,6 +30,7 @@ def serving(bench: Bench) -> None:
 
     spark, pr = bench.spark, bench.big.predict
     udf = udfs.register(spark, pr.name, pr.model, batch_size=pr.batch_size)
+    spark.conf.set(ARROW_BATCH, str(pr.batch_size))  # Arrow batches as large as the model's calls, for every UDF here
     spec, task = udf.spec, udf.spec.label.task
     with_spec = dataclasses.replace(bench.big, features=spec)
     table, _ = assemble(spark, with_spec, for_prediction=True)
@@ -101,7 +103,7 @@ def serving(bench: Bench) -> None:
     bench.run.details["in-process codes"] = Figure("serving_codes in-process, same rows", "rows/s",
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
-    batch_sweep(bench, measured, query(pr.name, columns), signature, arrays)
+    batch_sweep(bench, measured, lambda name: query(name, columns), signature, arrays)
     registered.registered_vs_mlflow(bench, udf.local_dir, spec, inputs, query, NOOP)
     inputs.unpersist()
 
@@ -121,21 +123,27 @@ def serving(bench: Bench) -> None:
         16.0, "<="))
 
 
-def batch_sweep(bench: Bench, measured: Callable[[Callable[[], object]], Sample], udf_query: Callable[[], Sample],
-                signature: Any, arrays: dict[str, Any]) -> None:
-    """P4 again at other Arrow batch sizes (spark.sql.execution.arrow.maxRecordsPerBatch):
-    fewer, larger batches spread Spark's per-batch conversion cost over more rows."""
-    spark, configured = bench.spark, bench.big.predict.batch_size
+def batch_sweep(bench: Bench, measured: Callable[[Callable[[], object]], Sample],
+                udf_query: Callable[[str], Callable[[], Sample]], signature: Any, arrays: dict[str, Any]) -> None:
+    """P4 again at other batch sizes, the Arrow batches (spark.sql.execution.arrow.maxRecordsPerBatch)
+    and the model's calls (a function registered with that batch size) alike: fewer, larger
+    batches spread Spark's per-batch conversion cost over more rows."""
+    import udfs
+
+    spark, pr = bench.spark, bench.big.predict
+    configured = pr.batch_size
     variants: dict[str, Callable[[], Sample]] = {}
     for size in sorted({2_000, configured, 50_000}):
-        def udf_at(size: int = size) -> Sample:
-            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(size))
-            return udf_query()
+        udfs.register(spark, f"{pr.name}_{size}", pr.model, batch_size=size)
+
+        def udf_at(size: int = size, scored: Callable[[], Sample] = udf_query(f"{pr.name}_{size}")) -> Sample:
+            spark.conf.set(ARROW_BATCH, str(size))
+            return scored()
         variants[f"UDF {size}"] = udf_at
         variants[f"in-process {size}"] = (
             lambda size=size: measured(lambda: scoring.in_process_rows_per_sec(signature, arrays, size)))
     out = bench.repeat("Arrow batch size", variants, warmup=False)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(configured))
+    spark.conf.set(ARROW_BATCH, str(configured))
     for name, figures in out.items():
         bench.run.details[f"batch {name}"] = Figure(name, "rows/s", figures["rows_per_sec"])
         if "cpu python workers" in figures:
@@ -146,10 +154,10 @@ def predict_vs_write(bench: Bench) -> None:
     """`tfos predict` (joins, scoring, write, check) against writing the same joined rows to
     Parquet without a model: what scoring adds to a job that has to run anyway."""
     from tfos_jobs.jobs.serve import predict
-    from udfs.register import served_spec
+    from udfs.model_location import served_spec
 
     spark, cfg = bench.spark, bench.big
-    spec = served_spec(spark, cfg.predict.model)
+    spec = served_spec(spark, cfg.predict.model, setting="predict.model")
     with_spec = dataclasses.replace(cfg, features=spec)
     rows = assemble(spark, with_spec, for_prediction=True)[0].count()
     bench.run.sizes["predict rows"] = f"{rows:,} rows (16x people joined with regions and events), Parquet out"
@@ -181,7 +189,7 @@ def batch_sizes(run: Run) -> list[str]:
     if not sizes:
         return []
     lines = ["P4 at other Arrow batch sizes (`spark.sql.execution.arrow.maxRecordsPerBatch`, and the same batch "
-             "size for the in-process calls):", "",
+             "size for the function's model calls and the in-process calls):", "",
              "| rows per Arrow batch | SQL UDF rows/s | in-process rows/s | ratio | UDF: Python-worker CPU s per 100k rows |",
              "|---|---|---|---|---|"]
     for size in sizes:

@@ -246,12 +246,12 @@ def test_a_failed_query_ends_the_command_with_one_error_line(spark, kafka, fleet
 
 
 def test_a_new_model_version_is_picked_up_between_micro_batches(spark, kafka, fleet_models):
-    from udfs.register import served_version
+    from udfs.model_location import served_version
 
     cfg, root, readings = fleet_models
     topic, serving_dir = "readings-swap", root / "serving"
     shutil.copytree(root / "model-a", serving_dir)
-    version_a = served_version(spark, str(serving_dir))
+    version_a = served_version(spark, str(serving_dir), setting="stream.model")
     kafka.create_topic(topic, partitions=2)
     half = readings[TIME].quantile(0.5)
     send_readings(spark, kafka, topic, readings[readings[TIME] <= half])
@@ -265,7 +265,7 @@ def test_a_new_model_version_is_picked_up_between_micro_batches(spark, kafka, fl
         shutil.copytree(root / "model-b", staged)
         os.rename(serving_dir, root / "serving.old")
         os.rename(staged, serving_dir)
-        version_b = served_version(spark, str(serving_dir))
+        version_b = served_version(spark, str(serving_dir), setting="stream.model")
         send_readings(spark, kafka, topic, readings[readings[TIME] > half])
         out = finished(proc, log)
     finally:

@@ -1,6 +1,7 @@
 """Spark Connect: a Connect server started without the package's jar cannot serve the prediction
-function, and `udfs.register` says what to add, naming the setting (tests/connect/ serves it from
-a server that has the jar)."""
+function, and `udfs.register` says what to add, naming the model it was given (its `model_dir`
+argument, the caller having named no setting; tests/connect/ serves it from a server that has the
+jar)."""
 from __future__ import annotations
 
 import os
@@ -37,6 +38,6 @@ def test_udfs_register_on_a_connect_server_without_the_jar_says_what_to_add(setu
                           cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rows: 3" in proc.stdout
-    assert f"refused: predict.model = {str(model)!r}: " in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert f"refused: model_dir = {str(model)!r}: " in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert "does not have the package's jar (tfos-tfrecord.jar)" in proc.stdout
     assert "--jars" in proc.stdout

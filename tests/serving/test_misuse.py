@@ -14,7 +14,7 @@ from pyspark.errors.exceptions.captured import AnalysisException, PythonExceptio
 
 from tfos_jobs.errors import TfosError
 from tfos_jobs.jobs.serve import sql
-from udfs.environment import is_local
+from tfos_jobs.worker_python import is_local
 
 from tests.conftest import CENSUS, ROOT, census_overrides
 from tests.serving.conftest import PEOPLE
@@ -93,7 +93,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 import udfs
 from tfos_jobs.errors import ConfigError
-from udfs.environment import check_workers
+from tfos_jobs.worker_python import check_worker_python
 
 spark = SparkSession.builder.master("local[2]").getOrCreate()
 people = spark.read.parquet(sys.argv[2])
@@ -109,7 +109,7 @@ except AnalysisException as e:
 spark.stop()
 spark = SparkSession.builder.master("local[1]").config("spark.pyspark.python", sys.argv[3]).getOrCreate()
 try:
-    check_workers(spark)
+    check_worker_python(spark)
 except ConfigError as e:
     print("probe", e)
 spark.stop()

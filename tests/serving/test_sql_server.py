@@ -128,10 +128,10 @@ def write_config(path: Path, model: Path, pinned: Path | None = None, bind: str 
 
 def in_process(spark, setup, model: Path):
     """What `tfos sql` answers to the query with `model` serving FUNCTION, and the model's inputs."""
-    from udfs.register import served_spec
+    from udfs.model_location import served_spec
 
     cfg, _, _ = setup
-    inputs = served_spec(spark, str(model)).model_inputs
+    inputs = served_spec(spark, str(model), setting="predict.model").model_inputs
     return sql.run(spark, cfg, query(inputs), model=str(model), name=FUNCTION, log=lambda _: None), inputs
 
 

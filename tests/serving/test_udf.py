@@ -15,6 +15,7 @@ from pyspark.testing import assertDataFrameEqual
 
 import udfs
 from tfos_jobs import config
+from tfos_jobs.contracts.serving import COUNT_ROWS, COUNTED
 from tfos_jobs.jobs.serve import predict as predict_job
 from tfos_jobs.jobs.serve import sql
 from tfos_jobs.errors import ConfigError, InputError, OutputExistsError
@@ -61,12 +62,42 @@ def test_sql_positional_arguments_and_struct_agree(spark, setup):
     assert by_args.count() == 300
 
 
+def model_calls(udf, rows) -> list[int]:
+    """The rows of each call of the model, in order, as the function's counters report them (the
+    counts of a call ride on its first row)."""
+    counted = rows.select(udf.counting(*udf.spec.model_inputs)[COUNTED][COUNT_ROWS].alias("n")).collect()
+    return [r.n for r in counted if r.n is not None]
+
+
+def test_each_function_calls_the_model_on_batches_of_its_own_size(spark, setup):
+    """Two functions of different batch sizes in one session: each calls the model on its own
+    batch size whatever the session's Arrow batches, which registering leaves as they are, and
+    both score alike."""
+    cfg, model, features = setup
+    arrow = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(arrow)
+    spark.conf.set(arrow, "100")
+    try:
+        by_64 = udfs.register(spark, "predict_by_64", str(model), batch_size=64)
+        by_250 = udfs.register(spark, "predict_by_250", str(model), batch_size=250)
+        assert spark.conf.get(arrow) == "100"
+        rows = features.limit(1000).repartition(1).cache()
+        assert model_calls(by_64, rows) == [64] * 15 + [40]
+        assert model_calls(by_250, rows) == [250] * 4
+        assert model_calls(udfs.register(spark, "predict_by_arrow", str(model)), rows) == [100] * 10
+        assertDataFrameEqual(rows.select("person_id", by_64().probability.alias("p")),
+                             rows.select("person_id", by_250().probability.alias("p")))
+        rows.unpersist()
+    finally:
+        spark.conf.set(arrow, before)
+
+
 EVICTIONS = """
 import gc, sys
 from udfs import predict
 from tfos_jobs.storage import Storage
-from udfs.register import resolve_export_dir
-export_dir = Storage.local(resolve_export_dir(Storage(None), sys.argv[1]))
+from udfs.model_location import locate_saved_model
+export_dir = Storage.local(locate_saved_model(Storage(None), sys.argv[1], setting="model_dir"))
 for version in range(predict.CAPACITY + 1):  # the first model is evicted
     predict.scorer(export_dir, str(version))
 settled = gc.get_freeze_count()

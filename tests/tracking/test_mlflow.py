@@ -15,7 +15,7 @@ from tfos_jobs import config
 from tfos_jobs.contracts.serving import task_of, udf_return_type
 from tfos_jobs.jobs.serve import sql
 from tfos_jobs.jobs.train.driver import tracked
-from udfs.register import served_spec
+from udfs.model_location import served_spec
 
 from tests.conftest import CENSUS, ROOT, census_overrides, prepared_dataset
 from tests.hadoop.support import free_port
@@ -128,7 +128,7 @@ def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, t
     first, second = (mlflow.pyfunc.load_model(files).unwrap_python_model() for _ in range(2))
     assert first.scorer is second.scorer and first.scorer is not model.unwrap_python_model().scorer
     # mlflow.pyfunc.spark_udf on the same version scores as the UDF, on struct(*) and on the inputs as columns.
-    spec = served_spec(spark, str(model_dir))
+    spec = served_spec(spark, str(model_dir), setting="predict.model")
     spark.udf.register("mlflow_income", mlflow.pyfunc.spark_udf(
         spark, "models:/census@candidate", result_type=udf_return_type(task_of(spec)), env_manager="local"))
 

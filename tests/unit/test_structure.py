@@ -55,7 +55,8 @@ def test_model_directory_file_names_are_typed_only_by_their_owner():
     """The files of a model directory are named in contracts/model_dir.py alone."""
     owner = ROOT / "tfos_jobs" / "contracts" / "model_dir.py"
     names = ('/progress.jsonl"', '/metrics.json"', '/_run"', '/backup"', '/sample_predictions.json"')
-    offenders = [f"{p.relative_to(ROOT)}: {n}" for p in sources() if p != owner for n in names if n in p.read_text()]
+    offenders = [f"{p.relative_to(ROOT)}: {n}" for p in sources() if p != owner
+                 for n in (*names, '/saved_model"') if n in p.read_text()]
     assert all(n in owner.read_text() for n in names)
     assert offenders == []
 
@@ -246,7 +247,8 @@ def test_sweeps_start_trials_only_through_the_launcher_seam():
 LAYERS = (
     ("tfos_jobs", "tfos_jobs.errors", "tfos_jobs.names", "tfos_jobs.tasks", "tfos_jobs.topology",
      "tfos_jobs.tf_import", "tfos_jobs.python_daemon", "tfos_jobs.control_channel", "tfos_jobs.resources",
-     "tfos_jobs.driver_calls", "tfos_jobs.sessions"),  # plain names and rules; what a session of either kind can do
+     "tfos_jobs.driver_calls", "tfos_jobs.sessions", "tfos_jobs.worker_python"),  # plain names and rules; what a
+    # session of either kind can do; whether its executors' Python imports the package
     ("tfos_jobs.features", "tfos_jobs.storage"),  # the feature spec; files on any filesystem
     ("tfos_jobs.config",),
     ("tfos_jobs.contracts", "tfos_jobs.progress_log"),  # what two parts exchange
@@ -461,7 +463,7 @@ FOLDERS = {
 # The package's root: the plain names and rules every part shares, and the Spark session.
 ROOT_MODULES = {
     "errors", "names", "tasks", "topology", "control_channel", "progress_log",  # names, rules, messages
-    "session_builder", "sessions", "driver_calls", "user_code",  # the Spark session and what it is asked
+    "session_builder", "sessions", "driver_calls", "user_code", "worker_python",  # the Spark session and what it is asked
     "tf_import", "python_daemon",  # TensorFlow and pyspark, imported the one way every process does
 }
 # Modules outside storage/ that reach Hadoop's FileSystem themselves, and why.

@@ -29,7 +29,7 @@ from tfos_jobs.api.queries import read_text, serve_sql, show
 from tfos_jobs.api.serving import evaluate, predict, register, replay, sql, stream
 from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_sweep, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
-from udfs.register import PredictionUdf
+from udfs import PredictionUdf
 
 __all__ = ["session", "generate", "check_sources", "prepare", "check_model", "train", "check_sweep", "sweep", "register", "sql",
            "read_text", "show", "serve_sql", "predict", "evaluate", "stream", "replay_rows", "replay", "demo",

@@ -13,7 +13,6 @@ from tfos_jobs.config.loading import Table, build, build_spec
 from tfos_jobs.contracts.dataset import Manifest
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
-from udfs.environment import check_workers
 
 DatasetManifest = Manifest  # a prepared dataset's `_meta/manifest.json`, typed
 Log = Callable[[str], None]
@@ -161,7 +160,6 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | Non
         base = dataclasses.replace(base, prepare=dataclasses.replace(base.prepare, split=split_cfg))
     if tables and features.is_sequence:
         raise ConfigError("prepare(): tables= holds rows; a spec of sensor windows reads its files from [sources]")
-    check_workers(spark)  # the executors' Python imports this package, or a clear error now
     with dataframe_sources(spark, base, tables) as sourced:
         config_mod.validate(sourced)
         manifest = prepare_job.run(spark, sourced, overwrite=overwrite, log=log)

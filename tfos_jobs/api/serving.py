@@ -11,10 +11,10 @@ from tfos_jobs import config as config_mod
 from tfos_jobs.api.training import TrainResult
 from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Evaluation
+from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary
 from tfos_jobs.errors import ConfigError
-from udfs.environment import check_workers
-from udfs.register import PredictionUdf
+from udfs import PredictionUdf
 
 if TYPE_CHECKING:
     from tfos_jobs.jobs.stream.driver.job import StreamSummary
@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 
 
-def register(spark: SparkSession, *, name: str, model: str | TrainResult, batch_size: int | None = None,
+def register(spark: SparkSession, *, name: str, model: str | TrainResult | ModelDir, batch_size: int | None = None,
              tracking_uri: str | None = None) -> PredictionUdf:
     """Register `name` as a Spark SQL function scoring with the SavedModel trained into `model`
-    (what `train` returned, a model directory on any filesystem, or `models:/NAME@alias` in the
-    MLflow registry at `tracking_uri`, else MLFLOW_TRACKING_URI); the function also builds
-    Columns for the DataFrame API (`udfs.register`, docs/serving.md).
+    (what `train` returned, a model directory on any filesystem or its `ModelDir`, or
+    `models:/NAME@alias` in the MLflow registry at `tracking_uri`, else MLFLOW_TRACKING_URI),
+    `batch_size` rows per call; it also builds Columns for the DataFrame API (docs/serving.md).
 
     Returns
     -------
@@ -40,13 +40,13 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult, batch_
     Stable. Example: ``api.register(spark, name="predict_income", model=result)``, then
     ``spark.sql("SELECT predict_income(struct(*)) FROM people")``."""
     from tfos_jobs.tracking.registry import resolver
-    from udfs.register import register as register_udf
+    from udfs import register as register_udf
 
     return register_udf(spark, name, _model_dir(model), batch_size=batch_size, setting="model",
                         resolve=resolver(tracking_uri))
 
 
-def sql(spark: SparkSession, *, config: Config, script: str, model: str | TrainResult | None = None,
+def sql(spark: SparkSession, *, config: Config, script: str, model: str | TrainResult | ModelDir | None = None,
         name: str | None = None, log: Log = print) -> DataFrame:
     """Run `script`'s SQL statements with the prediction function `name` (default `predict.name`)
     registered on `model` (default `predict.model`) and the config's sources as views (`features`,
@@ -63,7 +63,6 @@ def sql(spark: SparkSession, *, config: Config, script: str, model: str | TrainR
     Stable. Example: ``api.sql(spark, config=census, script="SELECT count(*) FROM features").show()``"""
     from tfos_jobs.jobs.serve import sql as sql_job
 
-    check_workers(spark)
     return sql_job.query(spark, config, script, model=None if model is None else _model_dir(model), name=name,
                          log=log)
 
@@ -88,16 +87,17 @@ def evaluate(spark: SparkSession, *, config: Config, scores: str | None = None, 
     from tfos_jobs.data.fleet import ANOMALIES_DIR
     from tfos_jobs.jobs.serve import evaluate as anomaly_report
     from tfos_jobs.tracking.registry import resolver
-    from udfs.register import served_spec
+    from udfs.model_location import served_spec
 
-    spec = served_spec(spark, config.predict.model, resolve=resolver(config.tracking.uri or None))
+    spec = served_spec(spark, config.predict.model, setting="predict.model",
+                       resolve=resolver(config.tracking.uri or None))
     if not spec.is_sequence:
         raise ConfigError(f"{config.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
     return anomaly_report.evaluate(spark, config, spec, scores or config.predict.output,
                                    truth or f"{config.fleet.output}/{ANOMALIES_DIR}", log=log)
 
 
-def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | None = None,
+def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | ModelDir | None = None,
             overwrite: bool = False, log: Log = print) -> PredictionSummary:
     """Score the rows `config` describes (its `[prepare]` joins, or `predict.source`) with `model`
     (default `predict.model`) and write them with their predictions where `[predict]` says: what
@@ -118,12 +118,11 @@ def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | N
     if model is not None:
         config = dataclasses.replace(config, predict=dataclasses.replace(config.predict, model=_model_dir(model)))
     config_mod.validate(config)
-    check_workers(spark)
     return predict_job.run(spark, config, overwrite=overwrite, log=log)
 
 
-def _model_dir(model: str | TrainResult) -> str:
-    return model.model_dir if isinstance(model, TrainResult) else model
+def _model_dir(model: str | TrainResult | ModelDir) -> str:
+    return model.model_dir if isinstance(model, TrainResult) else model.path if isinstance(model, ModelDir) else model
 
 
 def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamSummary":
@@ -143,7 +142,6 @@ def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamS
     Stable. Example: ``api.stream(spark, config=config.load("conf/fleet.toml").with_settings({"stream.stop_when_idle_seconds": 30}))``"""
     from tfos_jobs.jobs.stream.driver import job
 
-    check_workers(spark)
     return job.run(spark, config, log=log)
 
 

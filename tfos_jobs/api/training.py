@@ -19,7 +19,6 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.model.builder import CheckedBuild, check_build, kind_of
 from tfos_jobs.search import space as search_space
 from tfos_jobs.search.space import CheckedSweep
-from udfs.environment import check_workers
 
 Log = Callable[[str], None]
 
@@ -100,7 +99,6 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
     definition = check_build(model_cfg=tr.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
-    check_workers(spark)  # the TF nodes' Python imports this package, or a clear error before they start
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,
                               model=definition, meta=meta)
@@ -195,7 +193,6 @@ def sweep(spark: SparkSession, *, config: Config, space: SweepConfig | CheckedSw
 
     if not (isinstance(space, CheckedSweep) and space.base == config):
         space = search_space.check_sweep(config, space.sweep if isinstance(space, CheckedSweep) else space)
-    check_workers(spark)
     observer = None
     if config.tracking.enabled:
         from tfos_jobs.jobs.sweep.driver.tracked import MlflowSweepObserver

@@ -21,7 +21,7 @@ class PredictConfig:
     # create: fail if the output exists; overwrite: replace it; overwrite_partitions: replace only
     # the partitions this run writes; append: add the rows to it.
     mode: Literal["create", "overwrite", "overwrite_partitions", "append"] = "create"
-    batch_size: int = 10_000  # rows per Arrow batch handed to the model
+    batch_size: int = 10_000  # rows per call of the model (each function its own, whatever the Arrow batches)
 
     def errors(self, sources: Mapping[str, SourceConfig]) -> list[str]:
         errs = [] if self.input is None else unknown(sources, "predict.input", self.input)

@@ -72,7 +72,7 @@ def count_keys(spec: "FeatureSpec") -> list[str]:
 
 
 # The prediction function as `tfos predict` calls it: its result and the counters of each Arrow
-# batch (on the batch's first row), which the query observes (`udfs.register.PredictionUdf.counted`).
+# batch (on the batch's first row), which the query observes (`udfs.PredictionUdf.counted`).
 COUNTED_VALUE, COUNTED = "value", "counts"
 
 

@@ -29,12 +29,12 @@ from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, roc_auc
 from tfos_jobs.jobs.serve.evaluate import label
 from tfos_jobs.serving.scoring import with_predictions
-from tfos_jobs.jobs.stream.driver import replay
+from tfos_jobs.jobs.stream.driver import batches, replay
 from tfos_jobs.jobs.stream.driver.job import StreamSummary
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.registry import resolver
 from udfs import register
-from udfs.register import resolve_export_dir
+from udfs.model_location import locate_saved_model
 
 # The last readings of every asset replayed: 32 windows of 64 steps each, then half a window more,
 # so that the watermark (10 minutes behind the latest reading) passes the last window's end.
@@ -101,7 +101,8 @@ def demo_stream(*, config: Config) -> bool:
 
 def _ensure_model(spark: SparkSession, config: Config, storage: Storage) -> None:
     try:
-        resolve_export_dir(storage, config.predict.model, resolve=resolver(config.tracking.uri or None))
+        locate_saved_model(storage, config.predict.model, setting="predict.model",
+                           resolve=resolver(config.tracking.uri or None))
         return
     except ConfigError:
         pass
@@ -130,7 +131,7 @@ def compare(spark: SparkSession, config: Config, readings: DataFrame, truth_path
     spec = config.features
     assert spec.key is not None  # checked by run
     key = spec.key.name
-    udf = register(spark, config.predict.name, config.stream.model or config.predict.model,
+    udf = register(spark, config.predict.name, config.stream.model or config.predict.model, setting=batches.SETTING,
                    batch_size=config.predict.batch_size, resolve=resolver(config.tracking.uri or None))
     batch = with_predictions(windows.as_timestamps(windows.usable(windows.all_windows(readings, spec))), udf)
     streamed = spark.read.parquet(config.stream.output)

@@ -15,6 +15,7 @@ from tfos_jobs.contracts.dataset import Manifest
 from tfos_jobs.errors import OutputExistsError
 from tfos_jobs.jobs.prepare import rows, windows
 from tfos_jobs.storage import Storage
+from tfos_jobs.worker_python import check_worker_python
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
@@ -25,5 +26,6 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     out = fs.qualify(config.prepare.output.rstrip("/"))
     if fs.exists(out) and not (overwrite or config.prepare.overwrite):
         raise OutputExistsError(f"output directory {out!r} exists; pass --overwrite to replace it")
+    check_worker_python(spark)  # the executors' Python imports this package, or a clear error now
     job = windows if config.features.is_sequence else rows
     return job.run(spark, config, fs, out, started, log)

@@ -44,6 +44,7 @@ from tfos_jobs.data.sensor_sources import of_source, read_rows, split_windows, w
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
 from tfos_jobs.storage import Storage
+from udfs.model_location import locate_saved_model
 
 TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIND)  # and the key; sensor optional
 SENSOR = columns.ANOMALY_SENSOR
@@ -56,7 +57,7 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     key = spec.key.name
     storage = Storage(spark)
-    export_dir = _export_dir(storage, config.predict.model)
+    export_dir = locate_saved_model(storage, config.predict.model, setting="predict.model")
     scores = _read(spark, "scores", scores_path)
     truth = _read(spark, "anomaly table", truth_path)
     missing = [c for c in (key, *TRUTH_COLUMNS) if c not in truth.columns]
@@ -108,12 +109,6 @@ def _read(spark: SparkSession, what: str, path: str) -> DataFrame:
         return spark.read.parquet(path)
     except AnalysisException as e:
         raise InputError(f"{what} {path!r}: {sources.explain(e)}") from None
-
-
-def _export_dir(storage: Storage, model: str) -> str:
-    from udfs.register import resolve_export_dir
-
-    return resolve_export_dir(storage, model)
 
 
 def _split(storage: Storage, export_dir: str, config: Config) -> tuple[SplitConfig, int | None]:

@@ -24,7 +24,8 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     pr = config.predict
     mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
     started = time.time()
-    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, resolve=resolver(config.tracking.uri or None))
+    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, setting="predict.model",
+                   resolve=resolver(config.tracking.uri or None))
     table = input_table(spark, config, udf.spec)
     missing = [c for c in pr.partition_by if c not in table.columns]
     if missing:

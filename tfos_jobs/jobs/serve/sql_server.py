@@ -30,6 +30,9 @@ from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import sql_endpoint as contract
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.jobs.serve import sql
+from tfos_jobs.tracking.registry import resolver
+from udfs import PredictionUdf, register
+from udfs.model_location import served_version
 
 THRIFT_SERVER = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 HIVE = "hive.server2."
@@ -115,7 +118,7 @@ def functions(config: Config) -> dict[str, str]:
 @dataclass
 class Served:
     model: str  # as configured
-    udf: Any  # udfs.register.PredictionUdf
+    udf: PredictionUdf
     registered_at: dt.datetime
 
 
@@ -130,10 +133,6 @@ class Endpoint:
         """(Re-)register every configured function whose model is new or changed, and drop those
         no longer configured; the names registered. A model that cannot be served raises at
         start; once `serving`, it leaves that function on its current model (or unregistered)."""
-        from udfs import register
-        from tfos_jobs.tracking.registry import resolver
-        from udfs.register import served_version
-
         resolve = resolver(config.tracking.uri or None)
         wanted = functions(config)
         changed, failures = [], []
@@ -142,7 +141,7 @@ class Endpoint:
             current = self.served.get(name)
             try:
                 if current and current.model == model and \
-                        served_version(self.spark, model, setting, resolve) == current.udf.version:
+                        served_version(self.spark, model, setting=setting, resolve=resolve) == current.udf.version:
                     continue
                 udf = register(self.spark, name, model, batch_size=config.predict.batch_size, setting=setting,
                                resolve=resolve)

@@ -39,7 +39,8 @@ from tfos_jobs.serving.scoring import with_predictions
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.registry import resolver
 from udfs import PredictionUdf, register
-from udfs.register import register_in, served_spec, served_version
+from udfs.model_location import served_spec, served_version
+from udfs.registration import register_in
 
 SETTING = "stream.model"
 SCORABLE = "_scorable"  # the count of rows to score, beside the quarantine's reasons
@@ -70,9 +71,9 @@ class ModelSlot:
         """The function to score micro-batch `batch` with, registered in its session `spark`;
         `note` takes what the micro-batch's report says of the model."""
         try:
-            version = served_version(spark, self.model, SETTING, self.resolve)
+            version = served_version(spark, self.model, setting=SETTING, resolve=self.resolve)
             if version not in (self.udf.version, self._refused):
-                problem = incompatible(self.udf.spec, served_spec(spark, self.model, SETTING, self.resolve))
+                problem = incompatible(self.udf.spec, served_spec(spark, self.model, setting=SETTING, resolve=self.resolve))
                 if not problem:
                     candidate = self._register(spark)
                     note(f"model: {self.udf.version} -> {candidate.version} ({candidate.export_dir}) "

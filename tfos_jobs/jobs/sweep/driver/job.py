@@ -47,6 +47,7 @@ from tfos_jobs.contracts.trial import FINISHED, ParamValue, TrialResult, TrialSt
 from tfos_jobs.search.trials import trial_result
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.topology import Strategy
+from tfos_jobs.worker_python import check_worker_python
 
 POLL = 0.5
 
@@ -105,6 +106,7 @@ def run(spark: SparkSession | None, base: Config, sweep: SweepConfig, *, log: Ca
     meta = node_inputs.read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
     if spark is not None:
         user_code.ship(spark, model_kinds(sweep, base.train.model.kind), log)  # for the trials' executors
+        check_worker_python(spark)  # once: each trial's train job then finds it checked
     launcher = launcher or default_launcher(spark, pruning=sweep.early_stopping != Pruner.NONE)
     if sweep.workers_per_trial > 1 and base.train.strategy == Strategy.LOCAL:
         raise ConfigError("sweep.workers_per_trial > 1 makes every trial a TF cluster: set train.strategy to "

@@ -41,6 +41,7 @@ from tfos_jobs.model.builder import CheckedBuild, resolve_build
 from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage, named, restore_aside
 from tfos_jobs.topology import Strategy
+from tfos_jobs.worker_python import check_worker_python
 
 __all__ = ["run", "TrainingError"]
 
@@ -78,6 +79,8 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     if launcher is None:
         launcher = LocalLauncher(storage) if tr.strategy == Strategy.LOCAL else ClusterLauncher(spark)
     launcher.check(tr, log)
+    if isinstance(launcher, ClusterLauncher):  # the nodes' Python imports this package, or a clear error now
+        check_worker_python(launcher.spark)
     resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite)
     progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
     if resuming:

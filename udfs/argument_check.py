@@ -38,7 +38,7 @@ def inputs_json(spec: FeatureSpec) -> str:
                        for n in spec.model_inputs])
 
 
-def register_checked(spark: SparkSession, name: str, spec: FeatureSpec) -> bool:
+def check_arguments_at_analysis(spark: SparkSession, name: str, spec: FeatureSpec) -> bool:
     """Wrap `name` (already registered by `spark.udf.register`) in the session's function
     registry with the check of its arguments at analysis, through a call on the driver
     (`driver_calls.UDF_CHECK`), in a classic session and a Spark Connect client alike. False

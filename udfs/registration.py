@@ -1,0 +1,127 @@
+"""Driver side of the prediction UDF: a model located, fetched and checked on the driver, shipped
+to the executors and registered for SQL; the function registered, with the counters of what it met.
+
+    from udfs import register
+    predict = register(spark, "predict_income", "hdfs:///models/census")
+    spark.sql("SELECT *, predict_income(struct(*)) AS p FROM people_features")
+    predict.counts()   # rows scored, nulls filled and unseen categories, per feature
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import AccumulatorParam
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.functions import ArrowUDFType, arrow_udf, call_function
+
+from tfos_jobs import sessions
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.errors import TfosError
+from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.storage import Storage, named
+from tfos_jobs.worker_python import check_worker_python
+from udfs import shipping
+from udfs.argument_check import check_arguments_at_analysis
+from udfs.model_location import Resolver, locate_saved_model, read_spec_asset, version_of
+from udfs.predict import make_udf_function
+from udfs.saved_model_check import check_saved_model
+
+
+class CounterParam(AccumulatorParam):
+    """Sums dicts of counts: how many rows, nulls and unseen categories the UDF met."""
+
+    def zero(self, value: dict[str, int]) -> dict[str, int]:
+        return {}
+
+    def addInPlace(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+        for key, n in b.items():
+            a[key] = a.get(key, 0) + n
+        return a
+
+
+@dataclass(repr=False)
+class PredictionUdf:
+    """A registered prediction function: call it on DataFrame columns, or by `name` in SQL."""
+
+    name: str
+    export_dir: str  # where the SavedModel is (qualified)
+    local_dir: str  # its copy on the driver's disk
+    spec: FeatureSpec
+    udf: Any
+    counter: Any
+    version: str = ""  # the model's version (`served_version`): a new export or alias target changes it
+    checked: bool = False  # whether the analyzer checks its arguments (the package's jar is in the session)
+    counting: Any = None  # the same function with each batch's counters beside its result (`counted`)
+
+    def __call__(self, *cols: Column | str) -> Column:
+        """The function on DataFrame columns: the features in spec order, or none for all of them.
+        Passed as arguments, not as one struct: Spark then builds no struct per row. Called by
+        its registered name, so the arguments are checked when the DataFrame is analysed."""
+        return call_function(self.name, *(cols or self.spec.model_inputs))
+
+    def counted(self, df: DataFrame, column: str) -> tuple[DataFrame, Observation]:
+        """`df` with the prediction as `column`, and an observation that holds this query's
+        counters once an action has run over the result (`counts_of`): what a query of a Spark
+        Connect client has in place of `counts`."""
+        hidden = f"__{column}_counted"
+        seen = Observation()
+        scored = df.withColumn(hidden, self.counting(*self.spec.model_inputs))
+        counters = F.col(hidden)[contract.COUNTED]
+        totals = [F.sum(F.coalesce(counters[k], F.lit(0))).alias(k) for k in contract.count_keys(self.spec)]
+        out = scored.observe(seen, *totals).withColumn(column, F.col(f"{hidden}.{contract.COUNTED_VALUE}"))
+        return out.drop(hidden), seen
+
+    @staticmethod
+    def counts_of(seen: Observation) -> dict[str, int]:
+        """The counters an observation from `counted` holds (those above zero)."""
+        return {k: int(v) for k, v in sorted(seen.get.items()) if v}
+
+    def counts(self) -> dict[str, int]:
+        """Totals so far over every query that used this UDF (updated when a query finishes)."""
+        if self.counter is None:
+            raise TfosError(f"{self.name}: the counters of a function registered from a Spark Connect client are not "
+                            "kept across queries (Spark Connect has no accumulators); `tfos predict` observes them "
+                            "in its own query and writes them to its report")
+        return dict(sorted(self.counter.value.items()))
+
+    def __repr__(self) -> str:
+        return (f"PredictionUdf(name={self.name!r}, model={self.export_dir!r}, version={self.version!r}, "
+                f"inputs={len(self.spec.model_inputs)})")
+
+
+def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
+    """`udf` under its name in `spark` (as well: a streaming query runs in a copy of the session)."""
+    registered = spark.udf.register(udf.name, udf.udf)
+    return dataclasses.replace(udf, udf=registered, checked=check_arguments_at_analysis(spark, udf.name, udf.spec))
+
+
+def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
+             setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf:
+    """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem the
+    session reaches, or `models:/NAME@alias` that `resolve` finds; errors name `setting`, the
+    caller's name for it) on `batch_size` rows per call (default: each Arrow batch), whatever the
+    session's other functions use. Its arguments are checked when a query is analysed, the
+    executors' Python here. From a Spark Connect client it is registered in the client's session,
+    the model reaches the executors as an artifact, and its counters are those `tfos predict` observes."""
+    check_worker_python(spark)
+    storage = Storage(spark)
+    export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)
+    spec = read_spec_asset(storage, export_dir)
+    with named(setting, model_dir):
+        version = version_of(storage, export_dir)
+        local_dir = shipping.fetch(storage, export_dir, version)
+    check_saved_model(spec, local_dir, export_dir)
+    model = shipping.ship(spark, local_dir, version)
+    counter = None if sessions.is_connect(spark) else spark.sparkContext.accumulator({}, CounterParam())
+    with warnings.catch_warnings():  # one function serves both call forms (args or a struct), which type hints cannot express
+        warnings.simplefilter("ignore", UserWarning)
+        # pyspark's overloads allow only atomic and array results for SCALAR_ITER; a struct works as well
+        udf = arrow_udf(make_udf_function(model, counter, batch_size),  # type: ignore[call-overload]
+                        contract.udf_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
+        counting = arrow_udf(make_udf_function(model, None, batch_size, counted=True),  # type: ignore[call-overload]
+                             contract.counted_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
+    return register_in(spark, PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version, counting=counting))
