@@ -102,7 +102,7 @@ class FakeLauncher:
         self.closed = 0
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
-        self.sizes.append(attempt.tr.workers)
+        self.sizes.append(attempt.train.workers)
         nodes = FakeNodes(attempt.state, self.scripts[len(self.launched)], self)
         self.launched.append(nodes)
         supervise(nodes, attempt, watch, keep=(lambda e: self.keep))
@@ -373,7 +373,7 @@ def test_an_elastic_run_goes_on_with_the_survivors_when_a_lost_executor_does_not
     watch = Watch(log=(lines := []).append)
     finished = run_attempts(launcher, max_attempts=2, attempt=attempts(ELASTIC), watch=watch)
     assert finished.number == 3 and launcher.sizes == [2, 2, 1]
-    assert (finished.tr.workers, finished.tr.batch_size) == (1, 1024)  # the global batch kept
+    assert (finished.train.workers, finished.train.batch_size) == (1, 1024)  # the global batch kept
     assert lines[0].startswith("attempt 1 of 2 failed after 300 steps: TF node worker-1 failed")
     assert lines[1] == ("only 1 of 2 TF nodes started within train.elastic.wait_seconds = 1 s, and 1 executor is "
                         "registered: the run goes on with fewer workers\nrelaunching the TF cluster with 1 worker; "
@@ -413,7 +413,7 @@ def test_an_elastic_run_below_its_workers_grows_after_the_next_checkpoint_once_e
     watch = Watch(log=(lines := []).append)
     finished = run_attempts(launcher, max_attempts=1, attempt=attempts(ELASTIC), watch=watch)
     assert finished.number == 3 and launcher.sizes == [2, 1, 2]
-    assert (finished.tr.workers, finished.tr.batch_size) == (2, 512)
+    assert (finished.train.workers, finished.train.batch_size) == (2, 512)
     assert lines[1] == ("1 more executor registered during attempt 2, which ran 1 of train.workers = 2: the run grows "
                         "to 2 after its last checkpoint\nrelaunching the TF cluster with 2 workers; training resumes "
                         "from the last checkpoint")

@@ -66,7 +66,7 @@ class TrialLauncher:
 
 
 def trial_of(attempt: Attempt) -> int:
-    return int(attempt.tr.model_dir.rstrip("/").rsplit("-", 1)[1])
+    return int(attempt.train.model_dir.rstrip("/").rsplit("-", 1)[1])
 
 
 def epoch(n: int, auc: float) -> dict:

@@ -87,23 +87,23 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     from tfos_jobs.storage import Storage
 
     whole = config if isinstance(config, Config) else None
-    settings = as_loaded(config.train if isinstance(config, Config) else config or TrainConfig(), "train")
+    given = as_loaded(config.train if isinstance(config, Config) else config or TrainConfig(), "train")
     where = "train" if whole is not None else "train()"
     storage = Storage(spark)
-    tr = _with_handles(settings, dataset=dataset.output if isinstance(dataset, Manifest) else dataset,
-                       model_dir=model_dir, kind=None if build is None else kind_of(build)[0],
-                       from_config=config is not None, where=where,
-                       same=lambda a, b: a == b or storage.qualify(a) == storage.qualify(b))
-    meta = node_inputs.read_dataset(storage, "train.dataset" if whole is not None else "dataset", tr.dataset)
-    errors = tr.errors(meta.spec)
+    settings = _with_handles(given, dataset=dataset.output if isinstance(dataset, Manifest) else dataset,
+                             model_dir=model_dir, kind=None if build is None else kind_of(build)[0],
+                             from_config=config is not None, where=where,
+                             same=lambda a, b: a == b or storage.qualify(a) == storage.qualify(b))
+    meta = node_inputs.read_dataset(storage, "train.dataset" if whole is not None else "dataset", settings.dataset)
+    errors = settings.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
-    definition = check_build(model_cfg=tr.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
+    definition = check_build(model_cfg=settings.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
     if whole is not None:
-        metrics = tracked.run(spark, dataclasses.replace(whole, train=tr), overwrite=overwrite, log=log,
+        metrics = tracked.run(spark, dataclasses.replace(whole, train=settings), overwrite=overwrite, log=log,
                               model=definition, meta=meta)
     else:
-        metrics = job.run(spark, tr, overwrite=overwrite, log=log, model=definition, meta=meta)
+        metrics = job.run(spark, settings, overwrite=overwrite, log=log, model=definition, meta=meta)
     return TrainResult.of(ModelDir.holding(metrics["saved_model"]).path, metrics)
 
 

@@ -43,8 +43,8 @@ class NodeArgs:
     model_fn: bytes | None = None
 
     @classmethod
-    def from_train_config(cls, tr: TrainConfig, *, dataset: str, model_fn: Callable | None = None) -> "NodeArgs":
-        return cls(train=tr, num_ps=parameter_servers(tr.strategy, tr.ps), dataset=dataset,
+    def from_train_config(cls, train: TrainConfig, *, dataset: str, model_fn: Callable | None = None) -> "NodeArgs":
+        return cls(train=train, num_ps=parameter_servers(train.strategy, train.ps), dataset=dataset,
                    model_fn=None if model_fn is None else cloudpickle.dumps(model_fn))
 
     def to_dict(self) -> dict[str, object]:

@@ -268,18 +268,18 @@ def generate(output: str, assets: int, steps: int, seed: int, step_seconds: int 
     return {"assets": assets, "rows": rows, "anomalies": len(anomalies), "csv_assets": csv_assets}
 
 
-def write(cfg: Config, session: Session) -> None:
-    """The fleet `cfg.fleet` describes, at `fleet.output`. The files are written on this machine;
+def write(config: Config, session: Session) -> None:
+    """The fleet `config.fleet` describes, at `fleet.output`. The files are written on this machine;
     an output on another filesystem (HDFS,
     S3, ...), or any output of a Spark Connect client (its disk is not the cluster's), receives
     them whole afterwards."""
     from tfos_jobs.session_builder import remote_url
 
-    fl = cfg.fleet
-    remote = ("://" in fl.output and not fl.output.startswith("file:")) or bool(remote_url(cfg.spark))
+    fl = config.fleet
+    remote = ("://" in fl.output and not fl.output.startswith("file:")) or bool(remote_url(config.spark))
     with tempfile.TemporaryDirectory(prefix="tfos-fleet-") as tmp:
         local = tmp if remote else fl.output
-        counts = generate(local, fl.assets, fl.steps, fl.seed, step_seconds=cfg.features.time.step_seconds,
+        counts = generate(local, fl.assets, fl.steps, fl.seed, step_seconds=config.features.time.step_seconds,
                                 csv_every=fl.csv_every)
         if remote:
             storage = Storage(session())

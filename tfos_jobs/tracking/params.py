@@ -40,10 +40,10 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def config_params(cfg: Config) -> dict[str, str]:
+def config_params(config: Config) -> dict[str, str]:
     """The resolved config as params: every section but the features (logged as the spec) and
     the embedded demo data's (what `tfos generate` writes, not how the model is trained)."""
-    tree = config_mod.to_dict(cfg)
+    tree = config_mod.to_dict(config)
     for section in ("features", "synthetic", "fleet"):
         tree.pop(section, None)
     return flatten(tree)

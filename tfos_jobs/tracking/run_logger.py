@@ -35,13 +35,13 @@ def quiet_mlflow() -> None:
 class Tracking:
     """One connection to a tracking server or store, and the thread that talks to it."""
 
-    def __init__(self, cfg: TrackingConfig, log: Callable[[str], None] = print):
+    def __init__(self, settings: TrackingConfig, log: Callable[[str], None] = print):
         # MLflow retries an unreachable server for minutes by default; a job would wait that long at its end.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         quiet_mlflow()
-        self.cfg, self.log = cfg, log
-        self.where = redact(cfg.uri)
+        self.settings, self.log = settings, log
+        self.where = redact(settings.uri)
         self.client: Any = None
         self.experiment_id: str | None = None
         self._queue: queue.Queue = queue.Queue()
@@ -72,27 +72,27 @@ class Tracking:
         """Block until everything queued is sent, at most `wait_seconds`; False if it was not."""
         done = _Flushed()
         self._queue.put(done)
-        if done.wait(self.cfg.wait_seconds):
+        if done.wait(self.settings.wait_seconds):
             return not self._failed.is_set()
         self.log(f"warning: tracking: {self.where} did not take everything within tracking.wait_seconds = "
-                 f"{self.cfg.wait_seconds:g}; the rest is not logged")
+                 f"{self.settings.wait_seconds:g}; the rest is not logged")
         self._failed.set()
         return False
 
     def _connect(self) -> None:
-        if self.cfg.uri.startswith(("http://", "https://")):
+        if self.settings.uri.startswith(("http://", "https://")):
             import requests
 
-            requests.get(f"{self.cfg.uri.rstrip('/')}/health", timeout=PROBE_SECONDS).raise_for_status()
+            requests.get(f"{self.settings.uri.rstrip('/')}/health", timeout=PROBE_SECONDS).raise_for_status()
         from mlflow import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=self.cfg.uri, registry_uri=self.cfg.uri)
-        experiment = self.client.get_experiment_by_name(self.cfg.experiment)
+        self.client = MlflowClient(tracking_uri=self.settings.uri, registry_uri=self.settings.uri)
+        experiment = self.client.get_experiment_by_name(self.settings.experiment)
         if experiment is None:
             try:
-                self.experiment_id = self.client.create_experiment(self.cfg.experiment)
+                self.experiment_id = self.client.create_experiment(self.settings.experiment)
             except Exception:  # another job created it meanwhile
-                experiment = self.client.get_experiment_by_name(self.cfg.experiment)
+                experiment = self.client.get_experiment_by_name(self.settings.experiment)
                 if experiment is None:
                     raise
         if experiment is not None:

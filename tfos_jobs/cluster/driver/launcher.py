@@ -28,16 +28,16 @@ class Attempt:
     """One launch of the nodes: what they train, and where the driver keeps what they report."""
 
     number: int  # 1 for the first launch
-    tr: TrainConfig  # as this attempt runs it (elastic training: `workers` may differ from the run's)
+    train: TrainConfig  # as this attempt runs it (elastic training: `workers` may differ from the run's)
     args: NodeArgs
     meta: DatasetMeta
     state: RunState
     error_file: Callable[[str, str], str]  # (run id, node) -> where that node's traceback is kept
-    workers_wanted: int = 0  # the run's train.workers, which elastic training grows back to (0: tr.workers)
+    workers_wanted: int = 0  # the run's train.workers, which elastic training grows back to (0: train.workers)
 
     @property
     def wanted(self) -> int:
-        return self.workers_wanted or self.tr.workers
+        return self.workers_wanted or self.train.workers
 
     def errors(self) -> dict[str, tuple[str, str]]:
         """Node -> (its error file, the traceback it reported)."""
@@ -61,7 +61,7 @@ class Watch:
 
 
 class Launcher(Protocol):
-    def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
+    def check(self, train: TrainConfig, log: Callable[[str], None]) -> None:
         """Before any attempt: refuse settings this launcher cannot run, naming them."""
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
@@ -143,7 +143,7 @@ def recovery(failed: Attempt, relaunch: Attempt, cause: str = FAILURE) -> Recove
     return Recovery(attempt=relaunch.number, failed_at_steps=reached, resumed_at_steps=resumed,
                     trained_again=reached - resumed,
                     seconds_without_steps=round(at - failed.state.last_beat(), 1), resumed_time=at,
-                    nodes_kept=kept, nodes_restarted=restarted, cause=cause, workers=relaunch.tr.workers)
+                    nodes_kept=kept, nodes_restarted=restarted, cause=cause, workers=relaunch.train.workers)
 
 
 def describe(r: Recovery) -> str:

@@ -31,7 +31,7 @@ class LocalLauncher:
     def __init__(self, storage: Storage):
         self.storage = storage
 
-    def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
+    def check(self, train: TrainConfig, log: Callable[[str], None]) -> None:
         """Any setting runs in this process."""
 
     def close(self) -> None:
@@ -42,12 +42,12 @@ class LocalLauncher:
         from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
 
         tensorflow()
-        tr, args, state = attempt.tr, attempt.args, attempt.state
+        train, args, state = attempt.train, attempt.args, attempt.state
         state.mark(LAUNCHED)
         secret = cc.new_secret()
         server = ControlServer(secret, state.handle, bind=LOOPBACK, advertise=LOOPBACK,
-                               ports=parse_ports(tr.control_ports), log=watch.log)
-        workspace = Workspace.of(tr.local_dir, state.id, "chief-0")
+                               ports=parse_ports(train.control_ports), log=watch.log)
+        workspace = Workspace.of(train.local_dir, state.id, "chief-0")
         failure: list[BaseException] = []
         try:
             address = server.start()

@@ -60,16 +60,16 @@ class ClusterLauncher:
         self.spark, self.pruning = spark, pruning
         self._live: _LiveJob | None = None
 
-    def check(self, tr: TrainConfig, log: Callable[[str], None]) -> None:
+    def check(self, train: TrainConfig, log: Callable[[str], None]) -> None:
         """Before the run: settings that cannot work on this cluster fail here, naming them."""
-        if tr.strategy == Strategy.LOCAL:
+        if train.strategy == Strategy.LOCAL:
             return
         conf = sessions.driver_conf(self.spark)
         check_fixed_executors(conf)
         master = sessions.master(self.spark)
         if IN_DRIVER.fullmatch(master):
             raise TrainingError(
-                f"strategy {tr.strategy!r} needs {tr.nodes()} Spark executors, but master {master!r} runs everything in "
+                f"strategy {train.strategy!r} needs {train.nodes()} Spark executors, but master {master!r} runs everything in "
                 "the driver; use local-cluster[N,1,MB], a real cluster, or train.strategy = \"local\"")
         advice = container_memory_advice(conf)
         if advice:
@@ -104,15 +104,15 @@ class ClusterLauncher:
             live.close()
 
     def _start(self, attempt: Attempt, watch: Watch) -> "_LiveJob":
-        spark, tr, state = self.spark, attempt.tr, attempt.state
-        nodes = tr.nodes()
-        if tr.strategy != Strategy.LOCAL:
-            _wait_for_executors(spark, nodes, tr)
+        spark, train, state = self.spark, attempt.train, attempt.state
+        nodes = train.nodes()
+        if train.strategy != Strategy.LOCAL:
+            _wait_for_executors(spark, nodes, train)
         state.mark(LAUNCHED)
         secret = cc.new_secret()  # this run's; reaches the nodes only inside the task's function
-        node_roles = roles(tr.strategy, nodes, attempt.args.num_ps)
+        node_roles = roles(train.strategy, nodes, attempt.args.num_ps)
         names = [node_name(role, index) for role, index in node_roles]
-        plans = node_inputs.plan(attempt.meta, node_roles, tr.strategy, tr.score_test)
+        plans = node_inputs.plan(attempt.meta, node_roles, train.strategy, train.score_test)
         relayed = sessions.is_connect(spark)
         generations: Generations | None = None
 
@@ -120,11 +120,11 @@ class ClusterLauncher:
             assert generations is not None  # set before the nodes start
             return generations.handle(kind, message)
 
-        endpoint = self._endpoint(secret, handle, tr, watch)
+        endpoint = self._endpoint(secret, handle, train, watch)
         address = endpoint.start()
         try:
-            launch = Launch(run_id=state.id, strategy=tr.strategy, nodes=nodes, num_ps=attempt.args.num_ps,
-                            server=address, relayed=relayed, tf_ports=parse_ports(tr.tf_ports), local_dir=tr.local_dir,
+            launch = Launch(run_id=state.id, strategy=train.strategy, nodes=nodes, num_ps=attempt.args.num_ps,
+                            server=address, relayed=relayed, tf_ports=parse_ports(train.tf_ports), local_dir=train.local_dir,
                             inputs=plans, args=attempt.args, pruning=self.pruning, job_id=state.id)
             generations = Generations(launch, state, names)
             job = NodeTasks(spark, f"tfos-train-{state.id}", names, generations)
@@ -135,14 +135,14 @@ class ClusterLauncher:
             raise
         return _LiveJob(job, endpoint, generations, watch)
 
-    def _endpoint(self, secret: bytes, handle: Callable[[str, dict[str, Any]], Any], tr: TrainConfig,
+    def _endpoint(self, secret: bytes, handle: Callable[[str, dict[str, Any]], Any], train: TrainConfig,
                   watch: Watch) -> Endpoint:
         """This process's own server where the executors reach it; a Connect client's through the relay."""
         if sessions.is_connect(self.spark):
-            return RelayedControlServer(self.spark, secret, handle, ports=parse_ports(tr.control_ports), log=watch.log)
+            return RelayedControlServer(self.spark, secret, handle, ports=parse_ports(train.control_ports), log=watch.log)
         conf = self.spark.sparkContext.getConf()
-        bind, advertise = control_address(conf, tr.control_bind)
-        return ControlServer(secret, handle, bind=bind, advertise=advertise, ports=parse_ports(tr.control_ports),
+        bind, advertise = control_address(conf, train.control_bind)
+        return ControlServer(secret, handle, bind=bind, advertise=advertise, ports=parse_ports(train.control_ports),
                              log=watch.log)
 
 
@@ -182,7 +182,7 @@ def node_function(launch: Launch, secret: bytes) -> Callable[[Any], Any]:
 def _node_job(spark: Any, attempt: Attempt, plans: list[dict[str, str]], launch: Launch, secret: bytes) -> Any:
     from tfos_jobs.cluster.node.task import RESULT_SCHEMA
 
-    inputs = node_inputs.frame(spark, attempt.meta, plans, delivery=attempt.tr.node_inputs)
+    inputs = node_inputs.frame(spark, attempt.meta, plans, delivery=attempt.train.node_inputs)
     return inputs.mapInArrow(node_function(launch, secret), RESULT_SCHEMA)
 
 
@@ -297,27 +297,27 @@ def _mb(size: str) -> int:
     return int(float(number) * units[unit])
 
 
-def _wait_for_executors(spark: Any, nodes: int, tr: TrainConfig) -> None:
+def _wait_for_executors(spark: Any, nodes: int, train: TrainConfig) -> None:
     """A TF node needs an executor of its own; fail clearly rather than hang when there are too few.
     Elastic training starts with fewer after `elastic.wait_seconds` (`Resize`)."""
     started = time.monotonic()
-    deadline = started + tr.reservation_timeout
+    deadline = started + train.reservation_timeout
     while True:
         have = sessions.executors(spark)
         if have >= nodes:
             return
-        if tr.elastic.on and time.monotonic() - started >= tr.elastic.wait_seconds and tr.elastic.min_workers <= have:
+        if train.elastic.on and time.monotonic() - started >= train.elastic.wait_seconds and train.elastic.min_workers <= have:
             raise Resize(f"the TF cluster needs {nodes} executors, but {have} {'are' if have > 1 else 'is'} registered "
-                         f"after train.elastic.wait_seconds = {tr.elastic.wait_seconds} s: the run starts with fewer "
+                         f"after train.elastic.wait_seconds = {train.elastic.wait_seconds} s: the run starts with fewer "
                          "workers", workers=have, cause=SHRINK)
         if time.monotonic() > deadline:
             raise TrainingError(
-                f"the TF cluster needs {nodes} executors ({_layout(tr)}), but only {have} registered within "
-                f"train.reservation_timeout = {tr.reservation_timeout} s")
+                f"the TF cluster needs {nodes} executors ({_layout(train)}), but only {have} registered within "
+                f"train.reservation_timeout = {train.reservation_timeout} s")
         time.sleep(POLL)
 
 
-def _layout(tr: TrainConfig) -> str:
-    if tr.strategy == Strategy.PARAMETER_SERVER:
-        return f"1 chief + {tr.workers} workers + {tr.ps} ps"
-    return f"{tr.workers} workers, one of them the chief"
+def _layout(train: TrainConfig) -> str:
+    if train.strategy == Strategy.PARAMETER_SERVER:
+        return f"1 chief + {train.workers} workers + {train.ps} ps"
+    return f"{train.workers} workers, one of them the chief"

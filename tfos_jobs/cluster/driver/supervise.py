@@ -63,12 +63,12 @@ def supervise(job: NodeJob, attempt: Attempt, watch: Watch,
     """Returns when the nodes ended well; otherwise ends the attempt (its nodes hear so) and
     raises `TrainingError`, after cancelling the node job unless `keep(error)` says the next
     attempt runs on it (`cluster.driver.generations`)."""
-    tr, state = attempt.tr, attempt.state
+    train, state = attempt.train, attempt.state
     try:
         _await_reservations(job, attempt, watch)
         state.mark(RESERVED)
         running_since = time.time()
-        lost = LostWorkers(tr, state, watch.log)
+        lost = LostWorkers(train, state, watch.log)
         grow = Growth(job, attempt)
         while job.running():
             watch.poll()
@@ -85,9 +85,9 @@ def supervise(job: NodeJob, attempt: Attempt, watch: Watch,
                 time.sleep(2 * POLL)  # let the other nodes' errors land too: the first one is often a symptom
                 raise _failure(job, attempt)
             idle = time.time() - max(running_since, state.last_beat())
-            if idle > tr.step_timeout:
+            if idle > train.step_timeout:
                 raise TrainingError(f"no training step finished in the last {idle:.0f} s "
-                                    f"(train.step_timeout = {tr.step_timeout} s): a TF node hangs", retriable=True)
+                                    f"(train.step_timeout = {train.step_timeout} s): a TF node hangs", retriable=True)
             job.wait(POLL)
         lost.report()  # a lost worker's retry may report it just before the run ends
         if job.error() is not None or state.errors():  # nodes that reported their error end their tasks well
@@ -106,7 +106,7 @@ def _failure(job: NodeJob, attempt: Attempt) -> TrainingError:
 
 
 def _await_reservations(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
-    state, timeout = attempt.state, attempt.tr.reservation_timeout
+    state, timeout = attempt.state, attempt.train.reservation_timeout
     deadline = time.monotonic() + timeout
     while not state.reserved():
         if watch.stop is not None and watch.stop.is_set():
@@ -116,7 +116,7 @@ def _await_reservations(job: NodeJob, attempt: Attempt, watch: Watch) -> None:
             raise _failure(job, attempt)
         if not job.running():
             raise _failure(job, attempt)
-        if attempt.tr.elastic.on and not state.lone:
+        if attempt.train.elastic.on and not state.lone:
             shrink(job, attempt, started=deadline - timeout)
         if time.monotonic() > deadline and not state.lone:
             nodes = state.required
@@ -130,13 +130,13 @@ def shrink(job: NodeJob, attempt: Attempt, started: float) -> None:
     """Raises `Resize` once the attempt's nodes have waited `elastic.wait_seconds` (since
     `started`, monotonic) for the rest while fewer executors than nodes are registered, and at
     least `elastic.min_workers` are; otherwise the attempt waits on, up to `reservation_timeout`."""
-    tr, state = attempt.tr, attempt.state
-    if time.monotonic() - started < tr.elastic.wait_seconds:
+    train, state = attempt.train, attempt.state
+    if time.monotonic() - started < train.elastic.wait_seconds:
         return
     have, nodes = job.executors(), state.required
-    if tr.elastic.min_workers <= have < nodes:
+    if train.elastic.min_workers <= have < nodes:
         raise Resize(f"only {nodes - state.remaining()} of {nodes} TF nodes started within train.elastic.wait_seconds = "
-                     f"{tr.elastic.wait_seconds} s, and {have} executor{'s are' if have > 1 else ' is'} registered: "
+                     f"{train.elastic.wait_seconds} s, and {have} executor{'s are' if have > 1 else ' is'} registered: "
                      "the run goes on with fewer workers", workers=have, cause=SHRINK)
 
 
@@ -147,7 +147,7 @@ class Growth:
 
     def __init__(self, job: NodeJob, attempt: Attempt):
         self.job, self.attempt = job, attempt
-        self.on = attempt.tr.elastic.on and attempt.tr.workers < attempt.wanted
+        self.on = attempt.train.elastic.on and attempt.train.workers < attempt.wanted
         self.counted = time.monotonic()
         self.seen: float | None = None  # when more executors were first counted (time.time())
         self.have = 0
@@ -155,7 +155,7 @@ class Growth:
     def check(self) -> None:
         if not self.on:
             return
-        workers, state = self.attempt.tr.workers, self.attempt.state
+        workers, state = self.attempt.train.workers, self.attempt.state
         if self.seen is None:
             if time.monotonic() - self.counted < GROW_POLL:
                 return
@@ -180,8 +180,8 @@ class LostWorkers:
     can (on the host it ran on). Any other failure, or the loss of every worker, fails the
     attempt."""
 
-    def __init__(self, tr: TrainConfig, state: RunState, log: Callable[[str], None]):
-        self.tr, self.state, self.log = tr, state, log
+    def __init__(self, train: TrainConfig, state: RunState, log: Callable[[str], None]):
+        self.train, self.state, self.log = train, state, log
         self.reported: list[str] = []
         self.back: list[str] = []  # replaced workers reported
         self.waiting_since: float | None = None
@@ -192,7 +192,7 @@ class LostWorkers:
         names, replaced = self.state.lost(), self.state.replaced()
         for name in names:
             if name not in self.reported:
-                left = self.tr.workers - len(names) + len(replaced)
+                left = self.train.workers - len(names) + len(replaced)
                 self.log(f"TF node {name} was lost with its executor; training goes on with {left} worker(s)")
                 self.reported.append(name)
         for name in replaced:
@@ -203,14 +203,14 @@ class LostWorkers:
         return names
 
     def tolerated(self, task_failures: int) -> bool:
-        if self.tr.strategy != Strategy.PARAMETER_SERVER or task_failures == 0:
+        if self.train.strategy != Strategy.PARAMETER_SERVER or task_failures == 0:
             return False
         names = self.report()
-        if len(set(names) - set(self.state.replaced())) >= self.tr.workers:
-            raise TrainingError(f"all {self.tr.workers} parameter-server workers were lost with their executors "
+        if len(set(names) - set(self.state.replaced())) >= self.train.workers:
+            raise TrainingError(f"all {self.train.workers} parameter-server workers were lost with their executors "
                                 f"({', '.join(names)})", retriable=True)
         if len(names) >= task_failures:
             self.waiting_since = None
             return True
         self.waiting_since = self.waiting_since or time.monotonic()
-        return time.monotonic() - self.waiting_since < self.tr.reservation_timeout
+        return time.monotonic() - self.waiting_since < self.train.reservation_timeout

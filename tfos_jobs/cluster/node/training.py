@@ -130,8 +130,8 @@ class NodeTraining:
     @property
     def checkpoint_calls(self) -> int:
         """Keras callback calls between step checkpoints (0: at epoch ends only)."""
-        tr = self.args.train
-        return tr.checkpoint_interval() // tr.steps_per_execution
+        train = self.args.train
+        return train.checkpoint_interval() // train.steps_per_execution
 
     def naming_corrupt_files(self, files: list[str]) -> contextlib.AbstractContextManager[None]:
         return _naming_corrupt_files(files, self.meta.compression, self.workspace.dataset, self.args.dataset)
@@ -223,19 +223,19 @@ def build_model(node: NodeTraining) -> BuiltModel:
     from tfos_jobs.model import steps as steps_mod
     from tfos_jobs.model.builder import compile_model
 
-    tr, meta = node.args.train, node.meta
-    strategy = node_strategy.make_strategy(tr.strategy, node.num_workers)
+    train, meta = node.args.train, node.meta
+    strategy = node_strategy.make_strategy(train.strategy, node.num_workers)
     # Gradients cross processes under MultiWorkerMirrored with several workers and under PS.
-    crossing = node.parameter_server or (tr.strategy == Strategy.MULTI_WORKER_MIRRORED and node.num_workers > 1)
+    crossing = node.parameter_server or (train.strategy == Strategy.MULTI_WORKER_MIRRORED and node.num_workers > 1)
     build = model_fn_of(node.args)
     with strategy.scope():
-        model = build(meta.spec, meta.vocab, meta.stats, tr.model)
+        model = build(meta.spec, meta.vocab, meta.stats, train.model)
         gradient_exchange = node_strategy.gradient_exchange_for(node.args, node.num_workers, model.trainable_variables)
         mesh = (node_strategy.open_mesh(strategy, node.link, node.args.train.step_timeout, node.worker_index, node.ports)
                 if gradient_exchange == MESH else None)
-        trainer = steps_mod.wrap(model, tr.dense_gradient_limit if crossing else 0, gradient_exchange,
+        trainer = steps_mod.wrap(model, train.dense_gradient_limit if crossing else 0, gradient_exchange,
                                  mesh.summed if mesh is not None else None)
-        compile_model(trainer, meta.spec, tr.optimizer, tr.learning_rate, steps_per_execution=tr.steps_per_execution)
+        compile_model(trainer, meta.spec, train.optimizer, train.learning_rate, steps_per_execution=train.steps_per_execution)
     return BuiltModel(strategy, model, trainer, gradient_exchange, build, mesh)
 
 
@@ -245,17 +245,17 @@ def input_pipelines(node: NodeTraining, skip: int = 0) -> Inputs:
     metrics stay exact whatever the sharding."""
     import tensorflow as tf
 
-    tr, meta = node.args.train, node.meta
+    train, meta = node.args.train, node.meta
     train_files, eval_files = meta.files(Split.TRAIN), meta.files(Split.EVAL)
 
     def fits(split: str, shards: int, index: int) -> bool:
-        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= tr.in_memory_mb * 2**20
+        return reader.shard_bytes(meta.manifest.splits[split].files, shards, index) <= train.in_memory_mb * 2**20
 
     def train_shard(shards: int, index: int, skip: int = 0):
-        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=tr.shuffle_buffer,
-                                   seed=tr.seed + index, repeat=True, num_shards=shards, shard_index=index,
+        return reader.make_dataset(train_files, shuffle=True, shuffle_buffer=train.shuffle_buffer,
+                                   seed=train.seed + index, repeat=True, num_shards=shards, shard_index=index,
                                    in_memory=fits(Split.TRAIN, shards, index), spec=meta.spec,
-                                   batch_size=tr.batch_size, compression=meta.compression, skip_batches=skip)
+                                   batch_size=train.batch_size, compression=meta.compression, skip_batches=skip)
 
     with node.naming_corrupt_files(train_files + eval_files):  # in-memory shards are read here
         if node.parameter_server:
@@ -263,7 +263,7 @@ def input_pipelines(node: NodeTraining, skip: int = 0) -> Inputs:
                 lambda ctx: train_shard(ctx.num_input_pipelines, ctx.input_pipeline_id))
         else:
             train_data = _no_autoshard(train_shard(node.num_workers, node.worker_index, skip))
-        eval_data = _no_autoshard(reader.make_dataset(eval_files, meta.spec, tr.batch_size, compression=meta.compression,
+        eval_data = _no_autoshard(reader.make_dataset(eval_files, meta.spec, train.batch_size, compression=meta.compression,
                                                       repeat=True, in_memory=fits(Split.EVAL, 1, 0)))
     return Inputs(train_data, eval_data, train_shard, train_files, eval_files)
 
@@ -273,23 +273,23 @@ def training_callbacks(node: NodeTraining, steps: int, resumed: Position, extra_
     epoch the driver shows is one a relaunch resumes after."""
     import tensorflow as tf
 
-    tr, link = node.args.train, node.link
-    per_step = examples_per_step(tr.strategy, tr.batch_size, node.num_workers)
+    train, link = node.args.train, node.link
+    per_step = examples_per_step(train.strategy, train.batch_size, node.num_workers)
     publisher = Publisher(link, node.workspace) if node.is_chief else None
     callbacks: list = [checkpoints.backup_and_restore(
         node.workspace.backup, parameter_server=node.parameter_server, every_calls=node.checkpoint_calls,
         steps_per_epoch=steps, saved=publisher.step_checkpoint if publisher is not None else None)]
     if publisher is not None:
         per_batch, done = not node.parameter_server, resumed.batches(steps)
-        callbacks += [publisher.callback(tr.tensorboard),
-                      epoch_progress(link, tr.epochs, steps, per_step, resumed),
+        callbacks += [publisher.callback(train.tensorboard),
+                      epoch_progress(link, train.epochs, steps, per_step, resumed),
                       first_step(link, done, per_batch=per_batch),
                       heartbeat(link, steps, done, per_batch=per_batch)]
-    if tr.tensorboard:
+    if train.tensorboard:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=node.workspace.logs))
     stopper = None
-    if tr.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
-        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=tr.early_stopping_patience,
+    if train.early_stopping_patience:  # the model kept (and exported) is the epoch with the lowest val_loss
+        stopper = tf.keras.callbacks.EarlyStopping(monitor=STOPPING_METRIC, patience=train.early_stopping_patience,
                                                    restore_best_weights=True)
         callbacks.append(stopper)
     callbacks.extend(extra_callbacks)
@@ -298,11 +298,11 @@ def training_callbacks(node: NodeTraining, steps: int, resumed: Position, extra_
 
 def fit(node: NodeTraining, built: BuiltModel, inputs: Inputs, callbacks: Callbacks, steps: int):
     """Keras's fit, to the end or to a stop; returns its History. The chief's publisher ends with it."""
-    tr = node.args.train
-    val_steps = max(1, math.ceil(node.meta.records(Split.EVAL) / tr.batch_size))
+    train = node.args.train
+    val_steps = max(1, math.ceil(node.meta.records(Split.EVAL) / train.batch_size))
     try:
         with node.naming_corrupt_files(inputs.train_files + inputs.eval_files):
-            return built.trainer.fit(inputs.train, epochs=tr.epochs, steps_per_epoch=steps, validation_data=inputs.eval,
+            return built.trainer.fit(inputs.train, epochs=train.epochs, steps_per_epoch=steps, validation_data=inputs.eval,
                                      validation_steps=val_steps, callbacks=callbacks.all, verbose=0)
     finally:
         if callbacks.publisher is not None:
@@ -312,24 +312,24 @@ def fit(node: NodeTraining, built: BuiltModel, inputs: Inputs, callbacks: Callba
 def profile_steps(node: NodeTraining, built: BuiltModel, inputs: Inputs) -> StepProfile | None:
     """With train.profile_steps, where a step's time goes (cluster.node.step_profile): every
     MultiWorkerMirrored node takes part; under PS the chief, which coordinates."""
-    tr, meta = node.args.train, node.meta
-    if not tr.profile_steps or not (node.is_chief or not node.parameter_server):
+    train, meta = node.args.train, node.meta
+    if not train.profile_steps or not (node.is_chief or not node.parameter_server):
         return None
     from tfos_jobs.cluster.node import step_profile
     from tfos_jobs.model import steps as steps_mod
     from tfos_jobs.model.builder import compile_model
 
     def build_copy():
-        copy = steps_mod.wrap(built.build(meta.spec, meta.vocab, meta.stats, tr.model), 0)
-        return compile_model(copy, meta.spec, tr.optimizer, tr.learning_rate,
-                             steps_per_execution=tr.steps_per_execution)
+        copy = steps_mod.wrap(built.build(meta.spec, meta.vocab, meta.stats, train.model), 0)
+        return compile_model(copy, meta.spec, train.optimizer, train.learning_rate,
+                             steps_per_execution=train.steps_per_execution)
 
     parameter_server = node.parameter_server
     workers = node.num_workers - 1 if parameter_server else node.num_workers  # PS: the chief only coordinates
     return step_profile.measure(
-        strategy=built.strategy, trainer=built.trainer, build_copy=build_copy, steps=tr.profile_steps,
+        strategy=built.strategy, trainer=built.trainer, build_copy=build_copy, steps=train.profile_steps,
         make_input=lambda: inputs.train_shard(workers, 0 if parameter_server else node.worker_index),
-        steps_per_execution=tr.steps_per_execution, parameter_server=parameter_server, workers=workers,
+        steps_per_execution=train.steps_per_execution, parameter_server=parameter_server, workers=workers,
         gradient_exchange=built.gradient_exchange, mesh=built.mesh.summed if built.mesh is not None else None)
 
 

@@ -51,17 +51,17 @@ class Secrets:
         return "Secrets(<hidden>)"
 
 
-def read_secrets(cfg: ServeSqlConfig, environ: Mapping[str, str] = os.environ) -> Secrets:
+def read_secrets(settings: ServeSqlConfig, environ: Mapping[str, str] = os.environ) -> Secrets:
     """Before Spark starts: a missing password or keystore stops here, naming the setting."""
     password = ""
-    if cfg.auth == "password":
-        password = (_password_file(cfg.password_file) if cfg.password_file
-                    else _variable(environ, cfg.password_env, "serve_sql.password_env"))
+    if settings.auth == "password":
+        password = (_password_file(settings.password_file) if settings.password_file
+                    else _variable(environ, settings.password_env, "serve_sql.password_env"))
     keystore_password = ""
-    if cfg.tls_keystore:
-        if not os.path.isfile(cfg.tls_keystore):
-            raise ConfigError(f"serve_sql.tls_keystore: {cfg.tls_keystore!r} is not a file")
-        keystore_password = _variable(environ, cfg.tls_keystore_password_env, "serve_sql.tls_keystore_password_env")
+    if settings.tls_keystore:
+        if not os.path.isfile(settings.tls_keystore):
+            raise ConfigError(f"serve_sql.tls_keystore: {settings.tls_keystore!r} is not a file")
+        keystore_password = _variable(environ, settings.tls_keystore_password_env, "serve_sql.tls_keystore_password_env")
     return Secrets(password, keystore_password)
 
 
@@ -87,7 +87,7 @@ def _password_file(path: str) -> str:
     return password
 
 
-def session_conf(cfg: ServeSqlConfig, spark_conf: Mapping[str, str] | None = None) -> dict[str, str]:
+def session_conf(settings: ServeSqlConfig, spark_conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """Settings the session must start with: one session for every client, the server's
     address, transport and authentication (no secret: those go to the JVM at start), and the
     package's jar on the driver's own class path: HiveServer2 looks the password check up with
@@ -99,14 +99,14 @@ def session_conf(cfg: ServeSqlConfig, spark_conf: Mapping[str, str] | None = Non
     return {
         DRIVER_CLASS_PATH: os.pathsep.join(p for p in (given, str(tfrecord_jar())) if p),
         "spark.sql.hive.thriftServer.singleSession": "true",
-        f"{h}thrift.bind.host": cfg.bind,
-        f"{h}transport.mode": cfg.transport,
-        f"{h}thrift.port": str(cfg.port),
-        f"{h}thrift.http.port": str(cfg.port),
-        f"{h}thrift.http.path": cfg.http_path.strip("/"),
-        f"{h}authentication": {"none": "NONE", "password": "CUSTOM", "ldap": "LDAP"}[cfg.auth],
-        f"{h}use.SSL": str(bool(cfg.tls_keystore)).lower(),
-        **({f"{h}keystore.path": os.path.abspath(cfg.tls_keystore)} if cfg.tls_keystore else {}),
+        f"{h}thrift.bind.host": settings.bind,
+        f"{h}transport.mode": settings.transport,
+        f"{h}thrift.port": str(settings.port),
+        f"{h}thrift.http.port": str(settings.port),
+        f"{h}thrift.http.path": settings.http_path.strip("/"),
+        f"{h}authentication": {"none": "NONE", "password": "CUSTOM", "ldap": "LDAP"}[settings.auth],
+        f"{h}use.SSL": str(bool(settings.tls_keystore)).lower(),
+        **({f"{h}keystore.path": os.path.abspath(settings.tls_keystore)} if settings.tls_keystore else {}),
     }
 
 
@@ -194,29 +194,29 @@ def _total(counts: Mapping[str, int], kind: str) -> int:
     return sum(n for key, n in counts.items() if key.startswith(serving.count_key(kind, "")))
 
 
-def start(spark: SparkSession, cfg: ServeSqlConfig, secrets: Secrets) -> Any:
+def start(spark: SparkSession, settings: ServeSqlConfig, secrets: Secrets) -> Any:
     """HiveServer2 on the session; returns the server (`.stop()`). Its password check and the
     keystore's password are handed to the JVM directly, not through any configuration."""
     jvm = spark._jvm
     assert jvm is not None  # a classic session's gateway to its JVM
     system = jvm.java.lang.System
     # HiveServer2 builds a fresh HiveConf for each login check, from the JVM's system properties.
-    if cfg.auth == "password":
+    if settings.auth == "password":
         system.setProperty(f"{HIVE}custom.authentication.class", contract.AUTHENTICATOR_CLASS)
-        jvm.tfos.sqlserver.PasswordAuthenticator.configure(cfg.user, secrets.password)
-    if cfg.auth == "ldap":
-        system.setProperty(f"{HIVE}authentication.ldap.url", cfg.ldap_url)
-        if cfg.ldap_base_dn:
-            system.setProperty(f"{HIVE}authentication.ldap.baseDN", cfg.ldap_base_dn)
-    if cfg.tls_keystore:
+        jvm.tfos.sqlserver.PasswordAuthenticator.configure(settings.user, secrets.password)
+    if settings.auth == "ldap":
+        system.setProperty(f"{HIVE}authentication.ldap.url", settings.ldap_url)
+        if settings.ldap_base_dn:
+            system.setProperty(f"{HIVE}authentication.ldap.baseDN", settings.ldap_base_dn)
+    if settings.tls_keystore:
         system.setProperty(f"{HIVE}keystore.password", secrets.keystore_password)
-    _check_free(cfg.bind, cfg.port)
+    _check_free(settings.bind, settings.port)
     try:
         server = getattr(jvm, THRIFT_SERVER).startWithSparkSession(spark._jsparkSession, False)
     finally:
-        if cfg.tls_keystore:  # read by the server's configuration at start; not kept where anyone can list it
+        if settings.tls_keystore:  # read by the server's configuration at start; not kept where anyone can list it
             system.clearProperty(f"{HIVE}keystore.password")
-    _wait_listening(cfg.bind, cfg.port, server)
+    _wait_listening(settings.bind, settings.port, server)
     return server
 
 
@@ -245,17 +245,17 @@ def _wait_listening(bind: str, port: int, server: Any) -> None:
 def serve(spark: SparkSession, config: Config, secrets: Secrets, reload: Callable[[], Config],
           log: Callable[[str], None] = print) -> None:
     """Register, start, then serve until SIGTERM or Ctrl-C; SIGHUP reloads the functions."""
-    cfg = config.serve_sql
+    settings = config.serve_sql
     endpoint = Endpoint(spark, log)
     endpoint.register(config)
     views = endpoint.open_views(config)
-    server = start(spark, cfg, secrets)
-    host = "localhost" if cfg.bind in ("127.0.0.1", "::1") else cfg.bind
-    url = contract.jdbc_url(host, cfg.port, cfg.transport, cfg.http_path, bool(cfg.tls_keystore))
+    server = start(spark, settings, secrets)
+    host = "localhost" if settings.bind in ("127.0.0.1", "::1") else settings.bind
+    url = contract.jdbc_url(host, settings.port, settings.transport, settings.http_path, bool(settings.tls_keystore))
     log(f"tfos serve-sql: functions {endpoint.describe()}; views {', '.join(views + [contract.STATUS_VIEW])}")
-    if cfg.auth == "none":
-        log(f"tfos serve-sql: warning: serve_sql.auth = 'none': every user of this host can connect to port {cfg.port}")
-    log(f"tfos serve-sql: authentication {cfg.auth}{', TLS' if cfg.tls_keystore else ''}; every query runs as "
+    if settings.auth == "none":
+        log(f"tfos serve-sql: warning: serve_sql.auth = 'none': every user of this host can connect to port {settings.port}")
+    log(f"tfos serve-sql: authentication {settings.auth}{', TLS' if settings.tls_keystore else ''}; every query runs as "
         f"user {getpass.getuser()!r} of this process, whatever user name a client gives")
     log(f"{contract.READY} {url}")
 
@@ -273,11 +273,11 @@ def serve(spark: SparkSession, config: Config, secrets: Secrets, reload: Callabl
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_reload)
     try:
         while not stop.is_set():
-            wake.wait(cfg.status_seconds)
+            wake.wait(settings.status_seconds)
             wake.clear()
             if reload_asked.is_set() and not stop.is_set():
                 reload_asked.clear()
-                _reload(endpoint, reload, cfg, log)
+                _reload(endpoint, reload, settings, log)
             endpoint.refresh_status()
     finally:
         log("tfos serve-sql: stopping")
@@ -300,6 +300,6 @@ def _reload(endpoint: Endpoint, reload: Callable[[], Config], running: ServeSqlC
     log(f"{contract.RELOADED} {', '.join(changed) or 'nothing'}: {endpoint.describe()}")
 
 
-def _endpoint_settings(cfg: ServeSqlConfig) -> tuple:
-    return (cfg.port, cfg.bind, cfg.transport, cfg.http_path, cfg.auth, cfg.user, cfg.password_env,
-            cfg.password_file, cfg.ldap_url, cfg.ldap_base_dn, cfg.tls_keystore)
+def _endpoint_settings(settings: ServeSqlConfig) -> tuple:
+    return (settings.port, settings.bind, settings.transport, settings.http_path, settings.auth, settings.user, settings.password_env,
+            settings.password_file, settings.ldap_url, settings.ldap_base_dn, settings.tls_keystore)

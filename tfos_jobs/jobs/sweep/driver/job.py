@@ -248,16 +248,16 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
     ctx.log(f"trial {n:03d} started: {_settings_text(sweep, settings)}")
     ctx.notify(SweepObserver.trial_started, n, dict(settings))
     try:
-        cfg = trial_config(ctx.base, sweep, settings)
+        config = trial_config(ctx.base, sweep, settings)
     except ConfigError as e:  # a combination of values the config refuses: this trial fails, the sweep goes on
         trial.outcome["result"] = _record(ctx, trial, TrialStatus.FAILED, str(e))
         return trial
-    trial.restores_best = cfg.train.early_stopping_patience > 0
+    trial.restores_best = config.train.early_stopping_patience > 0
     lone = sweep.workers_per_trial == 1
     # A held-out test split is for the model the sweep ends with, not for choosing it.
-    tr = dataclasses.replace(cfg.train, model_dir=directory.path, tensorboard=False, score_test=False,
-                             **({"strategy": Strategy.LOCAL} if lone else {"workers": sweep.workers_per_trial}))
-    cfg = dataclasses.replace(cfg, train=tr)
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, model_dir=directory.path, tensorboard=False, score_test=False,
+        **({"strategy": Strategy.LOCAL} if lone else {"workers": sweep.workers_per_trial})))
     launcher = ctx.launcher(lone)
 
     def judge(epoch: int, metrics: dict[str, float]) -> bool:
@@ -267,7 +267,7 @@ def _launch(ctx: Context, n: int, known_settings: dict[str, ParamValue] | None) 
         from tfos_jobs.jobs import train
 
         try:
-            metrics = train.run(ctx.spark, cfg, overwrite=True, log=lambda line: None, stop=trial.stop,
+            metrics = train.run(ctx.spark, config, overwrite=True, log=lambda line: None, stop=trial.stop,
                                 progress=trial.progress, launcher=launcher, judge=judge if lone else None)
             node = metrics["nodes"][0] if metrics["nodes"] else None
             trial.outcome["task"] = {"status": TrialStatus.COMPLETED.value, "error": None,

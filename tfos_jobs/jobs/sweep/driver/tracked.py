@@ -26,9 +26,9 @@ RUN_STATUS = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.PRUNED: "KILLED", T
 
 
 class MlflowSweepObserver(SweepObserver):
-    def __init__(self, cfg: Config, storage: Storage, log: Callable[[str], None] = print):
-        self.cfg, self.storage, self.log = cfg, storage, log
-        self.tracking = Tracking(cfg.tracking, log)
+    def __init__(self, config: Config, storage: Storage, log: Callable[[str], None] = print):
+        self.config, self.storage, self.log = config, storage, log
+        self.tracking = Tracking(config.tracking, log)
         self.parent: TrackedRun | None = None
         self.trials: dict[int, TrackedRun] = {}
         self.sweep: SweepConfig | None = None
@@ -51,11 +51,11 @@ class MlflowSweepObserver(SweepObserver):
             run = client.create_run(self.tracking.experiment_id, run_name=f"sweep {name}",
                                     tags={COMMAND_TAG: "sweep", DIR_TAG: sweep_dir})
             parent.id, parent.artifact_uri = run.info.run_id, run.info.artifact_uri
-            parent.params({**config_params(self.cfg), **flatten({"sweep": _sweep_params(sweep)}),
+            parent.params({**config_params(self.config), **flatten({"sweep": _sweep_params(sweep)}),
                            "sweep.total_trials": str(total)})
 
         self.tracking.submit(open_parent)
-        self.log(f"tracking: logging the sweep to {self.tracking.where}, experiment {self.cfg.tracking.experiment!r}")
+        self.log(f"tracking: logging the sweep to {self.tracking.where}, experiment {self.config.tracking.experiment!r}")
 
     def trial_started(self, number: int, settings: dict[str, Any]) -> None:
         run = self.tracking.start_run(f"trial {number:03d}", tags={TRIAL_TAG: str(number), COMMAND_TAG: "sweep trial"},
@@ -96,7 +96,7 @@ class MlflowSweepObserver(SweepObserver):
         if best_model:
             saved_model = local_copy(self.storage, best_model, self.workdir, "saved_model")
             if saved_model:
-                tc = self.cfg.tracking
+                tc = self.config.tracking
                 log_model(parent, saved_model, self.workdir, tc.register, tc.alias, self.log)
         parent.end("FINISHED")
 
@@ -107,7 +107,7 @@ class MlflowSweepObserver(SweepObserver):
                 run.end("KILLED")
             self.parent.end("FAILED")
         if self.tracking.wait() and self.parent is not None and not failed:
-            self.log(f"tracking: sweep run {self.parent.id} in experiment {self.cfg.tracking.experiment!r}")
+            self.log(f"tracking: sweep run {self.parent.id} in experiment {self.config.tracking.experiment!r}")
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

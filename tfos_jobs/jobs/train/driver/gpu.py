@@ -10,12 +10,12 @@ from tfos_jobs.config import TrainConfig
 GPU_VENDOR = "nvidia.com"
 
 
-def gpu_conf(tr: TrainConfig) -> dict[str, str]:
+def gpu_conf(train: TrainConfig) -> dict[str, str]:
     """Spark settings a session starts with to give each TF node task `gpus_per_worker` GPUs; none without."""
-    if tr.gpus_per_worker <= 0:
+    if train.gpus_per_worker <= 0:
         return {}
-    amount = str(tr.gpus_per_worker)
-    script = discovery_script(tr.gpu_discovery_script, resources.gpu_discovery_script(),
+    amount = str(train.gpus_per_worker)
+    script = discovery_script(train.gpu_discovery_script, resources.gpu_discovery_script(),
                               os.environ.get("PYSPARK_PYTHON", ""))
     return {
         "spark.executor.resource.gpu.amount": amount,

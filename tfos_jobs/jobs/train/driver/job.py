@@ -63,59 +63,59 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     `model_directory`'s, when the caller needed it first. `launcher`: where the nodes run (default:
     this process for `local`, else the executors); `judge` answers a lone node that asks whether
     to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
-    tr = config if isinstance(config, TrainConfig) else config.train
+    train = config if isinstance(config, TrainConfig) else config.train
     storage = Storage(spark)
-    meta = meta or node_inputs.read_dataset(storage, "train.dataset", tr.dataset)
+    meta = meta or node_inputs.read_dataset(storage, "train.dataset", train.dataset)
     if model is None:
         try:
-            resolve_build(tr.model.kind)  # a user model function must import here before nodes start
+            resolve_build(train.model.kind)  # a user model function must import here before nodes start
         except ValueError as e:
             raise ConfigError(str(e)) from None
     model_fn = model.by_value if model is not None else None
     if model_fn is None and spark is not None:  # a callable travels pickled in the node args
-        user_code.ship(spark, [tr.model.kind], log)  # a module the executors cannot import themselves
-    model_dir = model_dir or model_directory(storage, tr)
+        user_code.ship(spark, [train.model.kind], log)  # a module the executors cannot import themselves
+    model_dir = model_dir or model_directory(storage, train)
     storage.check_writable("train.model_dir", model_dir.path)
     if launcher is None:
-        launcher = LocalLauncher(storage) if tr.strategy == Strategy.LOCAL else ClusterLauncher(spark)
-    launcher.check(tr, log)
+        launcher = LocalLauncher(storage) if train.strategy == Strategy.LOCAL else ClusterLauncher(spark)
+    launcher.check(train, log)
     if isinstance(launcher, ClusterLauncher):  # the nodes' Python imports this package, or a clear error now
         check_worker_python(launcher.spark)
-    resuming = _prepare_model_dir(storage, model_dir, overwrite or tr.overwrite)
+    resuming = _prepare_model_dir(storage, model_dir, overwrite or train.overwrite)
     progress = progress or ProgressLog(storage, model_dir.progress, resume=resuming)
     if resuming:
         done = len(progress.lines())
         kept = f": epochs 1-{done} are not trained again" if done else ""
         log(f"resuming the unfinished run in {model_dir.path} from its last checkpoint{kept}")
-    log(f"training {tr.strategy} on {meta.records(Split.TRAIN):,} records "
-        f"({tr.epochs} epochs, batch {tr.batch_size}) into {model_dir.path}")
+    log(f"training {train.strategy} on {meta.records(Split.TRAIN):,} records "
+        f"({train.epochs} epochs, batch {train.batch_size}) into {model_dir.path}")
     started = time.time()
     printer = ProgressPrinter(progress, log, on_epoch)
     transfers = Transfers(storage, model_dir_targets(model_dir))
-    args = NodeArgs.from_train_config(tr, dataset=meta.root, model_fn=model_fn)
+    args = NodeArgs.from_train_config(train, dataset=meta.root, model_fn=model_fn)
     watch = Watch(log=printer.log, poll=printer.poll, stop=stop)
 
     def attempt(number: int, workers: int | None) -> Attempt:
         """Attempt `number`, with `workers` workers when elastic training resized the cluster."""
-        sized = tr.resized(workers or tr.workers)
-        sized_args = args if sized is tr else NodeArgs.from_train_config(sized, dataset=meta.root, model_fn=model_fn)
+        sized = train.resized(workers or train.workers)
+        sized_args = args if sized is train else NodeArgs.from_train_config(sized, dataset=meta.root, model_fn=model_fn)
         run_id = new_run_id()
         state = RunState(run_id, sized.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id),
-                         judge=judge, lone=tr.strategy == Strategy.LOCAL)
-        return Attempt(number, sized, sized_args, meta, state, model_dir.error_file, workers_wanted=tr.workers)
+                         judge=judge, lone=train.strategy == Strategy.LOCAL)
+        return Attempt(number, sized, sized_args, meta, state, model_dir.error_file, workers_wanted=train.workers)
 
     try:
-        finished = run_attempts(launcher, max_attempts=tr.max_attempts, attempt=attempt, watch=watch)
+        finished = run_attempts(launcher, max_attempts=train.max_attempts, attempt=attempt, watch=watch)
     finally:
         transfers.close()
     printer.poll()
     return _finish(storage, model_dir, finished, progress, time.time() - started, log, watch)
 
 
-def model_directory(storage: Storage, tr: TrainConfig) -> ModelDir:
+def model_directory(storage: Storage, train: TrainConfig) -> ModelDir:
     """`train.model_dir`, qualified: the one place it is (an error names the setting)."""
-    with named("train.model_dir", tr.model_dir):
-        return ModelDir(storage.qualify(tr.model_dir))
+    with named("train.model_dir", train.model_dir):
+        return ModelDir(storage.qualify(train.model_dir))
 
 
 def _prepare_model_dir(storage: Storage, model_dir: ModelDir, overwrite: bool) -> bool:
@@ -151,7 +151,7 @@ def _keeper(storage: Storage, model_dir: ModelDir, run_id: str) -> Callable[[str
 
 def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: ProgressLog, seconds: float,
             log: Callable[[str], None], watch: Watch) -> Metrics:
-    tr, state, attempts = finished.tr, finished.state, finished.number
+    train, state, attempts = finished.train, finished.state, finished.number
     epochs = progress.lines()
     if state.done() == cc.RUN_PRUNED:
         raise Pruned(f"stopped by the sweep's pruner after epoch {len(epochs)}")
@@ -164,8 +164,8 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
     if anomaly:
         extras = MetricsExtras(**extras, anomaly=anomaly)
     metrics = Metrics(
-        strategy=tr.strategy, nodes=[node_summary(r) for r in state.records().values()], attempts=attempts,
-        checkpoint_steps=tr.checkpoint_interval(), recoveries=list(watch.recoveries),
+        strategy=train.strategy, nodes=[node_summary(r) for r in state.records().values()], attempts=attempts,
+        checkpoint_steps=train.checkpoint_interval(), recoveries=list(watch.recoveries),
         resumed_at_steps=watch.resumed_at or 0,
         epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
         steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
@@ -173,15 +173,15 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
         replaced_nodes=state.replaced(),
         control=control_report(watch.rejected),
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
-                                    tr.workers if tr.strategy == Strategy.PARAMETER_SERVER else 1),
+                                    train.workers if train.strategy == Strategy.PARAMETER_SERVER else 1),
         eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs], saved_model=model_dir.saved_model,
-        model=ModelSummary(kind=tr.model.kind, params=dict(tr.model.params)),
+        model=ModelSummary(kind=train.model.kind, params=dict(train.model.params)),
         **extras)
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows
     if epochs:
         with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
-            plot_learning_curve(epochs, f"{tmp}/curve.png", f"{tr.strategy}, {len(epochs)} epochs")
+            plot_learning_curve(epochs, f"{tmp}/curve.png", f"{train.strategy}, {len(epochs)} epochs")
             storage.upload_file(f"{tmp}/curve.png", model_dir.learning_curve)
     storage.delete(model_dir.runs)  # failed attempts' tracebacks
     storage.delete(model_dir.backup)  # training ended well: nothing to resume

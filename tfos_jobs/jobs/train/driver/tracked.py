@@ -20,19 +20,19 @@ from tfos_jobs.tracking.params import config_params
 from tfos_jobs.tracking.run_logger import Tracking
 
 
-def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
+def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
         model: CheckedBuild | None = None, meta: DatasetMeta | None = None) -> Metrics:
     """`train.run`, tracked when `[tracking]` names a server; `model` and `meta`: as `train.run` takes them."""
-    if not cfg.tracking.enabled:
-        return train.run(spark, cfg, overwrite=overwrite, log=log, model=model, meta=meta)
-    tc = cfg.tracking
+    if not config.tracking.enabled:
+        return train.run(spark, config, overwrite=overwrite, log=log, model=model, meta=meta)
+    tc = config.tracking
     tracking = Tracking(tc, log)
     storage = Storage(spark)
-    model_dir = train.model_directory(storage, cfg.train)
+    model_dir = train.model_directory(storage, config.train)
     name = os.path.basename(model_dir.path.rstrip("/")) or "model"
     run = tracking.start_run(f"train {name}", tags={"tfos.command": "train", "tfos.model_dir": model_dir.path,
-                                                     "tfos.dataset": cfg.train.dataset})
-    params = config_params(cfg)
+                                                     "tfos.dataset": config.train.dataset})
+    params = config_params(config)
     run.params(params)
     log(f"tracking: logging to {tracking.where}, experiment {tc.experiment!r}")
     with tempfile.TemporaryDirectory(prefix="tfos-tracking-") as workdir:
@@ -40,7 +40,7 @@ def run(spark: SparkSession, cfg: Config, *, overwrite: bool = False, log: Calla
             json.dump(params, fh, indent=2)
         run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
         try:
-            metrics = train.run(spark, cfg, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta,
+            metrics = train.run(spark, config, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta,
                                 model_dir=model_dir)
         except BaseException:
             run.end("FAILED")
