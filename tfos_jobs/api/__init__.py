@@ -25,13 +25,13 @@ from __future__ import annotations
 from tfos_jobs.api.data import (DatasetManifest, check_sources, generate, prepare,
                                 replay_rows, session)
 from tfos_jobs.api.demos import demo, demo_stream, demo_warehouse
-from tfos_jobs.api.queries import read_text, serve_sql, show
+from tfos_jobs.api.queries import serve_sql, show
 from tfos_jobs.api.serving import evaluate, predict, register, replay, sql, stream
 from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_sweep, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
 from udfs import PredictionUdf
 
 __all__ = ["session", "generate", "check_sources", "prepare", "check_model", "train", "check_sweep", "sweep", "register", "sql",
-           "read_text", "show", "serve_sql", "predict", "evaluate", "stream", "replay_rows", "replay", "demo",
+           "show", "serve_sql", "predict", "evaluate", "stream", "replay_rows", "replay", "demo",
            "demo_stream", "demo_warehouse", "DatasetManifest", "TrainResult", "SweepResult",
            "PredictionUdf", "PredictionSummary"]

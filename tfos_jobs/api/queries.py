@@ -1,5 +1,5 @@
-"""The API's SQL at a console and for clients: a script read from the cluster, a query's result
-shown or written, the prediction functions served to SQL clients."""
+"""The API's SQL at a console and for clients: a query's result shown or written, the prediction
+functions served to SQL clients."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,24 +8,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tfos_jobs.api.data import Log, session
 from tfos_jobs.config import Config
-
-
-def read_text(spark: SparkSession, *, path: str) -> str:
-    """A file on a filesystem the session reaches (`hdfs://`, `s3a://`), read with its Hadoop
-    settings: a SQL script kept on the cluster, for `sql(script=...)` (`tfos sql -f`).
-
-    Returns
-    -------
-    str : the file's text.
-
-    Raises
-    ------
-    TfosError : the file is missing or cannot be read, in a user's words.
-
-    Stable. Example: ``api.read_text(spark, path="hdfs:///queries/daily.sql")``"""
-    from tfos_jobs.storage import Storage
-
-    return Storage(spark).read_text(path)
 
 
 def show(spark: SparkSession, *, result: DataFrame, output: str | None = None, rows: int = 50,

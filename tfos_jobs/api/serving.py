@@ -13,7 +13,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Evaluation
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary
-from tfos_jobs.errors import ConfigError
+from tfos_jobs.errors import ConfigError, TfosError
 from udfs import PredictionUdf
 
 if TYPE_CHECKING:
@@ -46,11 +46,12 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult | Model
                         resolve=resolver(tracking_uri))
 
 
-def sql(spark: SparkSession, *, config: Config, script: str, model: str | TrainResult | ModelDir | None = None,
-        name: str | None = None, log: Log = print) -> DataFrame:
-    """Run `script`'s SQL statements with the prediction function `name` (default `predict.name`)
-    registered on `model` (default `predict.model`) and the config's sources as views (`features`,
-    or `windows` for sensor windows): what `tfos sql` does (docs/serving.md).
+def sql(spark: SparkSession, *, config: Config, script: str = "", file: str = "",
+        model: str | TrainResult | ModelDir | None = None, name: str | None = None, log: Log = print) -> DataFrame:
+    """Run `script`'s SQL statements, or those of `file` (local, or on the cluster: `hdfs://`, `s3a://`),
+    with the prediction function `name` (default `predict.name`) registered on `model` (default
+    `predict.model`) and the config's sources as views (`features`, or `windows` for sensor
+    windows): what `tfos sql` does (docs/serving.md).
 
     Returns
     -------
@@ -58,11 +59,20 @@ def sql(spark: SparkSession, *, config: Config, script: str, model: str | TrainR
 
     Raises
     ------
+    ConfigError : both or neither of `script` and `file`; a file that cannot be read, named.
     TfosError : a statement that does not parse or analyse, as one line naming it.
 
     Stable. Example: ``api.sql(spark, config=census, script="SELECT count(*) FROM features").show()``"""
     from tfos_jobs.jobs.serve import sql as sql_job
+    from tfos_jobs.storage import Storage
 
+    if bool(script) == bool(file):
+        raise ConfigError("sql(): give the statements as script= or file=, one of them")
+    if file:
+        try:
+            script = Storage(spark).read_text(file)
+        except (OSError, TfosError) as e:
+            raise ConfigError(f"-f {file}: {getattr(e, 'strerror', None) or e}") from None
     return sql_job.query(spark, config, script, model=None if model is None else _model_dir(model), name=name,
                          log=log)
 

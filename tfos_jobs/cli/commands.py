@@ -12,7 +12,6 @@ from tfos_jobs import api
 from tfos_jobs import config as config_mod
 from tfos_jobs.config import Config
 from tfos_jobs.config import sweep as sweep_file
-from tfos_jobs.errors import ConfigError, TfosError
 
 Args = argparse.Namespace
 
@@ -44,21 +43,9 @@ def cmd_predict(config: Config, args: Args) -> int:
 
 
 def cmd_sql(config: Config, args: Args) -> int:
-    script = args.sql
-    on_cluster = bool(args.file) and config_mod.is_url(args.file)  # e.g. hdfs://...: read through the session
-    if args.file and not on_cluster:
-        try:
-            with open(args.file, encoding="utf-8") as fh:
-                script = fh.read()
-        except OSError as e:
-            raise ConfigError(f"-f {args.file}: {e.strerror}") from None
     spark = api.session(config=config)
-    if on_cluster:
-        try:
-            script = api.read_text(spark, path=args.file)
-        except TfosError as e:
-            raise ConfigError(f"-f {args.file}: {e}") from None
-    result = api.sql(spark, config=config, script=script, model=args.model, name=args.name)
+    result = api.sql(spark, config=config, script=args.sql or "", file=args.file or "", model=args.model,
+                     name=args.name)
     api.show(spark, result=result, output=args.output, rows=args.rows)
     return 0
 
