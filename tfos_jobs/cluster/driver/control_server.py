@@ -189,8 +189,7 @@ class ControlServer(Endpoint):
         try:
             replies = session.receive(chunk)
         except Rejected as r:
-            replies = [r.frame]
-            self._send(sock, replies, timeout=1.0)
+            self._send(sock, [r.frame], timeout=1.0)
             self._close(sock)
             return
         if replies and not self._send(sock, replies):

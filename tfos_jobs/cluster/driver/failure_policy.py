@@ -32,7 +32,6 @@ def failure_message(errors: dict[str, tuple[str, str]], task_error: BaseExceptio
     return "a TF node task failed (see the executor logs)"
 
 
-
 def task_traceback(error_message: str) -> str:
     """The Python part of the error Spark recorded for a failed task: its traceback without the
     JVM's stack frames and error-class suffixes."""

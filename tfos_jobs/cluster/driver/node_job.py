@@ -49,7 +49,6 @@ from tfos_jobs.topology import Strategy, node_name, roles
 IN_DRIVER = re.compile(r"local(\[[^\]]*\])?")  # masters whose tasks run in the driver's JVM (not local-cluster)
 
 
-
 class ClusterLauncher:
     """One attempt = one tagged Spark job of one task per TF node (one node under `local`: a
     sweep's single-process trial); under multi_worker_mirrored a failed attempt's job is kept

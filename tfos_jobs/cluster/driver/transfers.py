@@ -34,7 +34,7 @@ class Transfers:
 
     def put(self, target: object, path: object, offset: object, data: object) -> None:
         name, rel = self._target(target), cc.relative_path(path)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        if not _natural(offset):
             raise cc.ControlError(f"bad offset {offset!r}")
         chunk = cc.decode_chunk(data)
         local = os.path.join(self.staging, name, rel)
@@ -75,11 +75,9 @@ class Transfers:
     def handle(self, kind: str, message: dict) -> object:
         """The reply to a PUT, PUBLISH, LIST or GET message."""
         if kind == cc.PUT:
-            self.put(message.get("target"), message.get("path"), message.get("offset"), message.get("data"))
-            return None
+            return self.put(message.get("target"), message.get("path"), message.get("offset"), message.get("data"))
         if kind == cc.PUBLISH:
-            self.publish(message.get("target"), message.get("files"))
-            return None
+            return self.publish(message.get("target"), message.get("files"))
         if kind == cc.LIST:
             return self.listing(message.get("target"))
         return self.get(message.get("target"), message.get("path"), message.get("offset"), message.get("length"))

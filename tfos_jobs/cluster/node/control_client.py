@@ -33,8 +33,7 @@ class ControlClient:
 
     def __init__(self, server_addr: Any, secret: bytes, *, relayed: bool = False, run: str = ""):
         host, port = server_addr
-        self.address, self.secret, self.relayed = (host, int(port)), secret, relayed
-        self.run = run
+        self.address, self.secret, self.relayed, self.run = (host, int(port)), secret, relayed, run
         self.server = f"{host}:{port}" + (" (the driver's relay)" if relayed else "")
         self._lock = threading.Lock()  # callbacks and the node's own thread share the connection
         self.sock: socket.socket | None = None
@@ -102,9 +101,6 @@ class ControlClient:
 
 class RemoteError(cc.ControlError):
     """The driver received the message but could not do what it asks (its reason is in the text)."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
 
 
 class DriverLink:

@@ -171,9 +171,7 @@ def _retried(launch: Launch, secret: bytes, name: str) -> tuple[int, dict[str, A
         if launch.strategy == Strategy.PARAMETER_SERVER and name.startswith(Role.WORKER.value):
             link.lost()
             place = link.place()
-            if place is not None and _bindable(place["cluster"][place["role"]][place["index"]]):
-                return 0, place
-            return 0, None
+            return 0, place if place and _bindable(place["cluster"][place["role"]][place["index"]]) else None
         link.failed(f"RuntimeError: TF node {name} was lost with its executor; a TF cluster cannot take a "
                     "replacement node")
         return EXIT_REPORTED, None

@@ -166,16 +166,14 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
     metrics = Metrics(
         strategy=train.strategy, nodes=[node_summary(r) for r in state.records().values()], attempts=attempts,
         checkpoint_steps=train.checkpoint_interval(), recoveries=list(watch.recoveries),
-        resumed_at_steps=watch.resumed_at or 0,
-        epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
+        resumed_at_steps=watch.resumed_at or 0, epochs=max((e.epoch for e in epochs), default=result["epochs_run"]),
         steps_per_epoch=result["steps_per_epoch"], gradient_exchange=result["gradient_exchange"],
         seconds=round(seconds, 1), startup=state.startup(), final=result["final"], lost_nodes=state.lost(),
-        replaced_nodes=state.replaced(),
-        control=control_report(watch.rejected),
+        replaced_nodes=state.replaced(), control=control_report(watch.rejected),
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
                                     train.workers if train.strategy == Strategy.PARAMETER_SERVER else 1),
-        eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs], saved_model=model_dir.saved_model,
-        model=ModelSummary(kind=train.model.kind, params=dict(train.model.params)),
+        eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs],
+        saved_model=model_dir.saved_model, model=ModelSummary(kind=train.model.kind, params=dict(train.model.params)),
         **extras)
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows
