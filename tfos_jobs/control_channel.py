@@ -1,12 +1,11 @@
 """The control channel between the driver and the processes it starts on executors (TF nodes
 and sweep trials): reservations, everything a node reports, and files.
 
-A cluster shares no disk, so nothing between the driver and a node goes through files: start-up
-times, heartbeats, epoch progress, errors and tracebacks, lost workers, the chief's result, the
-run's end and the files a node publishes (its SavedModel, resume state, TensorBoard logs) all
-travel as messages defined here, the one owner for both sides (`cluster.driver.control_server` serves
-it, `cluster.node.control_client` speaks it). TensorFlowOnSpark's own channel sends length-prefixed
-pickles that anyone able to reach the driver can have unpickled, and answers the cluster's node
+A cluster shares no disk, so nothing between the driver and a node goes through files: start-up times, heartbeats, epoch
+progress, errors and tracebacks, lost workers, the chief's result, the run's end and the files a node publishes (its
+SavedModel, resume state, TensorBoard logs) all travel as messages defined here, the one owner for both sides
+(`cluster.driver.control_server` serves it, `cluster.node.control_client` speaks it). TensorFlowOnSpark's own channel
+sends length-prefixed pickles that anyone able to reach the driver can have unpickled, and answers the cluster's node
 managers' authkeys to anyone; this one:
 
   * authenticates every message with HMAC-SHA256 under a secret made fresh for each run on the
@@ -20,11 +19,10 @@ Frames: 4-byte big-endian length, then a body. The server's first frame is `HELL
 every later body is `tag (32 bytes) + JSON`. A server that rejects a message sends one
 `REJECTED` frame, unauthenticated and only a hint, and closes the connection.
 
-Where the nodes cannot reach the process that runs the control server (a Spark Connect client),
-they connect to the driver's relay (`tfos.spark.cluster.Relay` in the package's jar) and open
-with one frame, `RELAY + relay_token(secret)`; the relay then carries the connection's bytes to
-the client and back, unread. The token only admits a connection to the relay; every message
-is still authenticated end to end, by the client.
+Where the nodes cannot reach the process that runs the control server (a Spark Connect client), they connect to the
+driver's relay (`tfos.spark.cluster.Relay` in the package's jar) and open with one frame, `RELAY + relay_token(secret)`;
+the relay then carries the connection's bytes to the client and back, unread. The token only admits a connection to the
+relay; every message is still authenticated end to end, by the client.
 """
 from __future__ import annotations
 
@@ -51,16 +49,14 @@ REGISTER = "register"  # data: this node's reservation (NODE_FIELDS)
 QUERY = "query"  # are all nodes reserved?
 CLUSTER = "cluster"  # every reservation so far
 NODE_FIELDS = {"executor_id": int, "host": str, "job_name": str, "task_index": int, "port": int}
-# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1"). A node of a
-# TF cluster also names the attempt it belongs to (SENDER_RUN, the attempt's run id): its node job
-# outlives a failed attempt (`cluster.driver.generations`), and what an earlier one's processes
-# still send is refused.
+# What a node reports. Every report names its sender: SENDER_NODE (e.g. "worker-1"). A node of a TF cluster also names
+# the attempt it belongs to (SENDER_RUN, the attempt's run id): its node job outlives a failed attempt
+# (`cluster.driver.generations`), and what an earlier one's processes still send is refused.
 SENDER_NODE = "node"
 SENDER_RUN = "run"
-# A node's task, between attempts (it asks again while the reply says wait): data: {"after": the run
-# id it ran last, "" for none; "task_attempt": its Spark task's attempt number}; reply data:
-# {"launch": the next attempt's Launch (JSON), or None while there is none yet, "end": true once
-# the node job is over}
+# A node's task, between attempts (it asks again while the reply says wait): data: {"after": the run id it ran last, ""
+# for none; "task_attempt": its Spark task's attempt number}; reply data: {"launch": the next attempt's Launch (JSON),
+# or None while there is none yet, "end": true once the node job is over}
 NEXT = "next"
 STARTED = "started"  # data: {"record": what the node was given (role, executor, pid, GPUs, ...)}
 # The chief's first training step finished (the driver times it on arrival); data: {"resumed_at":

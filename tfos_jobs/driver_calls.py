@@ -1,12 +1,11 @@
 """Calls on the driver, from a classic session or a Spark Connect client alike.
 
-A Connect client has no JVM and no SparkContext, yet some things only the driver can do:
-Hadoop's FileSystem with the session's configuration, what the cluster looks like, which tasks
-of a job failed, the prediction function's argument check, the relay of the TF nodes' control
-channel. The package's jar answers them as a data source (`format("tfos-driver")`,
-`tfos.spark.cluster.DriverCalls`): the call and its arguments go in the options, the answer
-comes back in the schema, when the driver analyses the plan. No task runs, so a call is answered
-while a TF cluster holds every executor. This module owns the call names; the jar matches them.
+A Connect client has no JVM and no SparkContext, yet some things only the driver can do: Hadoop's FileSystem with the
+session's configuration, what the cluster looks like, which tasks of a job failed, the prediction function's argument
+check, the relay of the TF nodes' control channel. The package's jar answers them as a data source
+(`format("tfos-driver")`, `tfos.spark.cluster.DriverCalls`): the call and its arguments go in the options, the answer
+comes back in the schema, when the driver analyses the plan. No task runs, so a call is answered while a TF cluster
+holds every executor. This module owns the call names; the jar matches them.
 
     from tfos_jobs import driver_calls
     driver_calls.call(spark, driver_calls.CLUSTER_INFO)["executors"]

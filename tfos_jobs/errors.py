@@ -29,9 +29,8 @@ class TrainingError(TfosError):
 
 
 class Resize(TrainingError):
-    """Elastic training (`train.elastic`): the attempt ends so that the next one runs with
-    `workers` workers (`cause`: contracts.metrics.SHRINK or GROW). Not a failure: it does not
-    count against `train.max_attempts`."""
+    """Elastic training (`train.elastic`): the attempt ends so that the next one runs with `workers` workers (`cause`:
+    contracts.metrics.SHRINK or GROW). Not a failure: it does not count against `train.max_attempts`."""
 
     def __init__(self, message: str, workers: int, cause: str):
         super().__init__(message, retriable=True)

@@ -5,8 +5,7 @@ from enum import Enum
 
 
 class Name(str, Enum):
-    """A name that is a plain string wherever it goes: compared, hashed, formatted (`!r` too), sent
-    as JSON."""
+    """A name that is a plain string wherever it goes: compared, hashed, formatted (`!r` too), sent as JSON."""
 
     def __str__(self) -> str:
         return self.value

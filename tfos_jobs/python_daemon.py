@@ -2,13 +2,12 @@
 environment's installed pyspark ahead of the copy Spark zips (`spark.python.daemon.module`,
 which the package's sessions and its Spark Connect server set).
 
-Spark puts `$SPARK_HOME/python/lib/pyspark.zip` (and py4j's zip) first on its Python workers'
-path. Python keeps no compiled bytecode for modules it imports from a zip, so every new Python
-worker compiled pyspark's worker, serializer and SQL modules from source: 0.8 s of imports
-where the installed, compiled copy takes 0.4 s, paid by every TF node's task and by its node's
-own process on a fresh executor (docs/tuning.md, item 14d). Where the environment holds the
-same pyspark as the zip (a pip-installed Spark: the package's venv, image and environment
-archives), the zips move behind it; another version, or none, leaves the path as Spark made it.
+Spark puts `$SPARK_HOME/python/lib/pyspark.zip` (and py4j's zip) first on its Python workers' path. Python keeps no
+compiled bytecode for modules it imports from a zip, so every new Python worker compiled pyspark's worker, serializer
+and SQL modules from source: 0.8 s of imports where the installed, compiled copy takes 0.4 s, paid by every TF node's
+task and by its node's own process on a fresh executor (docs/tuning.md, item 14d). Where the environment holds the same
+pyspark as the zip (a pip-installed Spark: the package's venv, image and environment archives), the zips move behind it;
+another version, or none, leaves the path as Spark made it.
 
 Nothing here may import pyspark before the path is settled: this module is the daemon's
 `__main__` (`python -m tfos_jobs.python_daemon pyspark.worker`).

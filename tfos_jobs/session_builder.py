@@ -187,10 +187,9 @@ def connect(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None)
 
 def console_settings(given: Mapping[str, str], hive: Mapping[str, str], *, master: str | None,
                      profile: bool) -> dict[str, str]:
-    """The JVM options of the driver and executors: the embedded metastore's and those given in
-    the config, merged, plus (with `profile`) the package's log4j2 profile for the driver and for
-    executors on this machine (local masters: they can read the file). A log4j2 configuration
-    the user names wins."""
+    """The JVM options of the driver and executors: the embedded metastore's and those given in the config, merged, plus
+    (with `profile`) the package's log4j2 profile for the driver and for executors on this machine (local masters: they
+    can read the file). A log4j2 configuration the user names wins."""
     path = resources.log4j2_profile()
     option = f'{LOG4J2_OPTION}"{path}"' if any(c.isspace() for c in path) else f"{LOG4J2_OPTION}{path}"
     local = master is None or is_local(master)  # its executors read the profile from the driver's disk
@@ -231,8 +230,7 @@ def _started(builder: SparkSession.Builder, *, yarn: bool) -> SparkSession:
 
 
 def jars_given_to_submit(conf: SparkConf) -> list[str]:
-    """The jars spark-submit's --jars put on the driver and executors, wherever this cluster
-    manager records them."""
+    """The jars spark-submit's --jars put on the driver and executors, wherever this cluster manager records them."""
     return [j for key in SUBMITTED_JARS for j in _listed(conf.get(key, ""))]
 
 
@@ -241,10 +239,9 @@ def _listed(value: str) -> list[str]:
 
 
 def _jar_lists(conf: SparkConf, spark_cfg: SparkConfig, submitted: bool) -> tuple[list[str], list[str]]:
-    """The session's jars and packages: those given in `conf` and `spark.conf`, and under a driver
-    of our own the TFRecord jar and `[spark]`'s. spark-submit's driver JVM is already running: a
-    jar added now would reach the executors but not the driver, so it must have come with --jars
-    (or --packages)."""
+    """The session's jars and packages: those given in `conf` and `spark.conf`, and under a driver of our own the
+    TFRecord jar and `[spark]`'s. spark-submit's driver JVM is already running: a jar added now would reach the
+    executors but not the driver, so it must have come with --jars (or --packages)."""
     jars = _listed(conf.get("spark.jars", "")) + _listed(spark_cfg.conf.get("spark.jars", ""))
     packages = _listed(conf.get("spark.jars.packages", "")) + _listed(spark_cfg.conf.get("spark.jars.packages", ""))
     if submitted:

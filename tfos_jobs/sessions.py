@@ -1,11 +1,10 @@
 """What the package asks of a Spark session, in a classic session and a Spark Connect client alike.
 
-A Connect client (`SparkSession.builder.remote("sc://...")`, or `pyspark-client`) has no JVM,
-no SparkContext, no RDDs and no py4j: the driver runs elsewhere. Everything the jobs need of a
-session beyond DataFrames goes through here: the master and the driver's settings, files handed
-to the executors' Python workers (user code, a model), tags to cancel a job by, and whether
-there is a SparkContext at all. Where a classic session has a direct way that works as well, it
-is kept; the rest is a call on the driver (`driver_calls`), which both kinds of session make.
+A Connect client (`SparkSession.builder.remote("sc://...")`, or `pyspark-client`) has no JVM, no SparkContext, no RDDs
+and no py4j: the driver runs elsewhere. Everything the jobs need of a session beyond DataFrames goes through here: the
+master and the driver's settings, files handed to the executors' Python workers (user code, a model), tags to cancel a
+job by, and whether there is a SparkContext at all. Where a classic session has a direct way that works as well, it is
+kept; the rest is a call on the driver (`driver_calls`), which both kinds of session make.
 """
 from __future__ import annotations
 
@@ -43,9 +42,8 @@ def master(spark: Any) -> str:
 
 
 class DriverConf:
-    """The driver's SparkConf as a Connect client reads it, a call on the driver each `get(key,
-    default)`: core settings such as spark.executor.memory, which a Connect session's runtime
-    config does not show."""
+    """The driver's SparkConf as a Connect client reads it, a call on the driver each `get(key, default)`: core settings
+    such as spark.executor.memory, which a Connect session's runtime config does not show."""
 
     def __init__(self, spark: Any):
         self.spark = spark

@@ -1,11 +1,10 @@
 """TensorFlow, imported the one way every process of the package imports it.
 
-With tf-keras (`TF_USE_LEGACY_KERAS`, which must be set before the first import), and without
-the lines TensorFlow prints while it starts on a machine without a GPU: that oneDNN is on, that
-no CUDA driver was found and, at the first look for devices, an E-level "failed call to cuInit".
-None of them is an error there, and users read them as one. TF_CPP_MIN_LOG_LEVEL does not govern
-them all (lines logged before absl's InitializeLog reach stderr at any level), so the import and
-the device probe run with the process's stderr captured, and every other line is written back.
+With tf-keras (`TF_USE_LEGACY_KERAS`, which must be set before the first import), and without the lines TensorFlow
+prints while it starts on a machine without a GPU: that oneDNN is on, that no CUDA driver was found and, at the first
+look for devices, an E-level "failed call to cuInit". None of them is an error there, and users read them as one.
+TF_CPP_MIN_LOG_LEVEL does not govern them all (lines logged before absl's InitializeLog reach stderr at any level), so
+the import and the device probe run with the process's stderr captured, and every other line is written back.
 TF_CPP_MIN_LOG_LEVEL=0, TensorFlow's own switch for all its logs, shows them too.
 """
 from __future__ import annotations

@@ -5,10 +5,9 @@ Plain Python, no TensorFlow: the config validates against it, the driver sizes a
 TF cluster with it, the nodes take their roles from it and the benchmarks describe their runs
 with it. Every other module compares with these names instead of typing them.
 
-TensorFlowOnSpark names the node of partition 0 `chief` and the others `worker` 0..n-2. Under
-`parameter_server` the last `ps` of those workers become parameter servers here (`assign_role`),
-so that every node runs in the foreground and returns on its own: TFoS's own ps handling would
-park them in background processes that outlive the run.
+TensorFlowOnSpark names the node of partition 0 `chief` and the others `worker` 0..n-2. Under `parameter_server` the
+last `ps` of those workers become parameter servers here (`assign_role`), so that every node runs in the foreground and
+returns on its own: TFoS's own ps handling would park them in background processes that outlive the run.
 """
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """The user's own model code, shipped to where it runs.
 
-A model given as "module:function" (`train.model.kind`) is imported on the driver, and on
-every executor that builds it (TF nodes, sweep trials), which share neither the driver's disk
-nor its `PYTHONPATH`. A module the driver imports from its own files (`PYTHONPATH`, the current
-directory) is handed to Spark: a top-level module as its `.py` file, a package as a `.zip`
-of its top-level directory. Installed modules (site-packages, the standard library) and this
-package travel with the environment instead. `tfos train` and `tfos sweep` add the file with
-`SparkContext.addPyFile`, or from a Spark Connect client as a session artifact
-(`spark.addArtifacts(..., pyfile=True)`, `sessions.add_python_file`); `tfos submit` with
-`--py-files`, so that in cluster mode the remote driver imports it too.
+A model given as "module:function" (`train.model.kind`) is imported on the driver, and on every executor that builds it
+(TF nodes, sweep trials), which share neither the driver's disk nor its `PYTHONPATH`. A module the driver imports from
+its own files (`PYTHONPATH`, the current directory) is handed to Spark: a top-level module as its `.py` file, a package
+as a `.zip` of its top-level directory. Installed modules (site-packages, the standard library) and this package travel
+with the environment instead. `tfos train` and `tfos sweep` add the file with `SparkContext.addPyFile`, or from a Spark
+Connect client as a session artifact (`spark.addArtifacts(..., pyfile=True)`, `sessions.add_python_file`); `tfos submit`
+with `--py-files`, so that in cluster mode the remote driver imports it too.
 """
 from __future__ import annotations
 
@@ -33,9 +31,8 @@ def module_of(kind: str) -> str | None:
 
 
 def find_in_current_dir(kind: str) -> None:
-    """Python puts the current directory on `sys.path` for `python -m` and the REPL, not for a
-    console script such as `tfos`: a model module found nowhere else is looked for there too
-    (last, so installed modules keep precedence)."""
+    """Python puts the current directory on `sys.path` for `python -m` and the REPL, not for a console script such as
+    `tfos`: a model module found nowhere else is looked for there too (last, so installed modules keep precedence)."""
     module = module_of(kind)
     if module is None or os.getcwd() in sys.path or "" in sys.path:
         return
@@ -83,9 +80,8 @@ def _installed(path: str) -> bool:
 
 
 def package_zip(directory: Path, top: str) -> str:
-    """`directory` (the package `top`) zipped as `top/...`, named by its content, so the same
-    code gives the same file and Spark, which refuses a second file of one name, never sees a
-    changed file under an old name."""
+    """`directory` (the package `top`) zipped as `top/...`, named by its content, so the same code gives the same file
+    and Spark, which refuses a second file of one name, never sees a changed file under an old name."""
     files = sorted(p for p in directory.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                    and p.suffix not in (".pyc", ".pyo"))
     digest = hashlib.sha256()

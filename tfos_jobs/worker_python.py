@@ -1,11 +1,10 @@
 """The Python the executors run: it must import this package, or every task of the first job
 that runs its code fails with `No module named 'tfos_jobs'`; each job checks it first.
 
-Spark starts Python workers with `spark.pyspark.python` (through spark-submit), else
-`PYSPARK_PYTHON`, else `python3` from PATH: in a notebook started as `.venv/bin/python`, with
-nothing activated, another Python. On a local master the workers run on this host, so they are
-given this very interpreter; on any other master (and from a Spark Connect client, whose server
-chose them) a one-task job asks a worker to import the package, once per application.
+Spark starts Python workers with `spark.pyspark.python` (through spark-submit), else `PYSPARK_PYTHON`, else `python3`
+from PATH: in a notebook started as `.venv/bin/python`, with nothing activated, another Python. On a local master the
+workers run on this host, so they are given this very interpreter; on any other master (and from a Spark Connect client,
+whose server chose them) a one-task job asks a worker to import the package, once per application.
 """
 from __future__ import annotations
 

@@ -15,10 +15,9 @@ thin clients of these functions (`api.session(config=...)` starts theirs), and t
     predict = api.register(spark, name="predict_income", model=result)
     spark.sql("SELECT predict_income(struct(*)) FROM people").show()
 
-Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location;
-settings come one way, a typed config (`Config`, or one of its sections; `Config.with_settings`
-changes one by dotted keys). Stable: `__all__`, the keyword arguments, the results' fields (added
-to, never changed without a release note).
+Each step takes what the one before returned (a `Manifest`, a `TrainResult`), or the location; settings come one way, a
+typed config (`Config`, or one of its sections; `Config.with_settings` changes one by dotted keys). Stable: `__all__`,
+the keyword arguments, the results' fields (added to, never changed without a release note).
 """
 from __future__ import annotations
 

@@ -22,13 +22,12 @@ LOCAL = "local[2]"  # the master of a session given none
 def session(*, master: str = LOCAL, app_name: str = "tfos", conf: Mapping[str, str] | None = None,
             packages: Sequence[str] = (), hive: bool = False, remote: str = "", kafka: bool = False,
             config: Config | TrainConfig | None = None) -> SparkSession:
-    """A SparkSession with what the package needs on the driver and every executor: the
-    TFRecord data source jar, tf-keras, and this interpreter for the Python workers (so a
-    script run as `.venv/bin/python script.py`, with no venv activated, works). With `remote`
-    (`sc://host:port`, or SPARK_REMOTE), a Spark Connect client's session instead. `kafka`: with
-    Spark's Kafka connector, for `stream`. `config`: a loaded `Config`, whose `[spark]` replaces
-    the other arguments (`conf` is added to it), or a `TrainConfig`; either's `gpus_per_worker`
-    asks for each TF node's GPUs, which Spark gives executors only as the context starts.
+    """A SparkSession with what the package needs on the driver and every executor: the TFRecord data source jar,
+    tf-keras, and this interpreter for the Python workers (so a script run as `.venv/bin/python script.py`, with no venv
+    activated, works). With `remote` (`sc://host:port`, or SPARK_REMOTE), a Spark Connect client's session instead.
+    `kafka`: with Spark's Kafka connector, for `stream`. `config`: a loaded `Config`, whose `[spark]` replaces the other
+    arguments (`conf` is added to it), or a `TrainConfig`; either's `gpus_per_worker` asks for each TF node's GPUs,
+    which Spark gives executors only as the context starts.
 
     Returns
     -------
@@ -55,10 +54,9 @@ def session(*, master: str = LOCAL, app_name: str = "tfos", conf: Mapping[str, s
 
 
 def generate(spark: SparkSession | None = None, *, config: Config) -> None:
-    """Write the embedded data of `config`, the census-like tables of `[synthetic]` or, for sensor
-    windows, the fleet of `[fleet]`, and print what went where (`tfos generate`). `spark` (default
-    `session(config=config)`) starts only when needed: the fleet is written on this machine, and
-    sent through Spark only to another filesystem.
+    """Write the embedded data of `config`, the census-like tables of `[synthetic]` or, for sensor windows, the fleet of
+    `[fleet]`, and print what went where (`tfos generate`). `spark` (default `session(config=config)`) starts only when
+    needed: the fleet is written on this machine, and sent through Spark only to another filesystem.
 
     Returns
     -------
@@ -121,11 +119,10 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | Non
     """Prepare a dataset (train/eval TFRecords and `_meta/`) at `output` (local, hdfs://, s3a://)
     and return its manifest.
 
-    The rows come from `tables`, DataFrames the caller holds, by source name, and from the
-    sources of `config` (a `tfos_jobs.config.load(...)` result) for the names not given; with
-    `config`, its `[prepare]` joins, activity and split apply. `spec`: a `FeatureSpec` or the
-    `[features]` table as a dict, else the config's. Without a config the table named `main`
-    (or the only one) is the rows, split as `split` says (default: a hash of the key, 20% eval).
+    The rows come from `tables`, DataFrames the caller holds, by source name, and from the sources of `config` (a
+    `tfos_jobs.config.load(...)` result) for the names not given; with `config`, its `[prepare]` joins, activity and
+    split apply. `spec`: a `FeatureSpec` or the `[features]` table as a dict, else the config's. Without a config the
+    table named `main` (or the only one) is the rows, split as `split` says (default: a hash of the key, 20% eval).
 
     Returns
     -------

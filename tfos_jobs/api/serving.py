@@ -48,10 +48,9 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult | Model
 
 def sql(spark: SparkSession, *, config: Config, script: str = "", file: str = "",
         model: str | TrainResult | ModelDir | None = None, name: str | None = None, log: Log = print) -> DataFrame:
-    """Run `script`'s SQL statements, or those of `file` (local, or on the cluster: `hdfs://`, `s3a://`),
-    with the prediction function `name` (default `predict.name`) registered on `model` (default
-    `predict.model`) and the config's sources as views (`features`, or `windows` for sensor
-    windows): what `tfos sql` does (docs/serving.md).
+    """Run `script`'s SQL statements, or those of `file` (local, or on the cluster: `hdfs://`, `s3a://`), with the
+    prediction function `name` (default `predict.name`) registered on `model` (default `predict.model`) and the config's
+    sources as views (`features`, or `windows` for sensor windows): what `tfos sql` does (docs/serving.md).
 
     Returns
     -------
@@ -109,10 +108,9 @@ def evaluate(spark: SparkSession, *, config: Config, scores: str | None = None, 
 
 def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | ModelDir | None = None,
             overwrite: bool = False, log: Log = print) -> PredictionSummary:
-    """Score the rows `config` describes (its `[prepare]` joins, or `predict.source`) with `model`
-    (default `predict.model`) and write them with their predictions where `[predict]` says: what
-    `tfos predict` does (docs/serving.md). `overwrite` turns `predict.mode = "create"` into
-    "overwrite".
+    """Score the rows `config` describes (its `[prepare]` joins, or `predict.source`) with `model` (default
+    `predict.model`) and write them with their predictions where `[predict]` says: what `tfos predict` does
+    (docs/serving.md). `overwrite` turns `predict.mode = "create"` into "overwrite".
 
     Returns
     -------

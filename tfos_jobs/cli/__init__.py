@@ -78,9 +78,8 @@ BENCH_MAIN = "import sys; from benchmarks.cli import main; sys.exit(main(prog='t
 
 
 def bench(argv: list[str], checkout: Path = CHECKOUT) -> int:
-    """`tfos bench ARGS`: the bench of the source checkout the package runs from, in a fresh
-    interpreter that takes this process's place (its signals, its exit code): the package never
-    imports the bench, which imports the package."""
+    """`tfos bench ARGS`: the bench of the source checkout the package runs from, in a fresh interpreter that takes this
+    process's place (its signals, its exit code): the package never imports the bench, which imports the package."""
     if not (checkout / "benchmarks" / "cli.py").is_file():
         print(BENCH_MISSING, file=sys.stderr)
         return 2

@@ -54,10 +54,9 @@ def database_source(config: Config) -> tuple[str, SourceConfig]:
 
 
 def demo_warehouse(*, config: Config, log: Callable[[str], None] = print) -> bool:
-    """Load the census tables into a local PostgreSQL (removed at the end) and Hive tables, and
-    prepare from there and from their Parquet files: `tfos demo-warehouse` (docs/demo.md). Returns
-    whether both datasets hold the same bytes; a config without one jdbc source on a free port of
-    this machine is a ConfigError.
+    """Load the census tables into a local PostgreSQL (removed at the end) and Hive tables, and prepare from there and
+    from their Parquet files: `tfos demo-warehouse` (docs/demo.md). Returns whether both datasets hold the same bytes; a
+    config without one jdbc source on a free port of this machine is a ConfigError.
 
     Stable. Example: ``api.demo_warehouse(config=config.load("conf/census_warehouse.toml"))``"""
     from tfos_jobs.databases.postgres import Postgres
@@ -137,9 +136,8 @@ def parquet_twin(config: Config, raw: str) -> Config:
 
 
 def digests(root: str) -> dict[str, str]:
-    """sha256 of every record file and of what training reads in `_meta/` (spec, vocabularies,
-    statistics), by path relative to the dataset; not the manifest, which names the sources
-    and the time of the run."""
+    """sha256 of every record file and of what training reads in `_meta/` (spec, vocabularies, statistics), by path
+    relative to the dataset; not the manifest, which names the sources and the time of the run."""
     base = Path(root)
     return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(base.rglob("*"))

@@ -1,13 +1,12 @@
 """The driver's control server: TF nodes reserve, report and hand over files here.
 
-It replaces TensorFlowOnSpark's `reservation.Server` (which unpickles whatever reaches it, on
-every interface) with the authenticated JSON channel of `tfos_jobs.control_channel`, bound to
-the driver's cluster-facing address. What a message means is the handler's business (a training
-run's `cluster.driver.run_state.RunState`, a sweep's trials); the server only authenticates, decodes and
-answers. A message that fails authentication or decoding is dropped and its connection closed;
-the first such message from each address is logged with the address, every one is counted
-(`rejected`). A handler's own error (a file that cannot be published, say) is answered as an
-error the node raises, and the connection stays open.
+It replaces TensorFlowOnSpark's `reservation.Server` (which unpickles whatever reaches it, on every interface) with the
+authenticated JSON channel of `tfos_jobs.control_channel`, bound to the driver's cluster-facing address. What a message
+means is the handler's business (a training run's `cluster.driver.run_state.RunState`, a sweep's trials); the server
+only authenticates, decodes and answers. A message that fails authentication or decoding is dropped and its connection
+closed; the first such message from each address is logged with the address, every one is counted (`rejected`). A
+handler's own error (a file that cannot be published, say) is answered as an error the node raises, and the connection
+stays open.
 """
 from __future__ import annotations
 
@@ -239,9 +238,8 @@ def _listen(host: str, ports: list[int]) -> socket.socket:
 
 
 def control_address(conf: Any, configured: str) -> tuple[str, str]:
-    """(address the control server binds to, address the nodes connect to): the configured
-    one, else Spark's driver bind address, else the driver host Spark advertises. A wildcard
-    bind is advertised as the driver host."""
+    """(address the control server binds to, address the nodes connect to): the configured one, else Spark's driver bind
+    address, else the driver host Spark advertises. A wildcard bind is advertised as the driver host."""
     host = conf.get("spark.driver.host", None) or socket.gethostbyname(socket.gethostname())
     bind = configured or conf.get("spark.driver.bindAddress", None) or host
     return bind, host if bind in ("0.0.0.0", "::", "") else bind

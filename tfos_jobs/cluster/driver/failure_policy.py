@@ -10,15 +10,13 @@ RETRIABLE_MESSAGES = ("Could not start gRPC server", "ExecutorLostFailure", "was
 
 
 def retriable(tracebacks: list[str]) -> bool:
-    """Retry a lost executor (no node reported an error), a peer failure or a port taken at start;
-    not a code error."""
+    """Retry a lost executor (no node reported an error), a peer failure or a port taken at start; not a code error."""
     return all(any(name in text for name in RETRIABLE_ERRORS + RETRIABLE_MESSAGES) for text in tracebacks)
 
 
 def failure_message(errors: dict[str, tuple[str, str]], task_error: BaseException | None) -> str:
-    """`errors`: node name -> (error file, the traceback the node wrote there); `task_error`:
-    what Spark reported for the node job. Each failed node's last line comes first, with
-    where to read the rest."""
+    """`errors`: node name -> (error file, the traceback the node wrote there); `task_error`: what Spark reported for
+    the node job. Each failed node's last line comes first, with where to read the rest."""
     if errors:
         parts = []
         for node, (path, text) in errors.items():

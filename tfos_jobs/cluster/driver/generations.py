@@ -1,12 +1,11 @@
 """One node job across a run's attempts, under multi_worker_mirrored (`Launch.rejoins`).
 
-When an attempt fails (a node's executor lost, a peer gone, a hang), its node job is kept: the
-surviving tasks keep their Python workers and the inputs on their disks, kill their node's
-process and run the next attempt's in a new one; Spark runs the lost node's task again on
-another executor, and it joins the next attempt. Each attempt has its own run id and state;
-`Generations` is the control channel's handler for the whole job: it hands each message to the
-state of the attempt it names (control_channel.SENDER_RUN), refuses what an earlier attempt's
-processes still send, and answers the tasks' NEXT.
+When an attempt fails (a node's executor lost, a peer gone, a hang), its node job is kept: the surviving tasks keep
+their Python workers and the inputs on their disks, kill their node's process and run the next attempt's in a new one;
+Spark runs the lost node's task again on another executor, and it joins the next attempt. Each attempt has its own run
+id and state; `Generations` is the control channel's handler for the whole job: it hands each message to the state of
+the attempt it names (control_channel.SENDER_RUN), refuses what an earlier attempt's processes still send, and answers
+the tasks' NEXT.
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """The seam between a job and where its TF nodes run.
 
-A job (training, a sweep's trial of either kind) asks for attempts; a `Launcher` runs one attempt
-to its end, in this process (`cluster.driver.local`) or as TF nodes on the executors
-(`cluster.driver.node_job`), and raises `TrainingError` when it fails. `run_attempts` starts a
-new attempt while a failure is one a relaunch can fix; each resumes from the last checkpoint
-(`cluster.node.checkpoints`), and what that cost is kept as a `Recovery`. Under elastic training
-(`train.elastic`) an attempt may also end in a `Resize`: the next one runs with fewer or more
-workers, and that does not count as a failure.
+A job (training, a sweep's trial of either kind) asks for attempts; a `Launcher` runs one attempt to its end, in this
+process (`cluster.driver.local`) or as TF nodes on the executors (`cluster.driver.node_job`), and raises `TrainingError`
+when it fails. `run_attempts` starts a new attempt while a failure is one a relaunch can fix; each resumes from the last
+checkpoint (`cluster.node.checkpoints`), and what that cost is kept as a `Recovery`. Under elastic training
+(`train.elastic`) an attempt may also end in a `Resize`: the next one runs with fewer or more workers, and that does not
+count as a failure.
 """
 from __future__ import annotations
 
@@ -46,10 +45,9 @@ class Attempt:
 
 @dataclass
 class Watch:
-    """What the driver does while nodes run: print progress, end early on `stop`, count the
-    control messages refused (by peer address) and keep the relaunches' recoveries over every
-    attempt (each printed as its first step lands), and the steps trained before the first (a
-    rerun of an unfinished run)."""
+    """What the driver does while nodes run: print progress, end early on `stop`, count the control messages refused (by
+    peer address) and keep the relaunches' recoveries over every attempt (each printed as its first step lands), and the
+    steps trained before the first (a rerun of an unfinished run)."""
 
     log: Callable[[str], None]
     poll: Callable[[], None] = lambda: None

@@ -1,13 +1,11 @@
 """Which dataset files each TF node gets, and the DataFrame that hands them over.
 
-A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job
-reads its inputs through Spark: partition i of the node job holds node i's files, read by its
-own task with Hadoop's FileSystem (the package's `tfos-node-inputs` data source), from wherever
-the dataset lives, and put on the node's local disk (`cluster.node.inputs`): copied by the
-executor and moved into place (`train.node_inputs = "spool"`), or sent to the node's task in
-chunks (`"chunks"`). A file of any size reaches its node, and no process ever holds more than a
-few MiB of it.
-Each node gets what it reads:
+A cluster shares no disk and TensorFlow cannot open hdfs:// or s3a:// paths, so the node job reads its inputs through
+Spark: partition i of the node job holds node i's files, read by its own task with Hadoop's FileSystem (the package's
+`tfos-node-inputs` data source), from wherever the dataset lives, and put on the node's local disk
+(`cluster.node.inputs`): copied by the executor and moved into place (`train.node_inputs = "spool"`), or sent to the
+node's task in chunks (`"chunks"`). A file of any size reaches its node, and no process ever holds more than a few MiB
+of it. Each node gets what it reads:
 
   * multi-worker: `_meta/`, the eval split (every worker evaluates all of it) and its shard of
     the train split (`reader.shard_files`, the same rule the input pipeline applies);

@@ -16,10 +16,9 @@ TensorFlowOnSpark's node runtime forms the TF cluster there, through the run's c
   * the chief (or, on failure, the driver) ends the run, on which parameter servers and PS
     workers return, so no task outlives the run.
 
-The job is not a barrier stage: a barrier stage relaunches every task when one fails, where
-here Spark runs only the lost node's task again (it joins the next attempt, the others' tasks
-stay), and a parameter-server run goes on when a worker's executor is lost
-(`supervise.LostWorkers`); the nodes meet through the control channel instead (TFoS's
+The job is not a barrier stage: a barrier stage relaunches every task when one fails, where here Spark runs only the
+lost node's task again (it joins the next attempt, the others' tasks stay), and a parameter-server run goes on when a
+worker's executor is lost (`supervise.LostWorkers`); the nodes meet through the control channel instead (TFoS's
 reservations), which also says which nodes have started.
 """
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The control server of a run whose nodes cannot reach this process (a Spark Connect client):
-the nodes connect to a relay on the driver (`tfos.spark.cluster.Relay` in the package's jar),
-and this process takes their bytes and hands back its replies with driver calls
-(`driver_calls.RELAY_EXCHANGE`), a long poll each.
+"""The control server of a run whose nodes cannot reach this process (a Spark Connect client): the nodes connect to a
+relay on the driver (`tfos.spark.cluster.Relay` in the package's jar), and this process takes their bytes and hands back
+its replies with driver calls (`driver_calls.RELAY_EXCHANGE`), a long poll each.
 
 The relay admits a connection only with the run's relay token (`control_channel.relay_token`)
 and reads nothing past it: every message is authenticated and answered here, by the same

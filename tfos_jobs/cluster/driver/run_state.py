@@ -1,10 +1,9 @@
 """One training attempt as the driver knows it: everything its TF nodes reported over the
 control channel (`control_channel`), kept in memory.
 
-The control server's thread feeds it (`handle`); the supervisor (`cluster.driver.supervise`)
-reads it. No file is shared with the nodes: a cluster shares no disk. What a user may want to
-read while the run goes on (each node's record, a failed node's traceback) is also handed to
-`keep`, which the train job writes into the model directory.
+The control server's thread feeds it (`handle`); the supervisor (`cluster.driver.supervise`) reads it. No file is shared
+with the nodes: a cluster shares no disk. What a user may want to read while the run goes on (each node's record, a
+failed node's traceback) is also handed to `keep`, which the train job writes into the model directory.
 """
 from __future__ import annotations
 
@@ -244,9 +243,8 @@ class RunState:
             return self._result
 
     def mark_done(self, status: str) -> None:
-        """The driver ends the run: serving nodes hear `status`, training nodes are refused their
-        next report (a heartbeat at most a few seconds away) and stop, and nothing they report
-        after this counts."""
+        """The driver ends the run: serving nodes hear `status`, training nodes are refused their next report (a
+        heartbeat at most a few seconds away) and stop, and nothing they report after this counts."""
         with self._lock:
             if self._done is None:
                 self._done, self._stopped = status, True

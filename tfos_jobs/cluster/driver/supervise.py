@@ -173,12 +173,10 @@ class Growth:
 
 
 class LostWorkers:
-    """Parameter-server training goes on when a worker is lost: the chief's coordinator gives
-    the lost worker's steps to the others. A failed node task is a lost worker once its retry
-    has reported it lost (cluster.node.task); the retry may first wait for a free executor,
-    for up to `train.reservation_timeout` seconds, and takes the lost worker's place when it
-    can (on the host it ran on). Any other failure, or the loss of every worker, fails the
-    attempt."""
+    """Parameter-server training goes on when a worker is lost: the chief's coordinator gives the lost worker's steps to
+    the others. A failed node task is a lost worker once its retry has reported it lost (cluster.node.task); the retry
+    may first wait for a free executor, for up to `train.reservation_timeout` seconds, and takes the lost worker's place
+    when it can (on the host it ran on). Any other failure, or the loss of every worker, fails the attempt."""
 
     def __init__(self, train: TrainConfig, state: RunState, log: Callable[[str], None]):
         self.train, self.state, self.log = train, state, log
@@ -187,8 +185,7 @@ class LostWorkers:
         self.waiting_since: float | None = None
 
     def report(self) -> list[str]:
-        """Logs each newly lost worker once, and each one whose place a new task took; returns
-        all lost so far."""
+        """Logs each newly lost worker once, and each one whose place a new task took; returns all lost so far."""
         names, replaced = self.state.lost(), self.state.replaced()
         for name in names:
             if name not in self.reported:

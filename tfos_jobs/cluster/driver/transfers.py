@@ -1,10 +1,9 @@
 """Files a node hands to the driver for the run's storage, and resume state it asks for.
 
-A node writes on its own local disk; what must outlive it (the SavedModel, the resume state,
-TensorBoard logs) arrives here in chunks over the control channel, is staged on the driver's
-disk and published to the run's directory through `storage.Storage`: a REPLACE target whole or
-absent, a MERGE target file by file. Targets are names (control_channel.TARGETS) mapped to the
-run's directories here, so a node can name nothing outside them.
+A node writes on its own local disk; what must outlive it (the SavedModel, the resume state, TensorBoard logs) arrives
+here in chunks over the control channel, is staged on the driver's disk and published to the run's directory through
+`storage.Storage`: a REPLACE target whole or absent, a MERGE target file by file. Targets are names
+(control_channel.TARGETS) mapped to the run's directories here, so a node can name nothing outside them.
 """
 from __future__ import annotations
 

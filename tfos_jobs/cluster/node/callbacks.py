@@ -1,6 +1,5 @@
-"""The Keras callbacks of a TF node: what it reports to the driver while it trains (epochs, the
-first step, heartbeats) and what it publishes (resume state, TensorBoard logs). The resume
-state itself is in `cluster.node.checkpoints`."""
+"""The Keras callbacks of a TF node: what it reports to the driver while it trains (epochs, the first step, heartbeats)
+and what it publishes (resume state, TensorBoard logs). The resume state itself is in `cluster.node.checkpoints`."""
 from __future__ import annotations
 
 import os
@@ -16,11 +15,10 @@ from tfos_jobs.contracts.workspace import Workspace
 
 
 class Publisher:
-    """The chief's files the driver keeps in the model directory. The resume state is published
-    at every epoch's end, before the epoch is reported: a relaunch resumes after any epoch the
-    driver has shown. A step checkpoint (`cluster.node.checkpoints`) and the TensorBoard logs
-    (at the epoch's end) are copied and published from a thread of their own while training
-    goes on; when that falls behind, only the newest copy of each waits."""
+    """The chief's files the driver keeps in the model directory. The resume state is published at every epoch's end,
+    before the epoch is reported: a relaunch resumes after any epoch the driver has shown. A step checkpoint
+    (`cluster.node.checkpoints`) and the TensorBoard logs (at the epoch's end) are copied and published from a thread of
+    their own while training goes on; when that falls behind, only the newest copy of each waits."""
 
     def __init__(self, link: DriverLink, workspace: Workspace):
         self.link, self.workspace = link, workspace
@@ -114,9 +112,8 @@ def epoch_progress(link: DriverLink, epochs: int, steps: int, examples_per_step:
     """A callback with which the chief reports one line per finished epoch to the driver, which
     shows it at once and keeps it in `progress.jsonl`.
 
-    `examples_per_sec` counts the training steps' time only (epoch start to the start of
-    validation; an epoch resumed mid-way, its remaining steps); `eval_seconds` is the validation
-    that follows, `seconds` the whole epoch."""
+    `examples_per_sec` counts the training steps' time only (epoch start to the start of validation; an epoch resumed
+    mid-way, its remaining steps); `eval_seconds` is the validation that follows, `seconds` the whole epoch."""
     import tensorflow as tf
 
     class EpochProgress(tf.keras.callbacks.Callback):
@@ -166,10 +163,9 @@ def first_step(link: DriverLink, resumed_at: int, per_batch: bool = True):
 
 
 def heartbeat(link: DriverLink, steps: int, resumed_at: int, every: float = 0.5, per_batch: bool = True):
-    """Beats at most every `every` seconds while steps finish, with the steps done so far: the
-    driver declares the run hung when the beats stop (train.step_timeout), and knows how far a
-    failed attempt got. ParameterServerStrategy allows no batch-level callbacks, so there it
-    beats once per epoch."""
+    """Beats at most every `every` seconds while steps finish, with the steps done so far: the driver declares the run
+    hung when the beats stop (train.step_timeout), and knows how far a failed attempt got. ParameterServerStrategy
+    allows no batch-level callbacks, so there it beats once per epoch."""
     import tensorflow as tf
 
     class Heartbeat(tf.keras.callbacks.Callback):

@@ -19,9 +19,8 @@ from tfos_jobs.topology import Role
 # that shares no disk, the chief would find none of it. The chief does all file access instead.
 CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
 
-# Where Keras's training state keeps its checkpoints inside the backup directory (named after
-# the chief, who writes the ones kept), and the names of the counters it saves with the model
-# (tf_keras' WorkerTrainingState).
+# Where Keras's training state keeps its checkpoints inside the backup directory (named after the chief, who writes the
+# ones kept), and the names of the counters it saves with the model (tf_keras' WorkerTrainingState).
 _CHECKPOINTS = Role.CHIEF.value
 _EPOCH, _BATCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE", "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -68,11 +67,10 @@ def resume_position(backup_dir: str, steps_per_epoch: int, *, step_checkpoints: 
 
 def backup_and_restore(backup_dir: str, *, parameter_server: bool, every_calls: int = 0, steps_per_epoch: int = 0,
                        saved: Callable[[], None] | None = None):
-    """Keras BackupAndRestore. With `every_calls`, it also writes a checkpoint every that many
-    callback calls and calls `saved` after each one written mid-epoch (the chief publishes it);
-    the epoch-end checkpoint stays, so every epoch the driver shows can be resumed after.
-    Under ParameterServerStrategy (epoch checkpoints only) the chief reads and writes them
-    (`CHIEF_DEVICE`), on its own disk."""
+    """Keras BackupAndRestore. With `every_calls`, it also writes a checkpoint every that many callback calls and calls
+    `saved` after each one written mid-epoch (the chief publishes it); the epoch-end checkpoint stays, so every epoch
+    the driver shows can be resumed after. Under ParameterServerStrategy (epoch checkpoints only) the chief reads and
+    writes them (`CHIEF_DEVICE`), on its own disk."""
     import tensorflow as tf
 
     if parameter_server:

@@ -1,11 +1,10 @@
 """The executor's side of the control channel (`tfos_jobs.control_channel`): a TF node's or a
 sweep trial's only line to the driver.
 
-`ControlClient` speaks the channel; `DriverLink` is what node code calls (report progress,
-publish a directory, fetch the resume state, ...). While TensorFlowOnSpark's node runtime
-(`TFSparkNode.run`) reserves the node's place, `authenticated(secret)` puts the client in place
-of its pickle-speaking `reservation.Client`; the reservation it sends keeps only what cluster
-specs are built from: the node manager's authkey and address never leave the node.
+`ControlClient` speaks the channel; `DriverLink` is what node code calls (report progress, publish a directory, fetch
+the resume state, ...). While TensorFlowOnSpark's node runtime (`TFSparkNode.run`) reserves the node's place,
+`authenticated(secret)` puts the client in place of its pickle-speaking `reservation.Client`; the reservation it sends
+keeps only what cluster specs are built from: the node manager's authkey and address never leave the node.
 """
 from __future__ import annotations
 
@@ -25,11 +24,10 @@ POLL_SECONDS = 0.2
 
 
 class ControlClient:
-    """One authenticated connection to the driver's control server, opened again once when
-    the server closed it (it closes connections idle for a while). `relayed`: the address is
-    the driver's relay to a Spark Connect client's server (`control_channel.RELAY`). `run`: the
-    attempt every message speaks for (control_channel.SENDER_RUN; "" for none: a node's task
-    between attempts)."""
+    """One authenticated connection to the driver's control server, opened again once when the server closed it (it
+    closes connections idle for a while). `relayed`: the address is the driver's relay to a Spark Connect client's
+    server (`control_channel.RELAY`). `run`: the attempt every message speaks for (control_channel.SENDER_RUN; "" for
+    none: a node's task between attempts)."""
 
     def __init__(self, server_addr: Any, secret: bytes, *, relayed: bool = False, run: str = ""):
         host, port = server_addr

@@ -1,19 +1,17 @@
 """Gradients summed over direct connections between a run's workers (`train.gradient_exchange =
 "mesh"`, what "auto" picks wherever an all-gather would pay).
 
-A TensorFlow collective over gRPC costs about 0.7 ms on loopback whatever its size up to ~100 KB:
-a two-worker step of the demo model (3.4-4.0 ms) spent a fifth of its time in its one
-all-gather. The same pack sent over a TCP connection and added up in numpy costs ~0.2 ms
-(docs/tuning.md, item 17). So each worker keeps one connection to every other worker, sends its
-packed float32 gradients to all of them at once, receives theirs, and adds the n packs in rank
-order: every worker computes the same sums bit for bit and the mirrored variables stay equal.
+A TensorFlow collective over gRPC costs about 0.7 ms on loopback whatever its size up to ~100 KB: a two-worker step of
+the demo model (3.4-4.0 ms) spent a fifth of its time in its one all-gather. The same pack sent over a TCP connection
+and added up in numpy costs ~0.2 ms (docs/tuning.md, item 17). So each worker keeps one connection to every other
+worker, sends its packed float32 gradients to all of them at once, receives theirs, and adds the n packs in rank order:
+every worker computes the same sums bit for bit and the mirrored variables stay equal.
 
-Set-up, once per attempt: every worker listens on a port of its own, the ports are all-gathered
-once through the strategy, and each worker connects to every worker of a lower rank. A
-connection counts only once both ends proved they hold the run's secret (a challenge-response
-of HMAC-SHA256 over both ends' nonces and ranks); anything else that connects is closed, and the
-listener waits on for its peers, then closes. After that, nothing is ever decoded but float32
-values of the length both ends know.
+Set-up, once per attempt: every worker listens on a port of its own, the ports are all-gathered once through the
+strategy, and each worker connects to every worker of a lower rank. A connection counts only once both ends proved they
+hold the run's secret (a challenge-response of HMAC-SHA256 over both ends' nonces and ranks); anything else that
+connects is closed, and the listener waits on for its peers, then closes. After that, nothing is ever decoded but
+float32 values of the length both ends know.
 
 A peer that goes away ends the step with TensorFlow's UnavailableError (a lost peer, which a
 relaunch fixes), a peer that stops sending with DeadlineExceededError; both name the peer.
@@ -132,9 +130,8 @@ class Mesh:
 
 
 def listen(ports: Sequence[int] = ()) -> socket.socket:
-    """This worker's mesh port, listening before the ports are gathered, so that every peer that
-    learns it can connect: one of `ports` (the node's share of train.tf_ports, which its TF
-    server took one of already), or any free port."""
+    """This worker's mesh port, listening before the ports are gathered, so that every peer that learns it can connect:
+    one of `ports` (the node's share of train.tf_ports, which its TF server took one of already), or any free port."""
     import random
 
     for port in random.SystemRandom().sample(list(ports), len(ports)) if ports else [0]:

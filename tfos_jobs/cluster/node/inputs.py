@@ -1,12 +1,10 @@
-"""A node's input files, as Spark hands them to its task (rows of the `tfos-node-inputs` data
-source, `cluster.driver.node_inputs`), put on the node's local disk under the names the driver
-gave them.
+"""A node's input files, as Spark hands them to its task (rows of the `tfos-node-inputs` data source,
+`cluster.driver.node_inputs`), put on the node's local disk under the names the driver gave them.
 
-Spark reads them from wherever the dataset lives (any filesystem its Hadoop configuration
-reaches) on the node's own executor, and either copies each file to the executor's local disk
-(a row names the copy, which is moved into place: `train.node_inputs = "spool"`) or sends it in
-chunks of a few MiB that are written here (`"chunks"`). Neither the executor nor this process
-ever holds a whole file; TensorFlow then reads local files, held in memory when the node's
+Spark reads them from wherever the dataset lives (any filesystem its Hadoop configuration reaches) on the node's own
+executor, and either copies each file to the executor's local disk (a row names the copy, which is moved into place:
+`train.node_inputs = "spool"`) or sends it in chunks of a few MiB that are written here (`"chunks"`). Neither the
+executor nor this process ever holds a whole file; TensorFlow then reads local files, held in memory when the node's
 share fits (train.in_memory_mb) and streamed from disk when it does not.
 """
 from __future__ import annotations
@@ -77,10 +75,9 @@ class _File:
 
 
 def receive(batches: Iterable[Any], wanted: dict[str, str], root: str) -> tuple[int, int]:
-    """Put the files of the rows in `batches` (Arrow record batches: chunks, or the executor's
-    copies) whose paths are in `wanted` (key -> path under `root`) in place; returns (files,
-    bytes) received. A file already there with the same size (another node of this host placed
-    it) is kept; each file appears whole."""
+    """Put the files of the rows in `batches` (Arrow record batches: chunks, or the executor's copies) whose paths are
+    in `wanted` (key -> path under `root`) in place; returns (files, bytes) received. A file already there with the same
+    size (another node of this host placed it) is kept; each file appears whole."""
     written: set[str] = set()
     current: _File | None = None
     received = 0

@@ -15,9 +15,8 @@ TIMEOUT = "timeout"
 
 
 def wait_until_done(link: DriverLink, max_seconds: float) -> str:
-    """Block a serving-only node until the driver says the run ended (its status), or
-    TIMEOUT: a node never outlives `max_seconds`. A driver that went away ends the wait
-    with the control channel's error."""
+    """Block a serving-only node until the driver says the run ended (its status), or TIMEOUT: a node never outlives
+    `max_seconds`. A driver that went away ends the wait with the control channel's error."""
     deadline = time.monotonic() + max_seconds
     while time.monotonic() < deadline:
         status = link.status()
@@ -31,11 +30,10 @@ def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace | No
     """A detached process that kills `targets` and clears `workspace` if `watched_pid` dies first;
     it exits once the targets are gone and the workspace has been left.
 
-    When Spark cancels a task it SIGKILLs the Python worker: the helper processes it forked
-    (TFoS's manager server) would be orphaned and its files left on the executor's disk; the
-    reaper ends and removes them instead. The task's reaper clears the workspace; a node
-    process's reaper only ends its helpers (the task may run another node process in the same
-    workspace after it)."""
+    When Spark cancels a task it SIGKILLs the Python worker: the helper processes it forked (TFoS's manager server)
+    would be orphaned and its files left on the executor's disk; the reaper ends and removes them instead. The task's
+    reaper clears the workspace; a node process's reaper only ends its helpers (the task may run another node process in
+    the same workspace after it)."""
     subprocess.Popen(
         [sys.executable, "-m", "tfos_jobs.cluster.node.reaper", str(watched_pid),
          workspace.root if workspace else "", workspace.node if workspace else "", *map(str, targets)],

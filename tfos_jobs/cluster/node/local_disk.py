@@ -1,9 +1,8 @@
 """A full local disk under a node's workspace, told as what to change rather than as an errno.
 
-A node keeps its dataset shard, its resume state and its export on its executor's disk
-(`contracts.workspace`); when that disk fills, the error surfaces anywhere (Python's file calls,
-TensorFlow's checkpoint writer) and on whichever host the node happened to run. The user needs
-the host, the directory and the setting that moves it.
+A node keeps its dataset shard, its resume state and its export on its executor's disk (`contracts.workspace`); when
+that disk fills, the error surfaces anywhere (Python's file calls, TensorFlow's checkpoint writer) and on whichever host
+the node happened to run. The user needs the host, the directory and the setting that moves it.
 """
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """A TF node, in its own process on an executor (`cluster.node.process`).
 
-Under a TF strategy, TensorFlowOnSpark's node runtime (`TFSparkNode.run`) reserves the node's
-place through the control channel, sets TF_CONFIG from the cluster it learns, and calls
-`main_fun(args, ctx)`, which takes the node's role from `topology.assign_role`; under `local`
-the node trains alone (`train_alone`: a sweep's single-process trial). Either way it reports to
-the driver over the control channel only (`cluster.node.control_client.DriverLink`), and
-trains from the files its task wrote to the workspace.
+Under a TF strategy, TensorFlowOnSpark's node runtime (`TFSparkNode.run`) reserves the node's place through the control
+channel, sets TF_CONFIG from the cluster it learns, and calls `main_fun(args, ctx)`, which takes the node's role from
+`topology.assign_role`; under `local` the node trains alone (`train_alone`: a sweep's single-process trial). Either way
+it reports to the driver over the control channel only (`cluster.node.control_client.DriverLink`), and trains from the
+files its task wrote to the workspace.
 """
 from __future__ import annotations
 
@@ -144,10 +143,9 @@ def train_alone(launch: Launch, node: Node) -> None:
 
 
 def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
-    """A lost parameter-server worker's place, taken by its task's retry: the same task of the
-    same TF cluster at the same address (`place`, as the lost worker reported it), where the
-    chief's coordinator finds it again and rebuilds its dataset. No reservation: the cluster
-    formed long ago."""
+    """A lost parameter-server worker's place, taken by its task's retry: the same task of the same TF cluster at the
+    same address (`place`, as the lost worker reported it), where the chief's coordinator finds it again and rebuilds
+    its dataset. No reservation: the cluster formed long ago."""
     tensorflow(devices=False)
     from tfos_jobs.cluster.node.training import configure_threads
 
@@ -165,10 +163,9 @@ def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
 
 
 def port_share(ports: list[int], node: int, nodes: int) -> list[int]:
-    """The ports node `node` of `nodes` may take: every `nodes`-th port from its own offset.
-    A free port is only free until TF binds it, moments later; two nodes on one host that
-    drew from the same ports could both find one free and the second TF server would fail
-    to start. Disjoint shares make that impossible within a run."""
+    """The ports node `node` of `nodes` may take: every `nodes`-th port from its own offset. A free port is only free
+    until TF binds it, moments later; two nodes on one host that drew from the same ports could both find one free and
+    the second TF server would fail to start. Disjoint shares make that impossible within a run."""
     return ports[node::nodes]
 
 

@@ -1,8 +1,7 @@
-"""A TF node's own process, started by its Spark task (`cluster.node.task`) on the executor:
-`python -m tfos_jobs.cluster.node.process`, with what it needs as JSON on its standard input
-(the launch, its partition, the run's secret, its workspace's node directory, and its task's
-context: `TaskContext.get()` answers in this process as in the task). The task starts it before the node's inputs arrive, and writes
-the spec once they are all on disk.
+"""A TF node's own process, started by its Spark task (`cluster.node.task`) on the executor: `python -m
+tfos_jobs.cluster.node.process`, with what it needs as JSON on its standard input (the launch, its partition, the run's
+secret, its workspace's node directory, and its task's context: `TaskContext.get()` answers in this process as in the
+task). The task starts it before the node's inputs arrive, and writes the spec once they are all on disk.
 
 It connects to the control server (directly, or through the driver's relay), fetches the resume
 state, and runs the node: under a TF strategy, TensorFlowOnSpark's node runtime reserves its place

@@ -1,6 +1,5 @@
-"""Where a training step's time goes, measured on the TF nodes right after training
-(`train.profile_steps > 0`; `tfos bench` sets it). Figures in milliseconds per step, where a
-step is one batch on one worker:
+"""Where a training step's time goes, measured on the TF nodes right after training (`train.profile_steps > 0`; `tfos
+bench` sets it). Figures in milliseconds per step, where a step is one batch on one worker:
 
   input     pulling one batch from this node's input pipeline alone; it overlaps the step
             through prefetching, so it bounds the step from below only when it is the largest

@@ -12,9 +12,8 @@ from tfos_jobs.topology import ALL_REDUCE, Strategy, choose_exchange
 
 
 def make_strategy(name: str, num_workers: int = 1):
-    """A one-worker cluster has nothing to all-reduce with: it trains as one process does,
-    without MultiWorkerMirrored's per-step collectives. A TF cluster's strategy starts once the
-    peers it connects to listen (`peers`)."""
+    """A one-worker cluster has nothing to all-reduce with: it trains as one process does, without MultiWorkerMirrored's
+    per-step collectives. A TF cluster's strategy starts once the peers it connects to listen (`peers`)."""
     import tensorflow as tf
 
     if name == Strategy.MULTI_WORKER_MIRRORED and num_workers > 1:
@@ -33,9 +32,8 @@ def make_strategy(name: str, num_workers: int = 1):
 
 
 def gradient_exchange_for(args: NodeArgs, num_workers: int, variables: list) -> str:
-    """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where
-    nothing crosses workers by all-reduce (one worker, parameter servers), which leaves the
-    optimizer's own aggregation in place."""
+    """How this run sums gradients across workers (`model.exchange`); ALL_REDUCE where nothing crosses workers by
+    all-reduce (one worker, parameter servers), which leaves the optimizer's own aggregation in place."""
     if args.train.strategy != Strategy.MULTI_WORKER_MIRRORED or num_workers < 2:
         return ALL_REDUCE
     gradient_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)

@@ -1,24 +1,21 @@
 """A TF node's Spark task (executor side): the function `mapInArrow` runs over the node's
 input chunks (`cluster.driver.node_inputs`), one task per node.
 
-The task writes the node's files to its local workspace as they stream in, then starts the
-node itself as a child process (`cluster.node.process`) and waits for it. The node runs in a
-process of its own because one that hosted a TF node cannot host another (its collective ops
-and TF server are configured once per process), while Spark keeps and reuses its Python workers
-in classic sessions and Connect sessions alike; its memory goes back to the executor when it
-ends. The child dies with the task (the kernel kills it when the task's process dies), and the
-workspace is removed when the task ends or is killed (`lifecycle.start_reaper`).
+The task writes the node's files to its local workspace as they stream in, then starts the node itself as a child
+process (`cluster.node.process`) and waits for it. The node runs in a process of its own because one that hosted a TF
+node cannot host another (its collective ops and TF server are configured once per process), while Spark keeps and
+reuses its Python workers in classic sessions and Connect sessions alike; its memory goes back to the executor when it
+ends. The child dies with the task (the kernel kills it when the task's process dies), and the workspace is removed when
+the task ends or is killed (`lifecycle.start_reaper`).
 
-A TF node's task runs again only when its executor was lost. Under multi_worker_mirrored
-(`Launch.rejoins`) the task is the node's agent for the whole node job: when an attempt fails
-(the driver says so when asked, `control_channel.STATUS`), it kills its node's process and runs
-the next attempt's in a new one, from the inputs already on its disk; the task Spark runs again
-for a lost node receives its inputs anew and joins the next attempt (`control_channel.NEXT`).
-Otherwise a TF cluster cannot take a node at a new address: the retry of a parameter-server
-worker reports the worker lost (the chief goes on with the other workers) and, when it runs on
-the host the worker ran on, takes the worker's place at its address (`_retried`); any other
-retry fails the attempt. A lone node (the `local` strategy) is simply run again: it resumes from
-its last published backup.
+A TF node's task runs again only when its executor was lost. Under multi_worker_mirrored (`Launch.rejoins`) the task is
+the node's agent for the whole node job: when an attempt fails (the driver says so when asked,
+`control_channel.STATUS`), it kills its node's process and runs the next attempt's in a new one, from the inputs already
+on its disk; the task Spark runs again for a lost node receives its inputs anew and joins the next attempt
+(`control_channel.NEXT`). Otherwise a TF cluster cannot take a node at a new address: the retry of a parameter-server
+worker reports the worker lost (the chief goes on with the other workers) and, when it runs on the host the worker ran
+on, takes the worker's place at its address (`_retried`); any other retry fails the attempt. A lone node (the `local`
+strategy) is simply run again: it resumes from its last published backup.
 """
 from __future__ import annotations
 
@@ -161,11 +158,10 @@ def _fresh_process(workspace: Workspace) -> _NodeProcess:
 
 
 def _retried(launch: Launch, secret: bytes, name: str) -> tuple[int, dict[str, Any] | None]:
-    """A node's task run again (its executor was lost): a parameter-server worker reports itself
-    lost, and the chief goes on without it; the retry then takes its place when it can (the
-    lost worker's place in the TF cluster, returned: the chief's coordinator re-admits a worker
-    only at its own address, free again on this host when the worker ran here). Any other node
-    fails the attempt."""
+    """A node's task run again (its executor was lost): a parameter-server worker reports itself lost, and the chief
+    goes on without it; the retry then takes its place when it can (the lost worker's place in the TF cluster, returned:
+    the chief's coordinator re-admits a worker only at its own address, free again on this host when the worker ran
+    here). Any other node fails the attempt."""
     with contextlib.closing(ControlClient(launch.server, secret, relayed=launch.relayed, run=launch.run_id)) as client:
         link = DriverLink(client, {cc.SENDER_NODE: name})
         if launch.strategy == Strategy.PARAMETER_SERVER and name.startswith(Role.WORKER.value):

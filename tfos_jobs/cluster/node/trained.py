@@ -1,6 +1,5 @@
-"""The trained model, judged on the chief before it reports (`cluster.node.training`): the epoch
-whose weights it holds, a split's metrics, its outputs on a few eval rows, and a sensor
-model's anomaly threshold."""
+"""The trained model, judged on the chief before it reports (`cluster.node.training`): the epoch whose weights it holds,
+a split's metrics, its outputs on a few eval rows, and a sensor model's anomaly threshold."""
 from __future__ import annotations
 
 from tfos_jobs.contracts.metrics import Anomaly, SamplePredictions

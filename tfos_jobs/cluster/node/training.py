@@ -33,19 +33,17 @@ from tfos_jobs.topology import MESH, Role, Strategy, examples_per_step
 def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
     """Steps per epoch: as configured, else one pass over the train split.
 
-    A multi-worker step consumes one batch on every worker; a parameter-server step one
-    batch on one worker."""
+    A multi-worker step consumes one batch on every worker; a parameter-server step one batch on one worker."""
     if args.train.steps_per_epoch:
         return int(args.train.steps_per_epoch)
     return max(1, records // examples_per_step(args.train.strategy, args.train.batch_size, num_workers))
 
 
 def configure_threads(threads: int) -> int:
-    """Size TensorFlow's compute (intra-op) pool to `threads`, or to the Spark task's CPUs when
-    0: TensorFlow would otherwise size it to the whole machine, and on a shared host every node
-    oversubscribes the cores. Inter-op threads stay TensorFlow's: parameter servers and
-    workers block on some of them while they wait for peers. Returns the size set (0: the
-    pool was already running, or there is no task to read the CPUs of)."""
+    """Size TensorFlow's compute (intra-op) pool to `threads`, or to the Spark task's CPUs when 0: TensorFlow would
+    otherwise size it to the whole machine, and on a shared host every node oversubscribes the cores. Inter-op threads
+    stay TensorFlow's: parameter servers and workers block on some of them while they wait for peers. Returns the size
+    set (0: the pool was already running, or there is no task to read the CPUs of)."""
     import tensorflow as tf
 
     if threads <= 0:
@@ -66,11 +64,10 @@ def configure_threads(threads: int) -> int:
 def temp_files_in(directory: str) -> Iterator[None]:
     """The process's temporary files in `directory` while an executor's node or trial trains.
 
-    TensorFlow's autograph writes a source file for every function it converts (Keras's train
-    and test steps, the layers' calls, the serving signatures) and deletes it only when the
-    interpreter exits normally, which a Spark Python worker never does: in the executor's
-    /tmp they piled up, about twenty per node and run. In the workspace they go when the node
-    leaves it, or with the reaper when the task is killed."""
+    TensorFlow's autograph writes a source file for every function it converts (Keras's train and test steps, the
+    layers' calls, the serving signatures) and deletes it only when the interpreter exits normally, which a Spark Python
+    worker never does: in the executor's /tmp they piled up, about twenty per node and run. In the workspace they go
+    when the node leaves it, or with the reaper when the task is killed."""
     os.makedirs(directory, exist_ok=True)
     previous = tempfile.tempdir
     tempfile.tempdir = directory
@@ -92,9 +89,8 @@ def model_fn_of(args: NodeArgs):
 
 
 def pruning(link: DriverLink):
-    """A Keras callback that, after each epoch, sends the epoch and its metrics to the driver,
-    where a sweep's study and pruner live, and stops a lone node, without exporting, when the
-    driver says so (`skip_export`)."""
+    """A Keras callback that, after each epoch, sends the epoch and its metrics to the driver, where a sweep's study and
+    pruner live, and stops a lone node, without exporting, when the driver says so (`skip_export`)."""
     import tensorflow as tf
 
     class Pruning(tf.keras.callbacks.Callback):
@@ -240,9 +236,8 @@ def build_model(node: NodeTraining) -> BuiltModel:
 
 
 def input_pipelines(node: NodeTraining, skip: int = 0) -> Inputs:
-    """This worker's shard of the train split, from its `skip`th batch (what a resumed run
-    trained already), and the whole eval split: every worker evaluates all of it, so the
-    metrics stay exact whatever the sharding."""
+    """This worker's shard of the train split, from its `skip`th batch (what a resumed run trained already), and the
+    whole eval split: every worker evaluates all of it, so the metrics stay exact whatever the sharding."""
     import tensorflow as tf
 
     train, meta = node.args.train, node.meta

@@ -1,10 +1,9 @@
 """`tfos sources`: read every configured source as prepare would, and say how it was read.
 
-Per source: its columns, rows, the tasks that read it, the files read (for files and catalog
-tables, after partition pruning) and the filters Spark pushed to the data source or used to
-prune partitions. A source that cannot be read is reported with the same error prepare would
-give, and the others are still checked. Then the joined row sources are checked against the
-feature spec.
+Per source: its columns, rows, the tasks that read it, the files read (for files and catalog tables, after partition
+pruning) and the filters Spark pushed to the data source or used to prune partitions. A source that cannot be read is
+reported with the same error prepare would give, and the others are still checked. Then the joined row sources are
+checked against the feature spec.
 """
 from __future__ import annotations
 

@@ -93,8 +93,7 @@ def run(spark: SparkSession, config: Config, fs: Storage, out: str, started: flo
 
 
 def _with_split(windows: DataFrame, split: SplitConfig, key: str, eval_below: int | None = None) -> DataFrame:
-    """Each window's split; a usable window in none (it spans a time split's instant) is
-    dropped, with its reason."""
+    """Each window's split; a usable window in none (it spans a time split's instant) is dropped, with its reason."""
     chosen = windows.withColumn(columns.SPLIT, split_mod.assign(split, key, eval_below))
     spans = F.col(columns.SPLIT).isNull() & F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
     return chosen.withColumn(columns.DROP_REASON, F.when(spans, F.lit(split_mod.BOUNDARY))

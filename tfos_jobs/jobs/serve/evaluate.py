@@ -1,23 +1,19 @@
 """`tfos evaluate`: an autoencoder's window scores against known anomaly intervals, beside the
 plain scores a data scientist would try first, on exactly the same windows.
 
-The windows judged are the scored ones the model did not train on: every window of the scores
-(`tfos predict`'s output) except those of the train split its dataset was prepared with (the
-split is drawn again from the manifest the model carries; a window spanning a time split's
-instant is left out too). Scoring the dataset's own source, that is the eval (and test)
-windows; scoring a later period (the field's protocol: fit on one period, score the next), it is
-all of them. A window is anomalous when it overlaps an interval of the truth table (asset,
-start, end inclusive).
+The windows judged are the scored ones the model did not train on: every window of the scores (`tfos predict`'s output)
+except those of the train split its dataset was prepared with (the split is drawn again from the manifest the model
+carries; a window spanning a time split's instant is left out too). Scoring the dataset's own source, that is the eval
+(and test) windows; scoring a later period (the field's protocol: fit on one period, score the next), it is all of them.
+A window is anomalous when it overlaps an interval of the truth table (asset, start, end inclusive).
 
-The figures the field reports, for the fleet and per asset: ROC AUC and AUPRC of the
-reconstruction error and of each baseline (`data.baselines`, fitted on the train windows and
-computed from the same raw rows, cut by the same code); at the model's threshold (`is_anomaly`)
-window precision and recall, event recall (incidents with a flagged window) and event precision
-(runs of flagged windows that meet an incident), and the point-adjusted F1 beside a random
-score's at the same number flagged (it flatters any score; Kim et al., AAAI 2022). A figure the
-windows do not define is reported as such with the reason. All of it goes into the model's
-`metrics.json` (`evaluation`), and a PNG shows, for a few assets with incidents, a sensor and
-the error over the judged period on one time axis, the incidents shaded.
+The figures the field reports, for the fleet and per asset: ROC AUC and AUPRC of the reconstruction error and of each
+baseline (`data.baselines`, fitted on the train windows and computed from the same raw rows, cut by the same code); at
+the model's threshold (`is_anomaly`) window precision and recall, event recall (incidents with a flagged window) and
+event precision (runs of flagged windows that meet an incident), and the point-adjusted F1 beside a random score's at
+the same number flagged (it flatters any score; Kim et al., AAAI 2022). A figure the windows do not define is reported
+as such with the reason. All of it goes into the model's `metrics.json` (`evaluation`), and a PNG shows, for a few
+assets with incidents, a sensor and the error over the judged period on one time axis, the incidents shaded.
 """
 from __future__ import annotations
 

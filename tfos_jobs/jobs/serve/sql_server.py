@@ -2,12 +2,11 @@
 ODBC drivers, DBeaver, Superset, PyHive) over HiveServer2's protocol, with the prediction
 functions registered and the sources as views, as `tfos sql` has them.
 
-One Spark session serves every connection (`spark.sql.hive.thriftServer.singleSession`): the
-functions and views registered here are what each client sees, and every query runs as this
-process's user, whatever user name a client logs in with. SIGHUP re-reads the config and
-re-registers each function whose model changed (a new export, an alias moved to another
-version); queries already running finish on the model they started with. SIGTERM and Ctrl-C
-stop the server, then Spark.
+One Spark session serves every connection (`spark.sql.hive.thriftServer.singleSession`): the functions and views
+registered here are what each client sees, and every query runs as this process's user, whatever user name a client logs
+in with. SIGHUP re-reads the config and re-registers each function whose model changed (a new export, an alias moved to
+another version); queries already running finish on the model they started with. SIGTERM and Ctrl-C stop the server,
+then Spark.
 """
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """One micro-batch of `tfos stream` (Spark's `foreachBatch`, on the driver): score its rows with
 the model's current version, write them and the quarantined events, print the alerts.
 
-Exactly once to the files: a micro-batch's rows are written to a staging directory, counted,
-sent to the output topic (when there is one), then moved into place as the micro-batch's own
-directory (`contracts.stream.batch_dir`); a micro-batch that Spark runs again after a restart
-finds its directory and writes nothing twice. At least once to Kafka: a micro-batch stopped
-between sending and moving is sent again, with the same keys (`contracts.stream.KEY_SEPARATOR`).
+Exactly once to the files: a micro-batch's rows are written to a staging directory, counted, sent to the output topic
+(when there is one), then moved into place as the micro-batch's own directory (`contracts.stream.batch_dir`); a
+micro-batch that Spark runs again after a restart finds its directory and writes nothing twice. At least once to Kafka:
+a micro-batch stopped between sending and moving is sent again, with the same keys (`contracts.stream.KEY_SEPARATOR`).
 
 The model is looked up before each micro-batch that has rows to score (`ModelSlot`): a new
 export in its directory, or an alias moved to another version, is registered and used from that
@@ -177,9 +176,8 @@ class Batches:
 
     def _write(self, df: DataFrame, batch: int, report: BatchReport, scores_done: bool, quarantine_done: bool,
                counts: dict[str, int] | None) -> None:
-        """Score, send and commit the micro-batch's rows, then its quarantine. Without `counts`
-        (rows), they are counted while the scored rows are written: one pass over the
-        micro-batch, read again only for a quarantine."""
+        """Score, send and commit the micro-batch's rows, then its quarantine. Without `counts` (rows), they are counted
+        while the scored rows are written: one pass over the micro-batch, read again only for a quarantine."""
         reason = why_not_scored(df)
         counted = Observation()
         source, df = df, df if counts is not None else df.observe(counted, *self._count_columns(df))

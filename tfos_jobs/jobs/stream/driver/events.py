@@ -1,11 +1,10 @@
 """Events from Kafka: the topic read as a stream, each record's value parsed as a JSON object
 with the columns the events hold, and those that cannot be scored marked with the reason.
 
-An event's columns are typed by `stream.schema` (DDL) or, without it, as the spec reads them:
-sensor readings as key, time and sensors; rows as the columns of `prepare.main`, since events
-are the rows that table would get. A value that is not a JSON object, or holds a value of the
-wrong type, is `malformed`; one without the key (or, for readings, without the time) is
-`missing_key` (`missing_time`). Nothing is filtered here: the reason travels with the event.
+An event's columns are typed by `stream.schema` (DDL) or, without it, as the spec reads them: sensor readings as key,
+time and sensors; rows as the columns of `prepare.main`, since events are the rows that table would get. A value that is
+not a JSON object, or holds a value of the wrong type, is `malformed`; one without the key (or, for readings, without
+the time) is `missing_key` (`missing_time`). Nothing is filtered here: the reason travels with the event.
 """
 from __future__ import annotations
 
@@ -23,11 +22,10 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 
 Reason = contract.Reason
-# Larger fetches than the Kafka client's (1 MB a partition): a micro-batch of 50,000 census rows
-# was read 2.6 times faster with these. A shorter wait at the end of a partition than its 500 ms:
-# a task reading up to the newest offset waited out the fetch its consumer had already sent
-# there, half a second per partition, in every micro-batch that reaches the end of the topic
-# (that is, every one once the backlog is drained). `stream.kafka` overrides them.
+# Larger fetches than the Kafka client's (1 MB a partition): a micro-batch of 50,000 census rows was read 2.6 times
+# faster with these. A shorter wait at the end of a partition than its 500 ms: a task reading up to the newest offset
+# waited out the fetch its consumer had already sent there, half a second per partition, in every micro-batch that
+# reaches the end of the topic (that is, every one once the backlog is drained). `stream.kafka` overrides them.
 FETCH = {"max.partition.fetch.bytes": str(16 << 20), "fetch.max.bytes": str(64 << 20), "fetch.max.wait.ms": "10"}
 
 

@@ -1,6 +1,5 @@
-"""`tfos stream` (driver side): the streaming query from the Kafka topic to the sinks, run
-until stopped (SIGINT, SIGTERM), until it fails, or, with `stream.stop_when_idle_seconds`,
-once no event has arrived for that long.
+"""`tfos stream` (driver side): the streaming query from the Kafka topic to the sinks, run until stopped (SIGINT,
+SIGTERM), until it fails, or, with `stream.stop_when_idle_seconds`, once no event has arrived for that long.
 
 Each micro-batch that read events or wrote rows gives one line on the console and one JSON
 object in `stream.progress_log` (`contracts.stream` names its fields): events in and their
@@ -82,10 +81,9 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
 class Liveness:
     """What the watch knows of the query, and when it stops (times: `time.monotonic()`).
 
-    Idle means alive and idle: no event for `idle_seconds` (0: never) while the query went on
-    reporting, between micro-batches, that it found nothing new. A query that claims to run but
-    reports nothing between micro-batches for `stall_seconds` has lost its thread: stalled, an
-    error, never an idle stop."""
+    Idle means alive and idle: no event for `idle_seconds` (0: never) while the query went on reporting, between
+    micro-batches, that it found nothing new. A query that claims to run but reports nothing between micro-batches for
+    `stall_seconds` has lost its thread: stalled, an error, never an idle stop."""
 
     idle_seconds: float
     stall_seconds: float
@@ -211,9 +209,8 @@ def failure_line(e: BaseException) -> str:
 
 
 def progress_line(progress: StreamingQueryProgress, report: BatchReport) -> dict[str, Any]:
-    """One micro-batch: Spark's progress (rates, duration, state, watermark) and what it wrote.
-    The aggregate rates are read as properties: a Connect client's progress leaves them out of
-    its fields and sums its sources' instead."""
+    """One micro-batch: Spark's progress (rates, duration, state, watermark) and what it wrote. The aggregate rates are
+    read as properties: a Connect client's progress leaves them out of its fields and sums its sources' instead."""
     state = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators", []))
     return {
         contract.BATCH: report.batch,

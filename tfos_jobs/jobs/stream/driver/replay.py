@@ -1,10 +1,9 @@
 """`tfos replay`: a table's rows sent to a Kafka topic as JSON events, at a fixed rate: a
 stream to try `tfos stream` on, or to measure it with, from data at rest.
 
-Rows are formatted by Spark (`to_json`: times as ISO 8601 with their zone, as the stream parses
-them) and come to the driver a partition at a time. Sensor readings go in time order, keyed by
-asset; `disorder` displaces each event by up to that many places, the way events from many
-machines arrive out of order (within the watermark, if it is small enough).
+Rows are formatted by Spark (`to_json`: times as ISO 8601 with their zone, as the stream parses them) and come to the
+driver a partition at a time. Sensor readings go in time order, keyed by asset; `disorder` displaces each event by up to
+that many places, the way events from many machines arrive out of order (within the watermark, if it is small enough).
 """
 from __future__ import annotations
 

@@ -2,12 +2,11 @@
 windows batch preparation would cut from the same readings (`data.windows.cut`, with the grid
 origin and the windows already emitted fixed in the state).
 
-A window is emitted once it can no longer change: a reading at or after its last step has
-arrived (so a trailing run of missing steps is known), and the watermark has passed its last
-step (so no reading inside it is still on its way). The state keeps what the next windows need:
-the readings from the next window's start, and the `fill_limit + 1` before it that carry values
-and gaps into it. A reading for a window already emitted is `late`; a second reading of the same
-step a `duplicate`; both are returned for the quarantine, never dropped.
+A window is emitted once it can no longer change: a reading at or after its last step has arrived (so a trailing run of
+missing steps is known), and the watermark has passed its last step (so no reading inside it is still on its way). The
+state keeps what the next windows need: the readings from the next window's start, and the `fill_limit + 1` before it
+that carry values and gaps into it. A reading for a window already emitted is `late`; a second reading of the same step
+a `duplicate`; both are returned for the quarantine, never dropped.
 
 `advance` is plain pandas and numpy (tested without Spark); `state_function` wraps it for
 `applyInPandasWithState`, capturing plain values only.

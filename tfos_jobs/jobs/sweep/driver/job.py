@@ -98,10 +98,9 @@ class Context:
 
 def run(spark: SparkSession | None, base: Config, sweep: SweepConfig, *, log: Callable[[str], None] = print,
         observer: SweepObserver | None = None, launcher: LauncherFor | None = None) -> dict[str, Any]:
-    """Run (or resume) the sweep; returns {"best": the best trial's result (None when none
-    completed), "results": every trial's, "dir": the sweep directory}. Each trial trains with
-    `base` and its settings. `observer` hears of the sweep's progress. `launcher`: where each
-    trial's nodes run (default: the session's executors)."""
+    """Run (or resume) the sweep; returns {"best": the best trial's result (None when none completed), "results": every
+    trial's, "dir": the sweep directory}. Each trial trains with `base` and its settings. `observer` hears of the
+    sweep's progress. `launcher`: where each trial's nodes run (default: the session's executors)."""
     storage = Storage(spark)
     meta = node_inputs.read_dataset(storage, "train.dataset", base.train.dataset)  # refuses a directory that is not a dataset
     if spark is not None:
@@ -207,9 +206,8 @@ def _cancel(trials: Iterable[Running]) -> None:
 
 
 def _open_dir(storage: Storage, sweep_dir: str, sweep: SweepConfig, base_train: dict[str, Any]) -> tuple[str, str]:
-    """A new dir gets `sweep.json`; an existing one must hold the same sweep (resume): the
-    same space, metric and algorithm over the same training settings. Returns the sweep's
-    fingerprint and its study's name."""
+    """A new dir gets `sweep.json`; an existing one must hold the same sweep (resume): the same space, metric and
+    algorithm over the same training settings. Returns the sweep's fingerprint and its study's name."""
     path = SweepDir(sweep_dir).definition
     fingerprint = hashlib.sha256(f"{sweep.fingerprint()}{json.dumps(base_train, sort_keys=True)}".encode()).hexdigest()[:16]
     name = sweep.study_name or default_name(sweep_dir, fingerprint)

@@ -25,9 +25,8 @@ class SweepObserver:
         """One finished epoch of a trial, once each."""
 
     def trial_finished(self, number: int, result: TrialResult) -> None:
-        """A trial's row of the results, `status` included: completed,
-        pruned, failed, or cancelled (stopped by the time budget or an interrupt: it runs again
-        when the sweep is resumed)."""
+        """A trial's row of the results, `status` included: completed, pruned, failed, or cancelled (stopped by the time
+        budget or an interrupt: it runs again when the sweep is resumed)."""
 
     def sweep_finished(self, best: TrialResult | None, rows: list[TrialResult], best_model: str | None) -> None:
         """After the results, the plot and best/ are written: the best completed trial's row

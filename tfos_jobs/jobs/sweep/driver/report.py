@@ -1,5 +1,4 @@
-"""A sweep's results: the lines it prints, the table (Parquet and CSV), the plot, the
-leaderboard and `best/`."""
+"""A sweep's results: the lines it prints, the table (Parquet and CSV), the plot, the leaderboard and `best/`."""
 from __future__ import annotations
 
 import json

@@ -31,11 +31,10 @@ def gpu_conf(train: TrainConfig) -> dict[str, str]:
 
 
 def discovery_script(configured: str, shipped: str, executor_python: str) -> str:
-    """The discovery script's path as executors will see it. A configured one is taken as given
-    (relative: from the executor's working directory, e.g. a file shipped with --files). The
-    package's own: inside the environment archive when executors run one (`executor_python` is
-    `./<archive>/bin/python` in every YARN container), else at this installation's path, which
-    must then be the same on every host (one install everywhere, or the image)."""
+    """The discovery script's path as executors will see it. A configured one is taken as given (relative: from the
+    executor's working directory, e.g. a file shipped with --files). The package's own: inside the environment archive
+    when executors run one (`executor_python` is `./<archive>/bin/python` in every YARN container), else at this
+    installation's path, which must then be the same on every host (one install everywhere, or the image)."""
     if configured:
         return configured if configured.startswith("./") else os.path.abspath(configured)
     if executor_python.startswith("./") and executor_python.endswith("/bin/python"):

@@ -1,10 +1,9 @@
 """The train job (driver side): the model directory, the attempts, the report.
 
-Each attempt trains either in this process (`local`) or on TF nodes started on the executors
-(a TF cluster, or a sweep trial's lone node), through the launcher seam of
-`tfos_jobs.cluster.driver.launcher`. A cluster failure that a relaunch can fix (a lost executor,
-a hang) starts a new attempt, which resumes from the last checkpoint; anything else
-fails the job with the failing node's own message.
+Each attempt trains either in this process (`local`) or on TF nodes started on the executors (a TF cluster, or a sweep
+trial's lone node), through the launcher seam of `tfos_jobs.cluster.driver.launcher`. A cluster failure that a relaunch
+can fix (a lost executor, a hang) starts a new attempt, which resumes from the last checkpoint; anything else fails the
+job with the failing node's own message.
 
 The dataset and the model directory may be on any filesystem the session reaches (local,
 HDFS, S3, ...): the driver reads and writes them through `storage.Storage`, the nodes get the
@@ -53,16 +52,15 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
         model_dir: ModelDir | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
-    Setting `stop` ends a run early (a sweep's time budget or pruner): it fails with
-    `TrainingError` and keeps its backup, so running it again resumes. `progress`: the epoch
-    log to keep (a sweep watches its trials' as they train); by default the model directory's.
-    `on_epoch` gets each epoch's line once, on this thread, as it is printed. Only the `[train]`
-    section is used: a `TrainConfig` will do. `model`: the model already checked on the driver
-    (`model.builder.check_build`; its callable, if it has one, reaches the nodes pickled by value),
-    else `train.model.kind` is imported here; `meta`: the dataset's, already read; `model_dir`:
-    `model_directory`'s, when the caller needed it first. `launcher`: where the nodes run (default:
-    this process for `local`, else the executors); `judge` answers a lone node that asks whether
-    to go on after an epoch (a sweep's pruner): a run it stops raises `Pruned`."""
+    Setting `stop` ends a run early (a sweep's time budget or pruner): it fails with `TrainingError` and keeps its
+    backup, so running it again resumes. `progress`: the epoch log to keep (a sweep watches its trials' as they train);
+    by default the model directory's. `on_epoch` gets each epoch's line once, on this thread, as it is printed. Only the
+    `[train]` section is used: a `TrainConfig` will do. `model`: the model already checked on the driver
+    (`model.builder.check_build`; its callable, if it has one, reaches the nodes pickled by value), else
+    `train.model.kind` is imported here; `meta`: the dataset's, already read; `model_dir`: `model_directory`'s, when the
+    caller needed it first. `launcher`: where the nodes run (default: this process for `local`, else the executors);
+    `judge` answers a lone node that asks whether to go on after an epoch (a sweep's pruner): a run it stops raises
+    `Pruned`."""
     train = config if isinstance(config, TrainConfig) else config.train
     storage = Storage(spark)
     meta = meta or node_inputs.read_dataset(storage, "train.dataset", train.dataset)

@@ -23,9 +23,8 @@ EARLIER = "  (trained before the resume)"
 
 
 class ProgressPrinter:
-    """Call `poll()` now and then: prints each epoch the run reported since, once, and hands it
-    to `on_epoch` (the tracking server's run). The epochs a resumed run starts with were trained
-    by the run it resumes, and say so."""
+    """Call `poll()` now and then: prints each epoch the run reported since, once, and hands it to `on_epoch` (the
+    tracking server's run). The epochs a resumed run starts with were trained by the run it resumes, and say so."""
 
     def __init__(self, progress: ProgressLog, log: Callable[[str], None] = print,
                  on_epoch: Callable[[EpochLine], None] | None = None):
@@ -45,10 +44,9 @@ class ProgressPrinter:
 
 def step_breakdown(epochs: list[EpochLine], profile: StepProfile | None, steps_per_epoch: int,
                    parallel_steps: int) -> StepBreakdown | None:
-    """The nodes' step profile (cluster.node.step_profile) with the step time measured in training
-    added: the mean over the epochs after the first (which traces the functions). A step is
-    one batch on one worker; with `parallel_steps` workers taking steps independently
-    (parameter_server) a worker's step lasts that many intervals between steps."""
+    """The nodes' step profile (cluster.node.step_profile) with the step time measured in training added: the mean over
+    the epochs after the first (which traces the functions). A step is one batch on one worker; with `parallel_steps`
+    workers taking steps independently (parameter_server) a worker's step lasts that many intervals between steps."""
     if not profile or not epochs:
         return None
     steady = epochs[1:] or epochs
