@@ -41,8 +41,7 @@ class ProgressLog:
     def add(self, line: EpochLine) -> None:
         with self._lock:
             self._lines.append(line)
-            text = "".join(json.dumps(x.to_json()) + "\n" for x in self._lines)
-            self.storage.write_text(self.path, text)
+            self.storage.write_text(self.path, "".join(json.dumps(x.to_json()) + "\n" for x in self._lines))
 
     def lines(self) -> list[EpochLine]:
         with self._lock:

@@ -35,8 +35,7 @@ def installed_first(path: Sequence[str]) -> list[str]:
     if spark_zip is None:
         return list(path)
     rest = [p for p in path if p not in zips]
-    installed = _installed_version(rest)
-    if installed is None or installed != _zipped_version(spark_zip):
+    if (installed := _installed_version(rest)) is None or installed != _zipped_version(spark_zip):
         return list(path)
     return [*rest, *zips]
 

@@ -88,13 +88,9 @@ def training_workers(cluster: dict[str, list[str]]) -> int:
 
 def roles(strategy: str, nodes: int, num_ps: int) -> list[tuple[str, int]]:
     """(role, index) of the node of each partition of the node job."""
-    out = []
-    for i in range(nodes):
-        cluster = {Role.CHIEF.value: ["-"], Role.WORKER.value: ["-"] * (nodes - 1)}
-        job = Role.CHIEF if i == 0 else Role.WORKER
-        role, index, _ = assign_role(strategy, num_ps, job.value, max(0, i - 1), cluster)
-        out.append((role, index))
-    return out
+    cluster = {Role.CHIEF.value: ["-"], Role.WORKER.value: ["-"] * (nodes - 1)}
+    return [assign_role(strategy, num_ps, (Role.CHIEF if i == 0 else Role.WORKER).value, max(0, i - 1), cluster)[:2]
+            for i in range(nodes)]
 
 
 def assign_role(strategy: str, num_ps: int, job_name: str, task_index: int,

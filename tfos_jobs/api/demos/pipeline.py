@@ -49,8 +49,7 @@ def _fleet(config: Config) -> None:
     _artifacts((("raw sensors", fl.output), ("dataset", config.prepare.output), ("model", model_dir.path),
                 ("SavedModel", model_dir.saved_model), ("metrics", model_dir.metrics),
                 ("learning curve", model_dir.learning_curve), ("anomaly plot", model_dir.anomaly_plot),
-                ("evaluation plot", model_dir.evaluation_plot),
-                ("scores", config.predict.output)))
+                ("evaluation plot", model_dir.evaluation_plot), ("scores", config.predict.output)))
 
 
 def _steps(spark: SparkSession, config: Config, *, windows: bool) -> ModelDir:

@@ -74,9 +74,11 @@ class Transfers:
     def handle(self, kind: str, message: dict) -> object:
         """The reply to a PUT, PUBLISH, LIST or GET message."""
         if kind == cc.PUT:
-            return self.put(message.get("target"), message.get("path"), message.get("offset"), message.get("data"))
+            self.put(message.get("target"), message.get("path"), message.get("offset"), message.get("data"))
+            return None
         if kind == cc.PUBLISH:
-            return self.publish(message.get("target"), message.get("files"))
+            self.publish(message.get("target"), message.get("files"))
+            return None
         if kind == cc.LIST:
             return self.listing(message.get("target"))
         return self.get(message.get("target"), message.get("path"), message.get("offset"), message.get("length"))

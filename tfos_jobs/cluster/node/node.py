@@ -96,8 +96,7 @@ def main_fun(node_args: Mapping[str, object], ctx) -> None:
     manager_pid = _manager_pid()
     if manager_pid:
         lifecycle.start_reaper(os.getpid(), [manager_pid])
-    node.link.started(node.record(role=role, index=index, manager_pid=manager_pid,
-                                  cluster=cluster, threads=threads))
+    node.link.started(node.record(role=role, index=index, manager_pid=manager_pid, cluster=cluster, threads=threads))
     status = cc.RUN_FAILED
     try:
         if strategy == Strategy.PARAMETER_SERVER and role in (Role.PS, Role.WORKER):
@@ -125,12 +124,9 @@ def train_alone(launch: Launch, node: Node) -> None:
 
     args = launch.args
     threads = training.configure_threads(args.train.threads)
-    gpus = _task_gpus()
-    if gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    _use_task_gpus()
     tensorflow()
-    node.link.started(node.record(role=Role.CHIEF.value, index=0, manager_pid=None,
-                                  cluster={}, threads=threads))
+    node.link.started(node.record(role=Role.CHIEF.value, index=0, manager_pid=None, cluster={}, threads=threads))
     pruner = training.pruning(node.link) if launch.pruning else None
     status = cc.RUN_FAILED
     try:
@@ -152,13 +148,10 @@ def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
     cluster = cast(dict[str, list[str]], place["cluster"])
     role, index = str(place["role"]), int(cast(int, place["index"]))
     threads = configure_threads(launch.args.train.threads)
-    gpus = _task_gpus()
-    if gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    _use_task_gpus()
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
     tensorflow()
-    node.link.started(node.record(role=role, index=index, manager_pid=None,
-                                  cluster=cluster, threads=threads))
+    node.link.started(node.record(role=role, index=index, manager_pid=None, cluster=cluster, threads=threads))
     serve(cluster, role, index, node.link, launch.args.max_node_seconds)
 
 
@@ -172,7 +165,6 @@ def port_share(ports: list[int], node: int, nodes: int) -> list[int]:
 def free_port(ports: list[int]) -> int:
     """A port of `ports` nothing listens on now (TF binds it moments later)."""
     import random
-    import socket
 
     # Not the module's generator: training seeds it, and a reused Python worker would then
     # draw the same ports for every run.
@@ -197,13 +189,14 @@ def serve(cluster: dict[str, list[str]], role: str, index: int, link: DriverLink
         raise TimeoutError(f"{role} {index}: the chief did not finish within {max_seconds:.0f} s")
 
 
-def _task_gpus() -> list[str] | None:
-    """The GPUs Spark assigned the node's task (None: it was assigned none)."""
+def _use_task_gpus() -> None:
+    """The process sees the GPUs Spark assigned the node's task (when it was assigned none, what it saw already)."""
     from pyspark import TaskContext
 
     task = TaskContext.get()
     resources = task.resources() if task is not None else {}
-    return list(resources["gpu"].addresses) if "gpu" in resources else None
+    if "gpu" in resources:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(resources["gpu"].addresses)
 
 
 def _manager_pid() -> int | None:

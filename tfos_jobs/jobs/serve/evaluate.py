@@ -54,8 +54,7 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     key = spec.key.name
     storage = Storage(spark)
     export_dir = locate_saved_model(storage, config.predict.model, setting="predict.model")
-    scores = _read(spark, "scores", scores_path)
-    truth = _read(spark, "anomaly table", truth_path)
+    scores, truth = _read(spark, "scores", scores_path), _read(spark, "anomaly table", truth_path)
     missing = [c for c in (key, *TRUTH_COLUMNS) if c not in truth.columns]
     if missing:
         raise InputError(f"anomaly table {truth_path!r} lacks column(s) {missing}; it needs {key}, {', '.join(TRUTH_COLUMNS)}")
@@ -127,8 +126,7 @@ def _baseline_scores(train: DataFrame, judged: DataFrame, spec: FeatureSpec, sto
     assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     profile = baselines.mean_profile(train, standardizer)
     fleet = baselines.fleet_fit(train, standardizer)
-    why = {} if profile is not None else {
-        name: "no train window in the prepare sources" for name in (baselines.PROFILE_DISTANCE,)}
+    why = {} if profile is not None else {baselines.PROFILE_DISTANCE: "no train window in the prepare sources"}
     return baselines.scores(train, judged, spec.key.name, WINDOW_START, standardizer, profile, fleet), why
 
 
@@ -152,8 +150,7 @@ def describe(report: Evaluation) -> list[str]:
         which = "" if len(weakest) == len(assets) else f", the {len(weakest)} of {len(assets):,} where the model does worst"
         lines.append(f"per asset{which}, ROC AUC / AUPRC: the model and the best baseline on the fleet ({TITLES[best]})")
         for asset in sorted(weakest):
-            by_score = assets[asset]
-            own, theirs = by_score.get(MODEL, {}), by_score.get(best, {})
+            own, theirs = assets[asset].get(MODEL, {}), assets[asset].get(best, {})
             lines.append(f"  {asset:<24} {_figure(own.get('roc_auc'))} / {_figure(own.get('auprc'))}   "
                          f"{_figure(theirs.get('roc_auc'))} / {_figure(theirs.get('auprc'))}")
     a = report["alerts"]

@@ -18,6 +18,8 @@ from udfs import register
 
 FEATURES_VIEW = "features"
 WINDOWS_VIEW = "windows"
+
+
 def statements(text: str) -> list[str]:
     """Split a script on semicolons that end a line, the way SQL files are usually written."""
     parts, current = [], []
