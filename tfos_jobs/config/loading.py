@@ -177,6 +177,10 @@ def as_loaded(section: T, where: str) -> T:
     return build(type(section), {**values, **nested}, where)
 
 
+_NUMBERS: dict[Any, tuple[tuple[type, ...], str]] = {
+    bool: ((bool,), "true or false"), int: ((int,), "an integer"), float: ((int, float), "a number")}
+
+
 def _convert(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -198,18 +202,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             except ConfigError as e:
                 failures.append(str(e).split(": ", 1)[1])
         raise ConfigError(f"{where}: {value!r} does not fit; " + " / ".join(failures))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+    if tp in _NUMBERS:
+        kinds, wanted = _NUMBERS[tp]
+        if isinstance(value, bool) != (tp is bool) or not isinstance(value, kinds):
+            raise ConfigError(f"{where}: expected {wanted}, got {value!r}")
+        return float(value) if tp is float else value
     if tp is bytes:  # no TOML value: a dataclass built from plain data that is not all text (NodeArgs.model_fn)
         if not isinstance(value, bytes):
             raise ConfigError(f"{where}: expected bytes, got {type(value).__name__}")
