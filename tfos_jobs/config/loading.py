@@ -1,6 +1,5 @@
-"""Reading a config: TOML files (local or on a Hadoop filesystem), `extends`, settings by dotted
-key (typed, or the command line's `--set key=value`), and the typed build that names the key of
-every value that does not fit."""
+"""Reading a config: TOML files (local or on a Hadoop filesystem), `extends`, settings by dotted key (typed, or the
+command line's `--set key=value`), and the typed build that names the key of every value that does not fit."""
 from __future__ import annotations
 
 import collections.abc
@@ -20,12 +19,11 @@ Table = Mapping[str, object]  # a TOML table as Python holds it (tomllib's dicts
 
 
 def read_config_file(path: str | Path, _seen: tuple = ()) -> dict[str, Any]:
-    """A config file, on top of the file its `extends` key names (relative to it), if any. The
-    file may be local or on a Hadoop filesystem (hdfs://..., read under spark-submit).
+    """A config file, on top of the file its `extends` key names (relative to it), if any. The file may be local or on a
+    Hadoop filesystem (hdfs://..., read under spark-submit).
 
-    Tables merge key by key and the file's values win, except that a `[sources.<name>]` table
-    replaces the base's source of that name whole (a path left over from a Parquet source would
-    mean nothing to a JDBC one)."""
+    Tables merge key by key and the file's values win, except that a `[sources.<name>]` table replaces the base's source
+    of that name whole (a path left over from a Parquet source would mean nothing to a JDBC one)."""
     remote = is_url(str(path))
     where: str | Path = str(path) if remote else Path(path).resolve()
     if where in _seen:

@@ -1,8 +1,7 @@
 """The serving contract: what an exported SavedModel offers and what the prediction UDF returns.
 
-`model.export` writes it; the UDF (`udfs/`), `tfos predict`, `tfos sql` and the benchmarks
-read it. Names a user sees in SQL (`probability`, `label`, `value`) are part of it.
-"""
+`model.export` writes it; the UDF (`udfs/`), `tfos predict`, `tfos sql` and the benchmarks read it. Names a user sees in
+SQL (`probability`, `label`, `value`) are part of it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

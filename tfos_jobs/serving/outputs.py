@@ -66,9 +66,8 @@ class Tally:
         return self._counted if self._counted is not None else int(self._seen.get["rows"])
 
     def count_first(self) -> DataFrame:
-        """For writers that run their own plan, outside the observed one (JDBC: Spark's
-        observation then reports 0 rows): count the input in a job of its own, and return
-        the DataFrame to write."""
+        """For writers that run their own plan, outside the observed one (JDBC: Spark's observation then reports 0
+        rows): count the input in a job of its own, and return the DataFrame to write."""
         self._counted = self.source.count()
         return self.source
 
