@@ -108,8 +108,7 @@ def udf_returns_struct(task: str) -> bool:
 
 def udf_return_type(task: str) -> "DataType":
     """The Spark type of the prediction UDF's result for a task (`task_of`)."""
-    from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, FloatType, StringType, StructField,
-                                   StructType)
+    from pyspark.sql.types import ArrayType, BooleanType, DoubleType, FloatType, StringType, StructField, StructType
 
     if not udf_returns_struct(task):
         return DoubleType()

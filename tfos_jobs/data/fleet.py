@@ -69,8 +69,7 @@ ANOMALY_EVERY = 1_500  # steps per anomaly, on average
 CLEARANCE = 64  # steps kept clear between an anomaly and another anomaly, a gap or a dropout
 LOAD_RAMP = 20  # steps a load transition takes
 
-SENSOR_SCHEMA = pa.schema(
-    [(ASSET, pa.string()), (TIME, pa.timestamp("us"))] + [(s, pa.float64()) for s in SENSORS])
+SENSOR_SCHEMA = pa.schema([(ASSET, pa.string()), (TIME, pa.timestamp("us"))] + [(s, pa.float64()) for s in SENSORS])
 ANOMALY_SCHEMA = pa.schema([
     (ASSET, pa.string()), (ANOMALY_START, pa.timestamp("us")), (ANOMALY_END, pa.timestamp("us")),
     (ANOMALY_KIND, pa.string()), (ANOMALY_SENSOR, pa.string()),

@@ -138,8 +138,7 @@ def _in_memory(files: list[str], parse, batch_size: int, *, num_shards: int, spe
     import tensorflow as tf
 
     records = _records(files, num_shards, shard_index, compression)
-    # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this
-    # inside a function.
+    # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this inside a function.
     table = parse(records.batch(2**31 - 1).get_single_element())  # {column: [rows, ...]}
     rows = tf.shape(next(iter(table.values())), out_type=tf.int64)[0]
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)

@@ -219,8 +219,4 @@ def generate(spark, output: str, people: int, events_per_person: float, seed: in
         .write.mode("overwrite").parquet(f"{output}/events")
     spark.createDataFrame(regions_frame(), REGIONS_SCHEMA).coalesce(1) \
         .write.mode("overwrite").parquet(f"{output}/regions")
-    return {
-        "people": people,
-        "regions": len(COUNTRIES),
-        "events": spark.read.parquet(f"{output}/events").count(),
-    }
+    return {"people": people, "regions": len(COUNTRIES), "events": spark.read.parquet(f"{output}/events").count()}
