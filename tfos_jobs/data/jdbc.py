@@ -50,8 +50,7 @@ def password(name: str, src: SourceConfig) -> str | None:
 
 def check_reachable(name: str, src: SourceConfig) -> None:
     """Open and close one TCP connection to the database server, within `connect_timeout` seconds."""
-    url = src.options["url"]
-    where = endpoint(url)
+    where = endpoint(src.options["url"])
     if where is None:
         return
     host, port = where
