@@ -175,7 +175,7 @@ def as_loaded(section: T, where: str) -> T:
     return build(type(section), {**values, **nested}, where)
 
 
-_NUMBERS: dict[Any, tuple[tuple[type, ...], str]] = {
+_NUMBERS: dict[Any, tuple[tuple[Any, ...], str]] = {
     bool: ((bool,), "true or false"), int: ((int,), "an integer"), float: ((int, float), "a number")}
 
 
