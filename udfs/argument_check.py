@@ -1,15 +1,13 @@
 """The prediction function's arguments, checked when a query is analysed.
 
-A Python UDF cannot see its arguments' types until its tasks run: a call with a column missing
-would fail in every task, each retried `spark.task.maxFailures` times. So the SQL name is
-wrapped through the package's jar (`tfos.udf.PredictionFunction`): the analyzer calls its
-builder with the resolved arguments, which checks them against the model's inputs and raises
-an AnalysisException naming the function, the missing or mistyped features and the expected
-ones, before any task runs, for `spark.sql`, the DataFrame call form and JDBC clients alike.
+A Python UDF cannot see its arguments' types until its tasks run: a call with a column missing would fail in every task,
+each retried `spark.task.maxFailures` times. So the SQL name is wrapped through the package's jar
+(`tfos.udf.PredictionFunction`): the analyzer calls its builder with the resolved arguments, which checks them against
+the model's inputs and raises an AnalysisException naming the function, the missing or mistyped features and the
+expected ones, before any task runs, for `spark.sql`, the DataFrame call form and JDBC clients alike.
 
-What each input accepts is what `tfos prepare` accepts for that feature (and a NULL literal,
-which takes the feature's default); a sequence feature takes an array of numbers (a window).
-"""
+What each input accepts is what `tfos prepare` accepts for that feature (and a NULL literal, which takes the feature's
+default); a sequence feature takes an array of numbers (a window)."""
 from __future__ import annotations
 
 import json
@@ -39,11 +37,10 @@ def inputs_json(spec: FeatureSpec) -> str:
 
 
 def check_arguments_at_analysis(spark: SparkSession, name: str, spec: FeatureSpec) -> bool:
-    """Wrap `name` (already registered by `spark.udf.register`) in the session's function
-    registry with the check of its arguments at analysis, through a call on the driver
-    (`driver_calls.UDF_CHECK`), in a classic session and a Spark Connect client alike. False
-    when the driver does not have the package's jar: the function then checks its input in its
-    tasks."""
+    """Wrap `name` (already registered by `spark.udf.register`) in the session's function registry with the check of its
+    arguments at analysis, through a call on the driver (`driver_calls.UDF_CHECK`), in a classic session and a Spark
+    Connect client alike. False when the driver does not have the package's jar: the function then checks its input in
+    its tasks."""
     from tfos_jobs import driver_calls, sessions
     from tfos_jobs.session_builder import TFRECORD_JAR
 

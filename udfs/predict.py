@@ -1,11 +1,10 @@
-"""Executor side of the prediction UDF: a SavedModel loaded once per Python worker, called on
-Arrow batches through its concrete `serving_default` function (not `model.predict`).
+"""Executor side of the prediction UDF: a SavedModel loaded once per Python worker, called on Arrow batches through its
+concrete `serving_default` function (not `model.predict`).
 
-The UDF is Arrow-native: columns arrive as `pyarrow` arrays and the results leave as arrays,
-with no pandas in between. Inputs are the raw feature columns, in spec order or as one struct.
-Serving applies the same rules as preparation: a null takes the spec's default, a category
-outside the vocabulary goes to the model's out-of-vocabulary buckets; both are counted.
-"""
+The UDF is Arrow-native: columns arrive as `pyarrow` arrays and the results leave as arrays, with no pandas in between.
+Inputs are the raw feature columns, in spec order or as one struct. Serving applies the same rules as preparation: a
+null takes the spec's default, a category outside the vocabulary goes to the model's out-of-vocabulary buckets; both are
+counted."""
 from __future__ import annotations
 
 import gc
@@ -45,11 +44,10 @@ def use_task_gpus() -> None:
 class Scorer:
     """One loaded model: Arrow columns in, Arrow prediction arrays and counts out.
 
-    Each batch is one call into TensorFlow, a graph of four inputs: the categorical columns as
-    their distinct values and codes, the numeric ones with their nulls filled and counted in
-    numpy beforehand (TensorFlow's NaN test of a float64 matrix took longer than all of numpy's
-    work), the windows. Eager operations one by one cost more Python than the model itself. A
-    label is read from the class id, not from the graph's strings."""
+    Each batch is one call into TensorFlow, a graph of four inputs: the categorical columns as their distinct values and
+    codes, the numeric ones with their nulls filled and counted in numpy beforehand (TensorFlow's NaN test of a float64
+    matrix took longer than all of numpy's work), the windows. Eager operations one by one cost more Python than the
+    model itself. A label is read from the class id, not from the graph's strings."""
 
     def __init__(self, export_dir: str):
         use_task_gpus()
@@ -77,11 +75,10 @@ class Scorer:
         self._graph = self._batch_graph(tf)
 
     def _batch_graph(self, tf: Any) -> Any:
-        """The batch's whole TensorFlow work as one function of four tensors, one per kind of
-        column: binding a function's arguments costs Python per argument, on every batch.
-        With the model's `serving_codes` the categorical columns stay codes into their distinct
-        values (lookups and crosses run once per distinct value); otherwise they are expanded
-        into one string per row for `serving_default`."""
+        """The batch's whole TensorFlow work as one function of four tensors, one per kind of column: binding a
+        function's arguments costs Python per argument, on every batch. With the model's `serving_codes` the categorical
+        columns stay codes into their distinct values (lookups and crosses run once per distinct value); otherwise they
+        are expanded into one string per row for `serving_default`."""
         cats, nums, seqs = self.categorical, self.numeric, self.sequences
         fn, codes_fn = self.fn, self.codes_fn
 
@@ -196,8 +193,7 @@ def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Arr
 
 
 def _rows_of(flagged: np.ndarray, codes: np.ndarray) -> int:
-    """How many rows hold one of the flagged distinct values: most batches have none, and then
-    no row is looked at."""
+    """How many rows hold one of the flagged distinct values: most batches have none, and then no row is looked at."""
     return int(flagged[codes].sum()) if flagged.any() else 0
 
 
@@ -269,10 +265,9 @@ def scorer(export_dir: str, version: str) -> Scorer:
 
 
 def settle_heap() -> None:
-    """Take the loaded models out of Python's cyclic garbage collector. TensorFlow leaves a
-    few hundred thousand long-lived objects, which every full collection would walk again
-    while batches allocate: in a Spark Python worker that walk took over a quarter of its CPU.
-    Unfrozen first, so that an evicted model can be collected."""
+    """Take the loaded models out of Python's cyclic garbage collector. TensorFlow leaves a few hundred thousand
+    long-lived objects, which every full collection would walk again while batches allocate: in a Spark Python worker
+    that walk took over a quarter of its CPU. Unfrozen first, so that an evicted model can be collected."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()

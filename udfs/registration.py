@@ -64,9 +64,8 @@ class PredictionUdf:
         return call_function(self.name, *(cols or self.spec.model_inputs))
 
     def counted(self, df: DataFrame, column: str) -> tuple[DataFrame, Observation]:
-        """`df` with the prediction as `column`, and an observation that holds this query's
-        counters once an action has run over the result (`counts_of`): what a query of a Spark
-        Connect client has in place of `counts`."""
+        """`df` with the prediction as `column`, and an observation that holds this query's counters once an action has
+        run over the result (`counts_of`): what a query of a Spark Connect client has in place of `counts`."""
         hidden = f"__{column}_counted"
         seen = Observation()
         scored = df.withColumn(hidden, self.counting(*self.spec.model_inputs))
@@ -101,12 +100,11 @@ def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
 
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
              setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf:
-    """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem the
-    session reaches, or `models:/NAME@alias` that `resolve` finds; errors name `setting`, the
-    caller's name for it) on `batch_size` rows per call (default: each Arrow batch), whatever the
-    session's other functions use. Its arguments are checked when a query is analysed, the
-    executors' Python here. From a Spark Connect client it is registered in the client's session,
-    the model reaches the executors as an artifact, and its counters are those `tfos predict` observes."""
+    """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem the session reaches, or
+    `models:/NAME@alias` that `resolve` finds; errors name `setting`, the caller's name for it) on `batch_size` rows per
+    call (default: each Arrow batch), whatever the session's other functions use. Its arguments are checked when a query
+    is analysed, the executors' Python here. From a Spark Connect client it is registered in the client's session, the
+    model reaches the executors as an artifact, and its counters are those `tfos predict` observes."""
     check_worker_python(spark)
     storage = Storage(spark)
     export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)

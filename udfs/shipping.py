@@ -1,13 +1,11 @@
 """A model on any filesystem, fetched once to the driver and shipped once to every executor.
 
-The driver copies the SavedModel from wherever it lives (local, HDFS, S3, ...) to its own disk,
-keyed by the model's version (`model_location.version_of`), and adds it to the application as an
-archive named after that version (`SparkContext.addArchive`; from a Spark Connect client, to
-the session as an artifact): each executor fetches and unpacks it once, from the driver,
-whatever filesystems the executors reach; a Python worker loads its local copy (`local_copy`).
-A model rewritten in place gets a new version, hence a new archive; an unchanged one is not
-shipped again.
-"""
+The driver copies the SavedModel from wherever it lives (local, HDFS, S3, ...) to its own disk, keyed by the model's
+version (`model_location.version_of`), and adds it to the application as an archive named after that version
+(`SparkContext.addArchive`; from a Spark Connect client, to the session as an artifact): each executor fetches and
+unpacks it once, from the driver, whatever filesystems the executors reach; a Python worker loads its local copy
+(`local_copy`). A model rewritten in place gets a new version, hence a new archive; an unchanged one is not shipped
+again."""
 from __future__ import annotations
 
 import atexit

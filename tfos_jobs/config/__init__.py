@@ -1,11 +1,10 @@
-"""Configuration: TOML in `conf/` -> frozen dataclasses, changed by typed settings
-(`Config.with_settings`) or, on the command line only, by `--set key=value`.
+"""Configuration: TOML in `conf/` -> frozen dataclasses, changed by typed settings (`Config.with_settings`) or, on the
+command line only, by `--set key=value`.
 
-One module per section (`[spark]`, `[sources.*]`, `[prepare]`, `[train]`, `[predict]`,
-`[tracking]`, `[serve_sql]`, `[stream]`, the demo data sets, and the sweep file), each checking itself (`errors()`, as
-`FeatureSpec.errors` does); `Config` adds what spans sections. Everything is checked here, before any Spark job
-starts; an error names the key (as a dotted path, the way a setting names it) and what it allows.
-"""
+One module per section (`[spark]`, `[sources.*]`, `[prepare]`, `[train]`, `[predict]`, `[tracking]`, `[serve_sql]`,
+`[stream]`, the demo data sets, and the sweep file), each checking itself (`errors()`, as `FeatureSpec.errors` does);
+`Config` adds what spans sections. Everything is checked here, before any Spark job starts; an error names the key (as a
+dotted path, the way a setting names it) and what it allows."""
 from __future__ import annotations
 
 import dataclasses

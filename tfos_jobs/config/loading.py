@@ -1,6 +1,5 @@
-"""Reading a config: TOML files (local or on a Hadoop filesystem), `extends`, settings by dotted
-key (typed, or the command line's `--set key=value`), and the typed build that names the key of
-every value that does not fit."""
+"""Reading a config: TOML files (local or on a Hadoop filesystem), `extends`, settings by dotted key (typed, or the
+command line's `--set key=value`), and the typed build that names the key of every value that does not fit."""
 from __future__ import annotations
 
 import collections.abc
@@ -20,12 +19,11 @@ Table = Mapping[str, object]  # a TOML table as Python holds it (tomllib's dicts
 
 
 def read_config_file(path: str | Path, _seen: tuple = ()) -> dict[str, Any]:
-    """A config file, on top of the file its `extends` key names (relative to it), if any. The
-    file may be local or on a Hadoop filesystem (hdfs://..., read under spark-submit).
+    """A config file, on top of the file its `extends` key names (relative to it), if any. The file may be local or on a
+    Hadoop filesystem (hdfs://..., read under spark-submit).
 
-    Tables merge key by key and the file's values win, except that a `[sources.<name>]` table
-    replaces the base's source of that name whole (a path left over from a Parquet source would
-    mean nothing to a JDBC one)."""
+    Tables merge key by key and the file's values win, except that a `[sources.<name>]` table replaces the base's source
+    of that name whole (a path left over from a Parquet source would mean nothing to a JDBC one)."""
     remote = is_url(str(path))
     where: str | Path = str(path) if remote else Path(path).resolve()
     if where in _seen:
@@ -177,6 +175,10 @@ def as_loaded(section: T, where: str) -> T:
     return build(type(section), {**values, **nested}, where)
 
 
+_NUMBERS: dict[Any, tuple[tuple[Any, ...], str]] = {
+    bool: ((bool,), "true or false"), int: ((int,), "an integer"), float: ((int, float), "a number")}
+
+
 def _convert(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -198,18 +200,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             except ConfigError as e:
                 failures.append(str(e).split(": ", 1)[1])
         raise ConfigError(f"{where}: {value!r} does not fit; " + " / ".join(failures))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+    if tp in _NUMBERS:
+        kinds, wanted = _NUMBERS[tp]
+        if isinstance(value, bool) != (tp is bool) or not isinstance(value, kinds):
+            raise ConfigError(f"{where}: expected {wanted}, got {value!r}")
+        return float(value) if tp is float else value
     if tp is bytes:  # no TOML value: a dataclass built from plain data that is not all text (NodeArgs.model_fn)
         if not isinstance(value, bytes):
             raise ConfigError(f"{where}: expected bytes, got {type(value).__name__}")

@@ -33,17 +33,15 @@ class ActivityConfig:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """Train/eval split: by a hash of the key column, by a column holding "train", "eval" or
-    "test" (a held-out split), or by time (sensor windows). `eval_from_train`: the eval split is
-    drawn by the key's hash, at `eval_fraction`, from the rows the column calls "train", so a
-    column that separates train from test still leaves the test rows out of every choice made
-    on eval.
+    """Train/eval split: by a hash of the key column, by a column holding "train", "eval" or "test" (a held-out split),
+    or by time (sensor windows). `eval_from_train`: the eval split is drawn by the key's hash, at `eval_fraction`, from
+    the rows the column calls "train", so a column that separates train from test still leaves the test rows out of
+    every choice made on eval.
 
-    By time (`data.split`): each asset's series is cut at two instants, train before, eval
-    between, test (optional) after; a window that spans an instant is in no split (counted as
-    dropped). The instants are `eval_from` and `test_from` (ISO date-times, the same for every
-    asset, read in the session's time zone as the sensor times are), or else, per asset, the last `test_fraction` of its time span is test and the
-    `eval_fraction` before it eval."""
+    By time (`data.split`): each asset's series is cut at two instants, train before, eval between, test (optional)
+    after; a window that spans an instant is in no split (counted as dropped). The instants are `eval_from` and
+    `test_from` (ISO date-times, the same for every asset, read in the session's time zone as the sensor times are), or
+    else, per asset, the last `test_fraction` of its time span is test and the `eval_fraction` before it eval."""
 
     mode: Literal["hash", "column", "time"] = "hash"
     eval_fraction: float = 0.2

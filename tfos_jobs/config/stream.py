@@ -11,16 +11,14 @@ OWN_KAFKA_OPTIONS = ("bootstrap.servers", "key.deserializer", "value.deserialize
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """Events (JSON objects, one per Kafka record) on `topic` are parsed by the feature spec's
-    types (`schema`: their columns as DDL; default: the columns of `prepare.main`, as its rows
-    would come), joined like `tfos predict` joins them (rows), or cut into windows per asset
-    (sensor readings), then scored with the model in `model` (default `predict.model`; a new
-    version there is picked up between micro-batches).
+    """Events (JSON objects, one per Kafka record) on `topic` are parsed by the feature spec's types (`schema`: their
+    columns as DDL; default: the columns of `prepare.main`, as its rows would come), joined like `tfos predict` joins
+    them (rows), or cut into windows per asset (sensor readings), then scored with the model in `model` (default
+    `predict.model`; a new version there is picked up between micro-batches).
 
-    Scored rows go to Parquet at `output` (exactly once per micro-batch, resumed from
-    `checkpoint` after a stop), and to the Kafka topic `output_topic` when set (at least once,
-    keyed). Events that cannot be scored go to `quarantine` with the reason. `kafka` holds more
-    client settings without their `kafka.` prefix (e.g. `security.protocol`)."""
+    Scored rows go to Parquet at `output` (exactly once per micro-batch, resumed from `checkpoint` after a stop), and to
+    the Kafka topic `output_topic` when set (at least once, keyed). Events that cannot be scored go to `quarantine` with
+    the reason. `kafka` holds more client settings without their `kafka.` prefix (e.g. `security.protocol`)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     topic: str = "tfos-events"

@@ -157,18 +157,16 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     key, sep, text = item.partition("=")
     key = key.strip()
     if key.startswith("params.") and key.count(".") >= 2:
-        name, _, field_name = key.removeprefix("params.").rpartition(".")
-        table = raw.setdefault("params", {}).setdefault(name, {})
-        holder: dict[str, Any] = {}
-        apply_config_override(holder, f"v={text}")
-        table[field_name] = holder["v"]
+        param, _, name = key.removeprefix("params.").rpartition(".")
+        table = raw.setdefault("params", {}).setdefault(param, {})
+    elif key.startswith("sweep.fixed.") and sep:
+        table, name = raw.setdefault("sweep", {}).setdefault("fixed", {}), key.removeprefix("sweep.fixed.")
+    else:
+        apply_config_override(raw, item)
         return
-    if key.startswith("sweep.fixed.") and sep:
-        holder = {}  # the value alone, read as `--set` reads it
-        apply_config_override(holder, f"v={text}")
-        raw.setdefault("sweep", {}).setdefault("fixed", {})[key.removeprefix("sweep.fixed.")] = holder["v"]
-        return
-    apply_config_override(raw, item)
+    holder: dict[str, Any] = {}  # the value alone, read as `--set` reads it
+    apply_config_override(holder, f"v={text}")
+    table[name] = holder["v"]
 
 
 def from_tables(raw: Mapping[str, Any], where: str = "sweep") -> SweepConfig:
@@ -237,8 +235,7 @@ def _validate(sweep: SweepConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    keys = [p.key for p in sweep.params]
-    for key in keys:
+    for key in (p.key for p in sweep.params):
         if not key.startswith("train."):
             raise ConfigError(f"params.{key}: only training settings (train.*) can be searched")
         if key in sweep.fixed:

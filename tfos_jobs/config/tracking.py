@@ -11,12 +11,11 @@ _ALIAS = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """`uri`: an MLflow tracking server (`http://host:5000`), a `sqlite:///` or `file:` store;
-    empty: nothing is logged. Credentials come from MLflow's own environment variables
-    (MLFLOW_TRACKING_USERNAME/PASSWORD or _TOKEN), never from the config. `register` names a
-    registered model that each trained model (a sweep's best) becomes a new version of, and
-    `alias` is set on that version. Logging runs beside training: a server that cannot be reached
-    gives a warning, and the end of a run waits at most `wait_seconds` for what is still unsent."""
+    """`uri`: an MLflow tracking server (`http://host:5000`), a `sqlite:///` or `file:` store; empty: nothing is logged.
+    Credentials come from MLflow's own environment variables (MLFLOW_TRACKING_USERNAME/PASSWORD or _TOKEN), never from
+    the config. `register` names a registered model that each trained model (a sweep's best) becomes a new version of,
+    and `alias` is set on that version. Logging runs beside training: a server that cannot be reached gives a warning,
+    and the end of a run waits at most `wait_seconds` for what is still unsent."""
 
     uri: str = ""
     experiment: str = "tfos"

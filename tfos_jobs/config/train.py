@@ -144,17 +144,15 @@ else:
 
 @dataclass(frozen=True)
 class ElasticConfig:
-    """`[train.elastic]`, multi_worker_mirrored only: training goes on with fewer workers when a
-    lost node's executor does not come back, and grows again when executors join.
+    """`[train.elastic]`, multi_worker_mirrored only: training goes on with fewer workers when a lost node's executor
+    does not come back, and grows again when executors join.
 
-    `wait_seconds`: how long an attempt waits for every node (a lost node's executor to come
-    back, or the run's first executors) before it goes on with the nodes that did start; 0 =
-    off (an attempt waits `reservation_timeout` for all of them, then fails). `min_workers`: with
-    fewer executors than this the attempt waits on, and fails after `reservation_timeout` as
-    without elastic training. `batch`: on a resize, "global" keeps the global batch
-    (each worker's batch is `batch_size * workers / workers now`: the same steps per epoch and
-    the same updates), "per_worker" keeps `batch_size` per worker (the global batch shrinks and
-    grows with the cluster)."""
+    `wait_seconds`: how long an attempt waits for every node (a lost node's executor to come back, or the run's first
+    executors) before it goes on with the nodes that did start; 0 = off (an attempt waits `reservation_timeout` for all
+    of them, then fails). `min_workers`: with fewer executors than this the attempt waits on, and fails after
+    `reservation_timeout` as without elastic training. `batch`: on a resize, "global" keeps the global batch (each
+    worker's batch is `batch_size * workers / workers now`: the same steps per epoch and the same updates), "per_worker"
+    keeps `batch_size` per worker (the global batch shrinks and grows with the cluster)."""
 
     wait_seconds: int = 0
     min_workers: int = 1
@@ -228,8 +226,7 @@ class TrainConfig:
     elastic: ElasticConfig = ElasticConfig()
 
     def resized(self, workers: int) -> "TrainConfig":
-        """This run with `workers` workers (elastic training): the batch per worker as
-        `elastic.batch` says."""
+        """This run with `workers` workers (elastic training): the batch per worker as `elastic.batch` says."""
         if workers == self.workers:
             return self
         batch = self.batch_size

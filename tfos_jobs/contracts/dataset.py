@@ -111,9 +111,8 @@ class SplitFiles:
 
 @dataclass(frozen=True)
 class Manifest:
-    """`_meta/manifest.json`. The fields after `rejected` belong to one kind of dataset: rows
-    (imputed, truncated, vocabulary_sizes) or sensor windows (rows, windows); the other kind's
-    stay None and are not written."""
+    """`_meta/manifest.json`. The fields after `rejected` belong to one kind of dataset: rows (imputed, truncated,
+    vocabulary_sizes) or sensor windows (rows, windows); the other kind's stay None and are not written."""
 
     format_version: int
     tfos_version: str

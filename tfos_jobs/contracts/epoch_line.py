@@ -1,11 +1,9 @@
-"""One finished epoch of a training run, in one form wherever it goes: the chief (or a sweep
-trial) reports it over the control channel (`DriverLink.progress`); the driver keeps it in
-`progress.jsonl` (`progress_log`), prints it, hands it to the sweep's pruner, observer and
-report and to MLflow, and ends with every line in metrics.json's `history`.
+"""One finished epoch of a training run, in one form wherever it goes: the chief (or a sweep trial) reports it over the
+control channel (`DriverLink.progress`); the driver keeps it in `progress.jsonl` (`progress_log`), prints it, hands it
+to the sweep's pruner, observer and report and to MLflow, and ends with every line in metrics.json's `history`.
 
-On the wire and in both files a line is one flat JSON object (`to_json`): the bookkeeping keys
-first, then the model's metrics, as it has always been written, so files written before read.
-"""
+On the wire and in both files a line is one flat JSON object (`to_json`): the bookkeeping keys first, then the model's
+metrics, as it has always been written, so files written before read."""
 from __future__ import annotations
 
 import dataclasses

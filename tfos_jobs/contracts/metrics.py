@@ -172,10 +172,9 @@ FAILURE, SHRINK, GROW = "failure", "shrink", "grow"
 
 
 class Recovery(TypedDict):
-    """A relaunch after an attempt that trained, as metrics.json keeps it: why, how far the
-    earlier attempt got (as of the chief's last heartbeat), where the relaunch resumed (its last
-    checkpoint), how long no step was trained, with how many workers, and which nodes kept their
-    task (`cluster.driver.generations`)."""
+    """A relaunch after an attempt that trained, as metrics.json keeps it: why, how far the earlier attempt got (as of
+    the chief's last heartbeat), where the relaunch resumed (its last checkpoint), how long no step was trained, with
+    how many workers, and which nodes kept their task (`cluster.driver.generations`)."""
 
     attempt: int  # the relaunch's number
     failed_at_steps: int  # steps done as of the failed attempt's last heartbeat (or its last checkpoint, if later)

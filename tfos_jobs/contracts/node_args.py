@@ -1,11 +1,9 @@
 """What the driver hands every TF node (a sweep trial's lone node too): plain values only.
 
-They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs;
-TensorFlowOnSpark passes a node's arguments on as they are, and its `run` looks inside them
-with `in`, so they travel as a dict (`to_dict`) and are rebuilt on the node (`from_dict`).
-`Launch` is how the node job starts (`cluster.node.task`), and what the node's task hands the
-node's own process (`cluster.node.process`) as JSON (`to_json`).
-"""
+They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs; TensorFlowOnSpark passes a
+node's arguments on as they are, and its `run` looks inside them with `in`, so they travel as a dict (`to_dict`) and are
+rebuilt on the node (`from_dict`). `Launch` is how the node job starts (`cluster.node.task`), and what the node's task
+hands the node's own process (`cluster.node.process`) as JSON (`to_json`)."""
 from __future__ import annotations
 
 import base64
@@ -59,14 +57,13 @@ class NodeArgs:
 
 @dataclass(frozen=True)
 class Launch:
-    """How the node job starts: which node each partition is, where its control server is,
-    the files Spark hands each node (`cluster.driver.node_inputs.plan`), and where it keeps them.
-    Under the `local` strategy the job is one node that trains alone, with no TF cluster (a
-    sweep's single-process trial).
+    """How the node job starts: which node each partition is, where its control server is, the files Spark hands each
+    node (`cluster.driver.node_inputs.plan`), and where it keeps them. Under the `local` strategy the job is one node
+    that trains alone, with no TF cluster (a sweep's single-process trial).
 
-    Under multi_worker_mirrored the node job outlives a failed attempt (`rejoins`): its tasks keep
-    their inputs on disk and run each later attempt's TF nodes (a new `run_id`, the same `job_id`),
-    and a lost node's task, run again by Spark on another executor, joins the next attempt."""
+    Under multi_worker_mirrored the node job outlives a failed attempt (`rejoins`): its tasks keep their inputs on disk
+    and run each later attempt's TF nodes (a new `run_id`, the same `job_id`), and a lost node's task, run again by
+    Spark on another executor, joins the next attempt."""
 
     run_id: str  # the attempt's: every message its nodes send names it (control_channel.SENDER_RUN)
     strategy: str

@@ -15,9 +15,8 @@ SUMMARY_FILE = "_prediction.json"
 
 @dataclass(frozen=True)
 class PredictionSummary:
-    """One scoring run: where the rows went (`output`, written with `mode`), how many, with which
-    SavedModel (`model`), what serving filled in or did not know (`counts`, by
-    `contracts.serving.count_key`), and how long it took."""
+    """One scoring run: where the rows went (`output`, written with `mode`), how many, with which SavedModel (`model`),
+    what serving filled in or did not know (`counts`, by `contracts.serving.count_key`), and how long it took."""
 
     output: str
     mode: str

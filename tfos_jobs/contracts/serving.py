@@ -1,8 +1,7 @@
 """The serving contract: what an exported SavedModel offers and what the prediction UDF returns.
 
-`model.export` writes it; the UDF (`udfs/`), `tfos predict`, `tfos sql` and the benchmarks
-read it. Names a user sees in SQL (`probability`, `label`, `value`) are part of it.
-"""
+`model.export` writes it; the UDF (`udfs/`), `tfos predict`, `tfos sql` and the benchmarks read it. Names a user sees in
+SQL (`probability`, `label`, `value`) are part of it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -109,8 +108,7 @@ def udf_returns_struct(task: str) -> bool:
 
 def udf_return_type(task: str) -> "DataType":
     """The Spark type of the prediction UDF's result for a task (`task_of`)."""
-    from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, FloatType, StringType, StructField,
-                                   StructType)
+    from pyspark.sql.types import ArrayType, BooleanType, DoubleType, FloatType, StringType, StructField, StructType
 
     if not udf_returns_struct(task):
         return DoubleType()

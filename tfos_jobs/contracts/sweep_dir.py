@@ -83,12 +83,9 @@ class TrialDir(ModelDir):
     @staticmethod
     def all_in(storage: Storage, sweep_dir: str) -> dict[int, "TrialDir"]:
         """The trials that were started (their params are written), by number."""
-        out = {}
-        for name in storage.children(sweep_dir):
-            number = name.removeprefix(PREFIX)
-            if name.startswith(PREFIX) and number.isdigit() and storage.exists(TrialDir.of(sweep_dir, int(number)).params):
-                out[int(number)] = TrialDir.of(sweep_dir, int(number))
-        return dict(sorted(out.items()))
+        names = [name.removeprefix(PREFIX) for name in storage.children(sweep_dir) if name.startswith(PREFIX)]
+        trials = {n: TrialDir.of(sweep_dir, n) for n in sorted(int(name) for name in names if name.isdigit())}
+        return {n: trial for n, trial in trials.items() if storage.exists(trial.params)}
 
     @property
     def params(self) -> str:

@@ -1,12 +1,10 @@
 """Reader for the real UCI Adult census files (adult.data, adult.test).
 
-They have no header, ", " separators, "?" for missing values; adult.test starts with the line
-"|1x3 Cross validator" and its labels end in "." (">50K."). The reader returns the same
-columns as the embedded `people` table, plus a deterministic `person_id` (a hash of the row) and
-`source_split` ("test" for rows from a file whose name ends in ".test", else "train"), so the
-canonical train/test split is kept with `prepare.split.mode = "column"` and the eval split is
-drawn from the train file (`prepare.split.eval_from_train`).
-"""
+They have no header, ", " separators, "?" for missing values; adult.test starts with the line "|1x3 Cross validator" and
+its labels end in "." (">50K."). The reader returns the same columns as the embedded `people` table, plus a
+deterministic `person_id` (a hash of the row) and `source_split` ("test" for rows from a file whose name ends in
+".test", else "train"), so the canonical train/test split is kept with `prepare.split.mode = "column"` and the eval
+split is drawn from the train file (`prepare.split.eval_from_train`)."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession

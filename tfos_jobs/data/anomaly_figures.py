@@ -1,10 +1,8 @@
-"""The figures `tfos evaluate` reports on judged windows, from plain pandas frames: one row per
-window with its key, bounds, `anomalous`, `kind`, the model's score and `is_anomaly`, and each
-baseline's score (`data.baselines`). The ranking figures (ROC AUC, AUPRC) per score for the fleet
-and per asset; the alerts at the model's threshold by window, by incident, by run of flagged
-windows, and point-adjusted beside a random score's. A figure the windows do not define is None,
-with the reason in `not_computed`.
-"""
+"""The figures `tfos evaluate` reports on judged windows, from plain pandas frames: one row per window with its key,
+bounds, `anomalous`, `kind`, the model's score and `is_anomaly`, and each baseline's score (`data.baselines`). The
+ranking figures (ROC AUC, AUPRC) per score for the fleet and per asset; the alerts at the model's threshold by window,
+by incident, by run of flagged windows, and point-adjusted beside a random score's. A figure the windows do not define
+is None, with the reason in `not_computed`."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,9 +1,7 @@
 """The prepare job's input: the main source joined with its lookups and activity aggregates.
 
-One lazy table holding every stored feature, checked against the spec before any Spark job
-runs. Prepare writes it; `tfos predict` and `tfos sql` score it, so serving is fed exactly as
-training was.
-"""
+One lazy table holding every stored feature, checked against the spec before any Spark job runs. Prepare writes it;
+`tfos predict` and `tfos sql` score it, so serving is fed exactly as training was."""
 from __future__ import annotations
 
 import datetime as dt
@@ -24,10 +22,9 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
              ) -> tuple[DataFrame, dict[str, dict[str, Any]]]:
     """Read, check and join the sources into one lazy table holding every stored feature.
 
-    For prediction only the model's inputs are required, and every column is kept. `main`
-    stands for the main source's rows (a stream of them): no action runs on it, and the static
-    sides it is joined with (lookups, the activity aggregate) are computed once and cached, not
-    again for every micro-batch."""
+    For prediction only the model's inputs are required, and every column is kept. `main` stands for the main source's
+    rows (a stream of them): no action runs on it, and the static sides it is joined with (lookups, the activity
+    aggregate) are computed once and cached, not again for every micro-batch."""
     prep, spec = config.prepare, config.features
     main_src = config.sources[prep.main]
     table = sources.read(spark, prep.main, main_src) if main is None else main

@@ -1,9 +1,8 @@
 """A prepared dataset on disk (`contracts.dataset`): reading it, and writing it whole.
 
-Prepare writes into a staging directory beside the output: Spark's commit protocol writes the
-records into `_records/split=<s>/`, `settle` gives each split its directory and stable file
-names, `write_meta` writes `_meta/` (the manifest last) and `publish` moves the whole into
-place. Training, export and `tfos evaluate` read it back with `read`.
+Prepare writes into a staging directory beside the output: Spark's commit protocol writes the records into
+`_records/split=<s>/`, `settle` gives each split its directory and stable file names, `write_meta` writes `_meta/` (the
+manifest last) and `publish` moves the whole into place. Training, export and `tfos evaluate` read it back with `read`.
 """
 from __future__ import annotations
 

@@ -1,17 +1,14 @@
 """The embedded demo data for sequence anomaly detection: raw sensor readings from a seeded fleet of machines.
 
-Every asset has eight sensors in their own units, all driven by the same few smooth latent signals
-(a daily-ish cycle, an operating load that switches between levels, slow wear) through fleet-wide
-mixing weights, so normal behaviour is smooth, strongly correlated across sensors and predictable.
-On top come the flaws of real telemetry (short and long sensor dropouts as nulls, rows missing
-altogether) and rare anomalies of four kinds: spikes, drifts, stuck sensors and a sensor that stops
-following the others. The anomalies go to a separate table, as they would from maintenance logs;
-the sensor files carry no label.
+Every asset has eight sensors in their own units, all driven by the same few smooth latent signals (a daily-ish cycle,
+an operating load that switches between levels, slow wear) through fleet-wide mixing weights, so normal behaviour is
+smooth, strongly correlated across sensors and predictable. On top come the flaws of real telemetry (short and long
+sensor dropouts as nulls, rows missing altogether) and rare anomalies of four kinds: spikes, drifts, stuck sensors and a
+sensor that stops following the others. The anomalies go to a separate table, as they would from maintenance logs; the
+sensor files carry no label.
 
-Each asset is generated from its own seed, so the data is identical whatever order or process
-generates it. Most assets are written as Parquet, every `csv_every`-th as CSV, so a pipeline has to
-read both.
-"""
+Each asset is generated from its own seed, so the data is identical whatever order or process generates it. Most assets
+are written as Parquet, every `csv_every`-th as CSV, so a pipeline has to read both."""
 from __future__ import annotations
 
 import os
@@ -72,8 +69,7 @@ ANOMALY_EVERY = 1_500  # steps per anomaly, on average
 CLEARANCE = 64  # steps kept clear between an anomaly and another anomaly, a gap or a dropout
 LOAD_RAMP = 20  # steps a load transition takes
 
-SENSOR_SCHEMA = pa.schema(
-    [(ASSET, pa.string()), (TIME, pa.timestamp("us"))] + [(s, pa.float64()) for s in SENSORS])
+SENSOR_SCHEMA = pa.schema([(ASSET, pa.string()), (TIME, pa.timestamp("us"))] + [(s, pa.float64()) for s in SENSORS])
 ANOMALY_SCHEMA = pa.schema([
     (ASSET, pa.string()), (ANOMALY_START, pa.timestamp("us")), (ANOMALY_END, pa.timestamp("us")),
     (ANOMALY_KIND, pa.string()), (ANOMALY_SENSOR, pa.string()),
@@ -269,10 +265,9 @@ def generate(output: str, assets: int, steps: int, seed: int, step_seconds: int 
 
 
 def write(config: Config, session: Session) -> None:
-    """The fleet `config.fleet` describes, at `fleet.output`. The files are written on this machine;
-    an output on another filesystem (HDFS,
-    S3, ...), or any output of a Spark Connect client (its disk is not the cluster's), receives
-    them whole afterwards."""
+    """The fleet `config.fleet` describes, at `fleet.output`. The files are written on this machine; an output on
+    another filesystem (HDFS, S3, ...), or any output of a Spark Connect client (its disk is not the cluster's),
+    receives them whole afterwards."""
     from tfos_jobs.session_builder import remote_url
 
     fl = config.fleet

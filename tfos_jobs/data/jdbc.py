@@ -1,10 +1,8 @@
-"""JDBC sources: credentials from the environment or a file, a bounded reachability check, and
-errors that name the source and host but never the password.
+"""JDBC sources: credentials from the environment or a file, a bounded reachability check, and errors that name the
+source and host but never the password.
 
-Spark's JDBC reader would otherwise wait for the operating system's TCP timeout on a host that
-drops packets (minutes) and report a driver stack trace; the check below answers within
-`connect_timeout` seconds before any job starts.
-"""
+Spark's JDBC reader would otherwise wait for the operating system's TCP timeout on a host that drops packets (minutes)
+and report a driver stack trace; the check below answers within `connect_timeout` seconds before any job starts."""
 from __future__ import annotations
 
 import os
@@ -52,8 +50,7 @@ def password(name: str, src: SourceConfig) -> str | None:
 
 def check_reachable(name: str, src: SourceConfig) -> None:
     """Open and close one TCP connection to the database server, within `connect_timeout` seconds."""
-    url = src.options["url"]
-    where = endpoint(url)
+    where = endpoint(src.options["url"])
     if where is None:
         return
     host, port = where

@@ -1,13 +1,11 @@
 """The tf.data input pipeline, built from the feature spec.
 
-Files are sharded per worker. A shard that fits in memory (`in_memory`) is read and parsed
-once, and each epoch is a fresh full permutation of its rows, gathered batch by batch: a
-batch then costs a few gathers instead of a pass of every record through interleave,
-shuffle buffer and parser, which on a one-core worker took more CPU than the model's step.
-Larger shards stream: interleaved reads, a shuffle buffer, then batches parsed with
-`tf.io.parse_example` (one vectorised parse per batch is far faster than one per record).
-Runs wherever TensorFlow runs: executors in training, the driver in tests.
-"""
+Files are sharded per worker. A shard that fits in memory (`in_memory`) is read and parsed once, and each epoch is a
+fresh full permutation of its rows, gathered batch by batch: a batch then costs a few gathers instead of a pass of every
+record through interleave, shuffle buffer and parser, which on a one-core worker took more CPU than the model's step.
+Larger shards stream: interleaved reads, a shuffle buffer, then batches parsed with `tf.io.parse_example` (one
+vectorised parse per batch is far faster than one per record). Runs wherever TensorFlow runs: executors in training, the
+driver in tests."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -36,10 +34,9 @@ def make_dataset(
 ):
     """(features, label) batches; features is {name: tensor of shape [batch]}.
 
-    Both paths read the same rows for the same shard; `in_memory` shuffles fully (each epoch
-    a permutation seeded by `seed` and the epoch) where streaming shuffles in a buffer.
-    `skip_batches` starts after that many batches (a resumed run's): in memory, exactly where
-    an unbroken pass would be; streaming, after as many records, read but not parsed (a
+    Both paths read the same rows for the same shard; `in_memory` shuffles fully (each epoch a permutation seeded by
+    `seed` and the epoch) where streaming shuffles in a buffer. `skip_batches` starts after that many batches (a resumed
+    run's): in memory, exactly where an unbroken pass would be; streaming, after as many records, read but not parsed (a
     streamed order is not fixed: files are interleaved as they become ready)."""
     import tensorflow as tf
 
@@ -141,8 +138,7 @@ def _in_memory(files: list[str], parse, batch_size: int, *, num_shards: int, spe
     import tensorflow as tf
 
     records = _records(files, num_shards, shard_index, compression)
-    # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this
-    # inside a function.
+    # All rows in one batch, parsed at once. Graph-safe: a parameter-server worker builds this inside a function.
     table = parse(records.batch(2**31 - 1).get_single_element())  # {column: [rows, ...]}
     rows = tf.shape(next(iter(table.values())), out_type=tf.int64)[0]
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)

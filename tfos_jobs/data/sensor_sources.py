@@ -1,16 +1,14 @@
 """Reading sensor series from a source of any layout, checked file by file where there are files.
 
-A source is one file, a directory of files (each holding one asset or many; below it may be
-partition directories such as `date=2024-01-01/`), a catalog table (Hive, partitioned or not) or
-a JDBC table: rows are key, time and sensors, and one table may hold any number of assets.
+A source is one file, a directory of files (each holding one asset or many; below it may be partition directories such
+as `date=2024-01-01/`), a catalog table (Hive, partitioned or not) or a JDBC table: rows are key, time and sensors, and
+one table may hold any number of assets.
 
-Files read as one table hide a bad file: Spark takes the schema of one file, and a file without
-a sensor column reads as nulls. So every file's columns (with the partition columns of its
-directories) are checked against the spec first (names and, for Parquet, types), and an error
-names the file and the column. Rows of CSV files that do not parse (a sensor value that is not a
-number, a time that is not one) keep their text in `_corrupt_record`: prepare sets them aside in
-`_rejects/` and counts them, and the steps they leave empty count as missing.
-"""
+Files read as one table hide a bad file: Spark takes the schema of one file, and a file without a sensor column reads as
+nulls. So every file's columns (with the partition columns of its directories) are checked against the spec first (names
+and, for Parquet, types), and an error names the file and the column. Rows of CSV files that do not parse (a sensor
+value that is not a number, a time that is not one) keep their text in `_corrupt_record`: prepare sets them aside in
+`_rejects/` and counts them, and the steps they leave empty count as missing."""
 from __future__ import annotations
 
 import dataclasses
@@ -135,9 +133,8 @@ def _typed_partitions(df: DataFrame, spec: FeatureSpec, files: list[SourceFile] 
 
 def _read_csv(spark: SparkSession, name: str, src: SourceConfig, spec: FeatureSpec,
               files: list[SourceFile]) -> DataFrame:
-    """CSV files read by their header's column names, not by position: one read per distinct
-    header (and configured path, the base of its partition directories), the spec's types for
-    its columns, text for any other column."""
+    """CSV files read by their header's column names, not by position: one read per distinct header (and configured
+    path, the base of its partition directories), the spec's types for its columns, text for any other column."""
     types = input_types(spec)
     groups: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
     for f in files:

@@ -43,8 +43,7 @@ def _read(spark: SparkSession, name: str, src: SourceConfig) -> DataFrame:
         if src.format == "adult_csv":
             return adult.read(spark, paths)
         defaults = {"header": "true", **({} if src.schema else {"inferSchema": "true"})} if src.format == "csv" else {}
-        options = {**defaults, **src.options}
-        reader = spark.read.format(src.format).options(**options)
+        reader = spark.read.format(src.format).options(**{**defaults, **src.options})
         if src.format in TEXT_FORMATS:
             return _read_text_format(reader, paths, src.schema)
         if src.schema:

@@ -91,10 +91,9 @@ def by_time(split: SplitConfig, key: str) -> Column:
 
 def settle(usable: DataFrame, split: SplitConfig, key: str | None, sizes: Mapping[str, int]
            ) -> tuple[int | None, str | None]:
-    """The boundary to split at (None for a column split) and, when the nominal one left a split
-    empty, a sentence saying which key crossed it. `usable`: the rows that will be written;
-    `sizes`: what each split holds of them at the nominal boundary (both empty is the caller's
-    error, raised before)."""
+    """The boundary to split at (None for a column split) and, when the nominal one left a split empty, a sentence
+    saying which key crossed it. `usable`: the rows that will be written; `sizes`: what each split holds of them at the
+    nominal boundary (both empty is the caller's error, raised before)."""
     if sizes[Split.TRAIN] and sizes[Split.EVAL]:
         hashed = split.mode == "hash" or split.mode == "column" and split.eval_from_train
         return (nominal_boundary(split) if hashed else None), None

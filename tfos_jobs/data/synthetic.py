@@ -1,13 +1,12 @@
 """The embedded default data: a seeded, census-like warehouse of three related tables.
 
-`people` has the UCI Adult columns with realistic marginals (and missing values where the real
-data has "?"), and an income label drawn from a logistic model of them, so a model can beat the
-base rate clearly. `regions` maps each country to attributes; `events` is an activity log of
-impressions and clicks, ~`events_per_person` per person, that carries a little signal too.
+`people` has the UCI Adult columns with realistic marginals (and missing values where the real data has "?"), and an
+income label drawn from a logistic model of them, so a model can beat the base rate clearly. `regions` maps each country
+to attributes; `events` is an activity log of impressions and clicks, ~`events_per_person` per person, that carries a
+little signal too.
 
-Rows are generated in fixed-size chunks, each from its own seed, so the data is identical
-whatever the number of Spark partitions or executors.
-"""
+Rows are generated in fixed-size chunks, each from its own seed, so the data is identical whatever the number of Spark
+partitions or executors."""
 from __future__ import annotations
 
 import datetime as dt
@@ -220,8 +219,4 @@ def generate(spark, output: str, people: int, events_per_person: float, seed: in
         .write.mode("overwrite").parquet(f"{output}/events")
     spark.createDataFrame(regions_frame(), REGIONS_SCHEMA).coalesce(1) \
         .write.mode("overwrite").parquet(f"{output}/regions")
-    return {
-        "people": people,
-        "regions": len(COUNTRIES),
-        "events": spark.read.parquet(f"{output}/events").count(),
-    }
+    return {"people": people, "regions": len(COUNTRIES), "events": spark.read.parquet(f"{output}/events").count()}

@@ -1,9 +1,8 @@
 """Writing tf.Example records from Spark through a JVM TFRecord data source.
 
-The default format, `tfos.spark.tfrecord`, is this package's own data source (built into
-`tfos_jobs/jars/`). LinkedIn's spark-tfrecord takes the same options: set
-`prepare.tfrecord_format = "tfrecord"` and add its package to `spark.jars.packages`.
-"""
+The default format, `tfos.spark.tfrecord`, is this package's own data source (built into `tfos_jobs/jars/`). LinkedIn's
+spark-tfrecord takes the same options: set `prepare.tfrecord_format = "tfrecord"` and add its package to
+`spark.jars.packages`."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
@@ -13,9 +12,8 @@ CODECS = {"none": None, "gzip": "org.apache.hadoop.io.compress.GzipCodec"}
 
 
 def layout(df: DataFrame, files: int, key: str | None, then: tuple[str, ...] = ()) -> DataFrame:
-    """`files` partitions, rows spread by key hash and sorted by key (and `then`, for keys with
-    several rows) inside each, so a re-run writes the same rows, in the same order, to the
-    same files."""
+    """`files` partitions, rows spread by key hash and sorted by key (and `then`, for keys with several rows) inside
+    each, so a re-run writes the same rows, in the same order, to the same files."""
     if key is None:
         return df.repartition(files)
     return df.repartition(files, key).sortWithinPartitions(key, *then)

@@ -1,7 +1,6 @@
 """The relational part of preparation: joins, activity aggregates, rejects, imputation.
 
-Each function returns a lazy DataFrame or Column; the driver decides when jobs run.
-"""
+Each function returns a lazy DataFrame or Column; the driver decides when jobs run."""
 from __future__ import annotations
 
 import datetime as dt

@@ -19,10 +19,7 @@ UNPRIVILEGED = "nobody"  # PostgreSQL refuses to run as root
 def scratch_dir(prefix: str) -> Path:
     """Short (socket paths are limited to ~100 bytes) and owned by whoever runs the server."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    account = run_as()
-    if account:
-        entry = pwd.getpwnam(account)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+    chown_tree(path)
     return path
 
 
@@ -76,10 +73,6 @@ def tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def remove(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
 class LocalServer:
     """One database and one user with a password, on a free (or given) loopback port; the
     server and its directory are gone when the `with` block ends, also when starting failed."""
@@ -118,7 +111,7 @@ class LocalServer:
         try:
             self._shutdown()
         finally:
-            remove(self.root)
+            shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
 
     def _start(self) -> None:

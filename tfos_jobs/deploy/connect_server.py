@@ -73,8 +73,7 @@ def start(directory: Path, *, master: str, port: int = DEFAULT_PORT, python: str
 
 
 def stop(directory: Path, grace: float = STOP_GRACE) -> bool:
-    """End the server started from `directory` and everything in its process group; False when
-    none was running."""
+    """End the server started from `directory` and everything in its process group; False when none was running."""
     pid = _running(directory)
     if pid is None:
         return False

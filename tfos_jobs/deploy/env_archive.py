@@ -34,9 +34,8 @@ from tfos_jobs.contracts.packed_env import site_packages
 from tfos_jobs.errors import ConfigError
 
 PACKAGES = ("tfos_jobs", "udfs")  # this distribution's top-level packages
-# Relative to site-packages: Spark's jars, and the C headers packages ship for building
-# extensions against them (TensorFlow's alone are 18,000 files: every file costs a container's
-# localizer time).
+# Relative to site-packages: Spark's jars, and the C headers packages ship for building extensions against them
+# (TensorFlow's alone are 18,000 files: every file costs a container's localizer time).
 SKIPPED = ("pyspark/jars", "tensorflow/include", "pyarrow/include", "numpy/_core/include")
 EDITABLE_PREFIX = "__editable__"
 

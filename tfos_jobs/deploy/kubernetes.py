@@ -1,14 +1,12 @@
 """What `tfos submit` sets and checks for a `k8s://` master, and how it follows a driver pod.
 
-On Kubernetes nothing comes from the submitting machine's disk in cluster mode: the job script
-and the TFRecord jar are the image's own (`local://` paths into the venv the Dockerfile makes),
-executors run the image's Python, and a TensorFlow node in an executor's Python worker needs
-memory beyond the JVM's (the pod's limit is heap + overhead). Mistakes that would otherwise show
-up as a pod stuck Pending or a driver failing deep in its log are refused before spark-submit
-starts, naming the setting. In cluster mode spark-submit exits 0 whatever the driver did; `follow`
-reads its pod status lines, and a failed driver becomes a non-zero exit with the driver's last
-log lines (through kubectl, when it is on PATH).
-"""
+On Kubernetes nothing comes from the submitting machine's disk in cluster mode: the job script and the TFRecord jar are
+the image's own (`local://` paths into the venv the Dockerfile makes), executors run the image's Python, and a
+TensorFlow node in an executor's Python worker needs memory beyond the JVM's (the pod's limit is heap + overhead).
+Mistakes that would otherwise show up as a pod stuck Pending or a driver failing deep in its log are refused before
+spark-submit starts, naming the setting. In cluster mode spark-submit exits 0 whatever the driver did; `follow` reads
+its pod status lines, and a failed driver becomes a non-zero exit with the driver's last log lines (through kubectl,
+when it is on PATH)."""
 from __future__ import annotations
 
 import os
@@ -70,11 +68,10 @@ def settings(*, conf: Mapping[str, str], cluster_mode: bool, job: str | None, no
              local_files: Iterable[str], image_python: bool = True) -> list[str]:
     """The `--conf` arguments tfos adds on Kubernetes; raises ConfigError for what cannot run.
 
-    `conf` is every setting the user gave (--conf and the properties file); `job` the tfos
-    command (None for a script of the user's); `nodes` the TF nodes a train job starts;
-    `local_files` the files of the submitting machine the job needs (scripts, --py-files, --jars);
-    `image_python` False when the executors run a packed environment's Python instead of the image's.
-    """
+    `conf` is every setting the user gave (--conf and the properties file); `job` the tfos command (None for a script of
+    the user's); `nodes` the TF nodes a train job starts; `local_files` the files of the submitting machine the job
+    needs (scripts, --py-files, --jars); `image_python` False when the executors run a packed environment's Python
+    instead of the image's."""
     if not conf.get(IMAGE):
         raise ConfigError(f"{IMAGE} is not set: Kubernetes runs the driver and executors from an image "
                           "(build it with `make image`; docs/deploy.md)")
@@ -108,9 +105,8 @@ def settings(*, conf: Mapping[str, str], cluster_mode: bool, job: str | None, no
 
 
 def follow(cmd: Sequence[str], env: Mapping[str, str], conf: Mapping[str, str], master: str) -> int:
-    """Runs a cluster-mode spark-submit, passing its output through, and returns the driver's exit
-    code: spark-submit's own is 0 for a failed driver. A driver whose image cannot be found is
-    deleted at once rather than left Pending."""
+    """Runs a cluster-mode spark-submit, passing its output through, and returns the driver's exit code: spark-submit's
+    own is 0 for a failed driver. A driver whose image cannot be found is deleted at once rather than left Pending."""
     proc = subprocess.Popen(list(cmd), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1)
     assert proc.stdout is not None
@@ -152,9 +148,8 @@ def follow(cmd: Sequence[str], env: Mapping[str, str], conf: Mapping[str, str], 
 
 
 def _kubectl(conf: Mapping[str, str], master: str, namespace: str | None, args: list[str]) -> str | None:
-    """kubectl with the submission's certificate files when spark-submit was given them, else the
-    kubeconfig's (a token is not passed: on kubectl's command line any user could read it); None
-    without kubectl or on its failure."""
+    """kubectl with the submission's certificate files when spark-submit was given them, else the kubeconfig's (a token
+    is not passed: on kubectl's command line any user could read it); None without kubectl or on its failure."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         return None

@@ -96,9 +96,7 @@ def parse(argv: Sequence[str], commands: Sequence[str]) -> Submission:
                 app, app_args = arg, argv[i + 1:]
             else:
                 raise ConfigError(f"{arg!r} is neither a job ({', '.join(commands)}) nor a .py file")
-            sub = Submission(options, app, app_args, env_archive, dry_run)
-            sub.conf = _confs(options)
-            return sub
+            return Submission(options, app, app_args, env_archive, dry_run, _confs(options))
         i += 1
     raise ConfigError(f"no job given; name one of {', '.join(commands)} after spark-submit's options")
 

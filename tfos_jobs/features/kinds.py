@@ -42,13 +42,11 @@ ENCODING_SETTINGS: dict[str, tuple[str, ...]] = {
 class NumericFeature:
     """A number. `default` replaces nulls: a value, or "mean" (of the train split, fixed at prepare).
 
-    `encoding`, how the deep part sees it (Gorishniy et al., "On Embeddings for Numerical
-    Features in Tabular Deep Learning", 2022): "linear", the (normalised) value itself;
-    "piecewise_linear", one value per bin between `bins` quantiles of the train split (computed
-    at prepare, kept in stats.json), 1 for bins below the value, 0 above, the fraction within;
-    "periodic", sin and cos of `frequencies` trained multiples of the normalised value, started
-    at N(0, `sigma`). Either of the last two then goes through a ReLU layer of `embedding_dim`
-    units of its own."""
+    `encoding`, how the deep part sees it (Gorishniy et al., "On Embeddings for Numerical Features in Tabular Deep
+    Learning", 2022): "linear", the (normalised) value itself; "piecewise_linear", one value per bin between `bins`
+    quantiles of the train split (computed at prepare, kept in stats.json), 1 for bins below the value, 0 above, the
+    fraction within; "periodic", sin and cos of `frequencies` trained multiples of the normalised value, started at
+    N(0, `sigma`). Either of the last two then goes through a ReLU layer of `embedding_dim` units of its own."""
 
     name: str
     normalize: bool = True
@@ -115,11 +113,10 @@ class Label:
 class TimeFeature:
     """The time column of sensor series, and how they are cut into windows.
 
-    Rows of one asset (the key feature) are placed on a grid of `step_seconds`. A window is
-    `window` consecutive steps; one starts every `stride` steps from the asset's first row.
-    Up to `max_gap` missing steps (absent rows) in a row are filled forward, a longer gap drops
-    every window it touches; a sensor's nulls are filled forward up to `fill_limit` steps in a
-    row, else the window is dropped. Dropped windows are counted by reason."""
+    Rows of one asset (the key feature) are placed on a grid of `step_seconds`. A window is `window` consecutive steps;
+    one starts every `stride` steps from the asset's first row. Up to `max_gap` missing steps (absent rows) in a row are
+    filled forward, a longer gap drops every window it touches; a sensor's nulls are filled forward up to `fill_limit`
+    steps in a row, else the window is dropped. Dropped windows are counted by reason."""
 
     name: str
     step_seconds: int = 60

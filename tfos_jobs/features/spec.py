@@ -1,10 +1,8 @@
 """The feature spec: the one description of every column, shared by preparation, training and serving.
 
-Everything downstream is derived from it: the Spark input check, the TFRecord column types,
-the `tf.io` parse spec, later the Keras inputs and the UDF signature. It is written once (in a
-`conf/*.toml` file), travels as `_meta/feature_spec.json` with the dataset, and as an asset
-with the model, so no stage re-types a feature name.
-"""
+Everything downstream is derived from it: the Spark input check, the TFRecord column types, the `tf.io` parse spec,
+later the Keras inputs and the UDF signature. It is written once (in a `conf/*.toml` file), travels as
+`_meta/feature_spec.json` with the dataset, and as an asset with the model, so no stage re-types a feature name."""
 from __future__ import annotations
 
 import hashlib

@@ -64,10 +64,9 @@ def any_missing(names: Sequence[str], numeric: Sequence[str]) -> Column:
 
 
 def quantile_bins(train: DataFrame, bins: dict[str, int]) -> dict[str, list[float]]:
-    """Per column, the edges of `bins[column]` bins holding equal shares of the train rows
-    (missing values left out), in one job, as float32 values. Equal edges (a value most rows
-    share) are merged, so a column may get fewer bins; a constant one gets a single bin one unit
-    wide."""
+    """Per column, the edges of `bins[column]` bins holding equal shares of the train rows (missing values left out), in
+    one job, as float32 values. Equal edges (a value most rows share) are merged, so a column may get fewer bins; a
+    constant one gets a single bin one unit wide."""
     if not bins:
         return {}
     names = list(bins)

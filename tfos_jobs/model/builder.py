@@ -1,14 +1,12 @@
 """The Keras model, built from the feature spec: wide & deep, with all preprocessing in the graph.
 
-The model takes the raw columns (a dict of 1-D tensors, as `data.reader` yields them and as a
-columnar UDF passes them) and does the vocabulary lookups, normalisation, bucketing and
-crossing itself, from in-memory vocabularies and statistics. An exported model therefore needs
-no file but its own SavedModel, and training and serving cannot disagree on preprocessing.
+The model takes the raw columns (a dict of 1-D tensors, as `data.reader` yields them and as a columnar UDF passes them)
+and does the vocabulary lookups, normalisation, bucketing and crossing itself, from in-memory vocabularies and
+statistics. An exported model therefore needs no file but its own SavedModel, and training and serving cannot disagree
+on preprocessing.
 
-Only tf-keras (`TF_USE_LEGACY_KERAS=1`) layers and the package's own (`model.layers`) are used,
-no Lambda, so the model builds under `strategy.scope()` for MultiWorkerMirrored and
-ParameterServer strategies.
-"""
+Only tf-keras (`TF_USE_LEGACY_KERAS=1`) layers and the package's own (`model.layers`) are used, no Lambda, so the model
+builds under `strategy.scope()` for MultiWorkerMirrored and ParameterServer strategies."""
 from __future__ import annotations
 
 import dataclasses
@@ -131,10 +129,9 @@ DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on
 
 @dataclasses.dataclass(frozen=True)
 class CheckedBuild:
-    """A build function checked on the driver against the spec it is for (`check_build`): a
-    training run builds its model on the nodes without checking it again. `by_value`: the
-    callable the nodes get pickled (a script's or notebook's function), None when they import
-    `config.kind` by name."""
+    """A build function checked on the driver against the spec it is for (`check_build`): a training run builds its
+    model on the nodes without checking it again. `by_value`: the callable the nodes get pickled (a script's or
+    notebook's function), None when they import `config.kind` by name."""
 
     config: ModelConfig
     spec: FeatureSpec
@@ -175,14 +172,13 @@ def _without_defaults(spec: FeatureSpec) -> list[dict[str, Any]]:
 
 def check_build(*, model_cfg: ModelConfig, spec: FeatureSpec,
                 build: str | Callable[..., Any] | CheckedBuild | None = None) -> CheckedBuild:
-    """The build function, checked on the driver before any Spark job: `build` when it is a
-    callable, else `model_cfg.kind` imported and resolved; one `build` already checked against
-    `spec` is returned as it is. A user function must take the four arguments of `BuildFn` and,
-    called with `spec` and placeholder vocabularies and statistics derived from it (no dataset is
-    read: it may be on a cluster filesystem), return a `tf.keras.Model` that reads only the spec's
-    model inputs and whose output export can name (one tensor per task, `model.export`). Raises
-    ConfigError naming `train.model.kind`, with the function's own error as one line; the
-    built-in kinds are only resolved."""
+    """The build function, checked on the driver before any Spark job: `build` when it is a callable, else
+    `model_cfg.kind` imported and resolved; one `build` already checked against `spec` is returned as it is. A user
+    function must take the four arguments of `BuildFn` and, called with `spec` and placeholder vocabularies and
+    statistics derived from it (no dataset is read: it may be on a cluster filesystem), return a `tf.keras.Model` that
+    reads only the spec's model inputs and whose output export can name (one tensor per task, `model.export`). Raises
+    ConfigError naming `train.model.kind`, with the function's own error as one line; the built-in kinds are only
+    resolved."""
     if isinstance(build, CheckedBuild) and build.holds_for(model_cfg, spec):
         return build
     by_value = None if build is None else kind_of(build)[1]

@@ -68,10 +68,9 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly
 
 
 def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly | None) -> dict[str, Any]:
-    """An autoencoder's signatures: `serving_default` takes one raw [windows, steps] tensor per
-    sensor, `predict_examples` serialized tf.SequenceExamples; both return the latent vector,
-    the reconstruction error (weighed per sensor as `anomaly` says) and whether it is above
-    its threshold."""
+    """An autoencoder's signatures: `serving_default` takes one raw [windows, steps] tensor per sensor,
+    `predict_examples` serialized tf.SequenceExamples; both return the latent vector, the reconstruction error (weighed
+    per sensor as `anomaly` says) and whether it is above its threshold."""
     import tensorflow as tf
 
     from tfos_jobs.model.sequence import scoring_model

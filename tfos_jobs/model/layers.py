@@ -15,15 +15,13 @@ class SharedEmbedding(tf.keras.layers.Layer):
     """Several embedding tables of one width kept in one variable, feature i in rows
     `offsets[i] : offsets[i] + sizes[i]`.
 
-    The model computes exactly what one table per feature computes (every row is looked up,
-    initialised and updated on its own), but a training step moves one variable instead of
-    one per feature: one gradient in MultiWorkerMirrored's all-reduce, one read and one update
-    per parameter-server round trip instead of a dozen.
+    The model computes exactly what one table per feature computes (every row is looked up, initialised and updated on
+    its own), but a training step moves one variable instead of one per feature: one gradient in MultiWorkerMirrored's
+    all-reduce, one read and one update per parameter-server round trip instead of a dozen.
 
-    Called on a list of int id tensors of shape [batch] (one per feature, in `sizes` order);
-    returns [batch, dim] summed over the features ("sum", a linear model's term) or
-    [batch, len(sizes) * dim] side by side ("concat", embeddings feeding a dense network).
-    """
+    Called on a list of int id tensors of shape [batch] (one per feature, in `sizes` order); returns [batch, dim] summed
+    over the features ("sum", a linear model's term) or [batch, len(sizes) * dim] side by side ("concat", embeddings
+    feeding a dense network)."""
 
     def __init__(self, sizes: Sequence[int], dim: int, combiner: str = "concat",
                  embeddings_initializer: str = "uniform", **kwargs):
@@ -68,14 +66,13 @@ def _glorot(fan_in: int, fan_out: int) -> tf.keras.initializers.Initializer:
 
 @tf.keras.utils.register_keras_serializable(package="tfos")
 class PeriodicEmbeddings(tf.keras.layers.Layer):
-    """Periodic embeddings of several numeric features ("PLR", Gorishniy et al. 2022): per
-    feature, cos and sin of 2π·c·x for `frequencies` trained coefficients c (started at
-    N(0, `sigma`)), then a ReLU layer of `dim` units of the feature's own. They let a plain MLP
-    draw sharp, high-frequency functions of one number (a capital gain above a threshold),
-    which it learns poorly from the number itself.
+    """Periodic embeddings of several numeric features ("PLR", Gorishniy et al. 2022): per feature, cos and sin of
+    2π·c·x for `frequencies` trained coefficients c (started at N(0, `sigma`)), then a ReLU layer of `dim` units of the
+    feature's own. They let a plain MLP draw sharp, high-frequency functions of one number (a capital gain above a
+    threshold), which it learns poorly from the number itself.
 
-    All features in three variables (coefficients [n, k], kernel [n, 2k, dim], bias [n, dim]).
-    Called on [batch, n] floats (normalised values); returns [batch, n * dim]."""
+    All features in three variables (coefficients [n, k], kernel [n, 2k, dim], bias [n, dim]). Called on [batch, n]
+    floats (normalised values); returns [batch, n * dim]."""
 
     def __init__(self, features: int, frequencies: int, sigma: float, dim: int, **kwargs):
         super().__init__(**kwargs)
@@ -103,14 +100,13 @@ class PeriodicEmbeddings(tf.keras.layers.Layer):
 
 @tf.keras.utils.register_keras_serializable(package="tfos")
 class PiecewiseLinearEmbeddings(tf.keras.layers.Layer):
-    """Piecewise-linear encodings of several numeric features over fixed bins ("PLE", Gorishniy
-    et al. 2022), each through a ReLU layer of `dim` units of its own.
+    """Piecewise-linear encodings of several numeric features over fixed bins ("PLE", Gorishniy et al. 2022), each
+    through a ReLU layer of `dim` units of its own.
 
-    Feature i with edges e_0 < ... < e_T has T bins; bin t holds (x - e_t) / (e_{t+1} - e_t)
-    clipped to [0, 1]: 1 for every bin below x, 0 above, the fraction within. The first bin is
-    not clipped below nor the last above, so values outside the train range still count.
-    Features with fewer bins than the most are padded with zeros. Called on [batch, n] raw
-    values; returns [batch, n * dim]."""
+    Feature i with edges e_0 < ... < e_T has T bins; bin t holds (x - e_t) / (e_{t+1} - e_t) clipped to [0, 1]: 1 for
+    every bin below x, 0 above, the fraction within. The first bin is not clipped below nor the last above, so values
+    outside the train range still count. Features with fewer bins than the most are padded with zeros. Called on
+    [batch, n] raw values; returns [batch, n * dim]."""
 
     def __init__(self, edges: Sequence[Sequence[float]], dim: int, **kwargs):
         super().__init__(**kwargs)

@@ -1,18 +1,16 @@
 """The recurrent autoencoder for sensor windows, built from the feature spec.
 
-Input: one `[batch, window]` float tensor per sensor (raw values, as the records and the UDF
-carry them). In the graph: stacked to `[batch, window, sensors]`, standardised with the train
-split's statistics, encoded by a GRU or LSTM to a `latent` vector, decoded by a second one
-from that vector repeated over the window, and compared with the standardised input. The
-model's output is that per-window `reconstruction_error`, so training minimises its mean
-(the MSE) and serving gets it without a second graph. Standardising in the graph means a
-served model takes raw windows and needs nothing but its SavedModel.
+Input: one `[batch, window]` float tensor per sensor (raw values, as the records and the UDF carry them). In the graph:
+stacked to `[batch, window, sensors]`, standardised with the train split's statistics, encoded by a GRU or LSTM to a
+`latent` vector, decoded by a second one from that vector repeated over the window, and compared with the standardised
+input. The model's output is that per-window `reconstruction_error`, so training minimises its mean (the MSE) and
+serving gets it without a second graph. Standardising in the graph means a served model takes raw windows and needs
+nothing but its SavedModel.
 
-The served score weighs each sensor's squared error by the inverse of its mean over the train
-windows (`error_scale = "per_sensor"`, the default): on real server metrics some sensors are
-noisy in normal times, and an unweighted mean lets their errors drown a fault that shows on a
-quiet one (on ASD's test period, ROC AUC 0.78 -> 0.86 and AUPRC 0.35 -> 0.61, docs/prepare.md).
-"""
+The served score weighs each sensor's squared error by the inverse of its mean over the train windows
+(`error_scale = "per_sensor"`, the default): on real server metrics some sensors are noisy in normal times, and an
+unweighted mean lets their errors drown a fault that shows on a quiet one (on ASD's test period, ROC AUC 0.78 -> 0.86
+and AUPRC 0.35 -> 0.61, docs/prepare.md)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence

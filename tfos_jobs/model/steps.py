@@ -62,10 +62,9 @@ class StepModel(tf.keras.Model):
 
 def wrap(model: tf.keras.Model, dense_gradient_limit: int, gradient_exchange: str = ALL_REDUCE,
          mesh: Callable[[np.ndarray], np.ndarray] | None = None) -> tf.keras.Model:
-    """`model` with the steps above, sharing its layers and variables; build and compile the
-    result under the strategy's scope. A subclassed (non-functional) user model is returned
-    as it is: it trains the same, with Keras' own steps. `mesh`: the run's `Mesh.summed`, for
-    the MESH exchange."""
+    """`model` with the steps above, sharing its layers and variables; build and compile the result under the strategy's
+    scope. A subclassed (non-functional) user model is returned as it is: it trains the same, with Keras' own steps.
+    `mesh`: the run's `Mesh.summed`, for the MESH exchange."""
     if isinstance(model, StepModel):
         model.dense_gradient_limit, model.gradient_exchange = dense_gradient_limit, gradient_exchange
         model.gradient_mesh = mesh

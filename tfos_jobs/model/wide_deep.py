@@ -33,15 +33,14 @@ _COMBINATIONS = 2**62  # a cross of fewer id combinations than this is computed 
 class WideDeep:
     """The layers of the model and the two ways through them.
 
-    Wide: a linear model (one weight per id and output unit) over the categorical, bucketized
-    and crossed features. Deep: embeddings of the categoricals and the numerics (normalised, or
-    embedded by their `encoding`: `model.layers.PeriodicEmbeddings`, `PiecewiseLinearEmbeddings`)
-    through `model_cfg.hidden_units()` ReLU layers. The two logits are added.
+    Wide: a linear model (one weight per id and output unit) over the categorical, bucketized and crossed features.
+    Deep: embeddings of the categoricals and the numerics (normalised, or embedded by their `encoding`:
+    `model.layers.PeriodicEmbeddings`, `PiecewiseLinearEmbeddings`) through `model_cfg.hidden_units()` ReLU layers. The
+    two logits are added.
 
-    The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights
-    in one, the deep embeddings in one per embedding width. A distributed step's cost grows
-    with the number of variables it moves, not with their size, at this model's scale.
-    """
+    The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights in one, the deep
+    embeddings in one per embedding width. A distributed step's cost grows with the number of variables it moves, not
+    with their size, at this model's scale."""
 
     def __init__(self, spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
                  model_cfg: ModelConfig, units: int):

@@ -1,9 +1,8 @@
-"""Files the package ships: the sample configs, the sweep file and queries (`conf/`), the
-GPU discovery script Spark runs on executors, and the console's log4j2 profile.
+"""Files the package ships: the sample configs, the sweep file and queries (`conf/`), the GPU discovery script Spark
+runs on executors, and the console's log4j2 profile.
 
-In a checkout these are the repository's own files (linked from here); a wheel holds copies.
-Either way a user can name a sample instead of a path: `tfos prepare --config census`.
-"""
+In a checkout these are the repository's own files (linked from here); a wheel holds copies. Either way a user can name
+a sample instead of a path: `tfos prepare --config census`."""
 from __future__ import annotations
 
 import os

@@ -1,10 +1,8 @@
 """Optuna's samplers and pruners for a sweep: `sweep.algorithm` and `sweep.early_stopping`.
 
-Each trial is asked with a sampler seeded by the sweep's seed and the trial's number, so a
-trial gets the same draw whether the sweep runs in one go or is resumed; what a sampler
-learns (TPE's model, CMA-ES's state) lives in the study itself, not in the sampler. Grid
-trials take the grid's points in an order shuffled by the seed alone.
-"""
+Each trial is asked with a sampler seeded by the sweep's seed and the trial's number, so a trial gets the same draw
+whether the sweep runs in one go or is resumed; what a sampler learns (TPE's model, CMA-ES's state) lives in the study
+itself, not in the sampler. Grid trials take the grid's points in an order shuffled by the seed alone."""
 from __future__ import annotations
 
 import hashlib

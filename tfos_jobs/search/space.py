@@ -63,9 +63,8 @@ class CheckedSweep:
 
 
 def check_sweep(base: Config, sweep: SweepConfig) -> CheckedSweep:
-    """Every value a trial takes, checked as a config's, and every model the trials build
-    (`trial_models`), imported and dry-built once on the driver (`model.builder.check_build`);
-    an error names the trials' model."""
+    """Every value a trial takes, checked as a config's, and every model the trials build (`trial_models`), imported and
+    dry-built once on the driver (`model.builder.check_build`); an error names the trials' model."""
     from tfos_jobs.model.builder import check_build
 
     checked = sweep_file.checked(sweep)

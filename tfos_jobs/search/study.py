@@ -1,14 +1,12 @@
 """The sweep's Optuna study: where it is kept, and the sweep's trials as its trials.
 
-The study lives on the driver. `sweep.storage` empty keeps it in `study.journal` in the sweep
-directory (Optuna's JournalStorage, a local file; on hdfs:// or s3a:// a local copy, fetched
-at the start and written back after each trial and at the end); else it is an SQLAlchemy URL.
-Either way Optuna's own tools (`optuna.load_study`, optuna-dashboard) open it.
+The study lives on the driver. `sweep.storage` empty keeps it in `study.journal` in the sweep directory (Optuna's
+JournalStorage, a local file; on hdfs:// or s3a:// a local copy, fetched at the start and written back after each trial
+and at the end); else it is an SQLAlchemy URL. Either way Optuna's own tools (`optuna.load_study`, optuna-dashboard)
+open it.
 
-The sweep numbers its trials from 1 (`trial-001`); each Optuna trial carries that number as
-the user attribute TRIAL_ATTR, and the study carries the sweep's fingerprint, so a study is
-never continued by a different sweep.
-"""
+The sweep numbers its trials from 1 (`trial-001`); each Optuna trial carries that number as the user attribute
+TRIAL_ATTR, and the study carries the sweep's fingerprint, so a study is never continued by a different sweep."""
 from __future__ import annotations
 
 import math

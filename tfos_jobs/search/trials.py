@@ -1,9 +1,8 @@
 """A sweep trial's result row (contracts.trial.TrialResult), built from its progress.
 
-The trial task (executor) trains and reports over the control channel (its epochs, the model
-and resume state it publishes, its outcome); the sweep (driver) keeps its files
-(contracts.sweep_dir) and builds every result with `trial_result`.
-"""
+The trial task (executor) trains and reports over the control channel (its epochs, the model and resume state it
+publishes, its outcome); the sweep (driver) keeps its files (contracts.sweep_dir) and builds every result with
+`trial_result`."""
 from __future__ import annotations
 
 import time
@@ -36,10 +35,9 @@ def trial_result(trial: int, settings: dict[str, Any], lines: Sequence[EpochLine
 
 def summarise(lines: Sequence[EpochLine], metric: str, status: TrialStatus, error: str | None,
               kept_at_lowest: str | None = None) -> TrialSummary:
-    """Status, the metric's value and the metrics of the epoch whose model the trial keeps (the
-    last, or with `kept_at_lowest` the one where that metric was lowest: early stopping's
-    restored epoch), from the trial's progress. A trial that finished without the metric
-    failed, and says which metrics it had."""
+    """Status, the metric's value and the metrics of the epoch whose model the trial keeps (the last, or with
+    `kept_at_lowest` the one where that metric was lowest: early stopping's restored epoch), from the trial's progress.
+    A trial that finished without the metric failed, and says which metrics it had."""
     history = metric_history(lines, metric)
     kept, value = (lines[-1] if lines else None), (history[-1] if history else None)
     lowest = metric_by_epoch(lines, kept_at_lowest) if kept_at_lowest else {}

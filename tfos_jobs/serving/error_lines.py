@@ -1,6 +1,5 @@
-"""A failed query's error as one line a user reads: the analyzer's or parser's message, or a
-Python worker's exception, without the JVM's or the worker's stack trace (`tfos sql`, `tfos
-predict`, `tfos stream`)."""
+"""A failed query's error as one line a user reads: the analyzer's or parser's message, or a Python worker's exception,
+without the JVM's or the worker's stack trace (`tfos sql`, `tfos predict`, `tfos stream`)."""
 from __future__ import annotations
 
 import re

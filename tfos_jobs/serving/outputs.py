@@ -66,9 +66,8 @@ class Tally:
         return self._counted if self._counted is not None else int(self._seen.get["rows"])
 
     def count_first(self) -> DataFrame:
-        """For writers that run their own plan, outside the observed one (JDBC: Spark's
-        observation then reports 0 rows): count the input in a job of its own, and return
-        the DataFrame to write."""
+        """For writers that run their own plan, outside the observed one (JDBC: Spark's observation then reports 0
+        rows): count the input in a job of its own, and return the DataFrame to write."""
         self._counted = self.source.count()
         return self.source
 
@@ -91,8 +90,7 @@ class Files:
     def _count(self, path: str, written: DataFrame | None = None) -> int:
         if not self.fs.exists(path):
             return 0
-        table = self.spark.read.parquet(path)
-        return _in_partitions(table, written, self.partition_by).count()
+        return _in_partitions(self.spark.read.parquet(path), written, self.partition_by).count()
 
     def write(self, out: Tally, mode: str) -> int:
         restore_aside(self.fs, self.target)  # what a run killed between its renames moved aside
@@ -141,9 +139,8 @@ class CatalogTable:
                 writer.mode("overwrite" if exists else "error").saveAsTable(self.target)
         except WRITE_ERRORS as e:
             raise TfosError(f"cannot write table {self.target!r}: {jdbc.driver_error(e)}") from None
-        table = self.spark.table(self.target)
         written = out.partitions(self.spark) if mode == "overwrite_partitions" else None
-        rows = _in_partitions(table, written, self.partition_by).count()
+        rows = _in_partitions(self.spark.table(self.target), written, self.partition_by).count()
         return _checked(self.target, rows - before, out.rows)
 
     def _check_layout(self, df: DataFrame) -> None:

@@ -1,21 +1,20 @@
 """Files on any filesystem the Spark session reaches, from the driver.
 
-A cluster shares no disk, and TensorFlow opens only local paths (and gs://), so every dataset,
-model directory, sweep directory and output path goes through here on the driver: local paths
-(`file:` or a relative path while Hadoop's default filesystem is local) with Python's own file
-calls, the rest (hdfs://, s3a://, abfs://, gs://, viewfs://, ...) through Hadoop's FileSystem
-with the session's Hadoop configuration, so the credentials and settings Spark already has apply.
+A cluster shares no disk, and TensorFlow opens only local paths (and gs://), so every dataset, model directory, sweep
+directory and output path goes through here on the driver: local paths (`file:` or a relative path while Hadoop's
+default filesystem is local) with Python's own file calls, the rest (hdfs://, s3a://, abfs://, gs://, viewfs://, ...)
+through Hadoop's FileSystem with the session's Hadoop configuration, so the credentials and settings Spark already has
+apply.
 
-Executors never use this: TF nodes get their inputs through Spark (`cluster.driver.node_inputs`) and
-hand their outputs to the driver over the control channel, which publishes them here.
+Executors never use this: TF nodes get their inputs through Spark (`cluster.driver.node_inputs`) and hand their outputs
+to the driver over the control channel, which publishes them here.
 
-A Spark Connect client has no JVM and its disk is not the cluster's: every path, `file:` ones
-too, goes through the driver there (`storage.driver_fs`), as Spark itself reads them.
+A Spark Connect client has no JVM and its disk is not the cluster's: every path, `file:` ones too, goes through the
+driver there (`storage.driver_fs`), as Spark itself reads them.
 
-Publishing is whole or absent (`swap_into`, for every directory the package publishes, datasets
-included): a directory is written beside its target and renamed into place (on object stores,
-whose renames copy, "absent" holds until the copy ends).
-"""
+Publishing is whole or absent (`swap_into`, for every directory the package publishes, datasets included): a directory
+is written beside its target and renamed into place (on object stores, whose renames copy, "absent" holds until the copy
+ends)."""
 from __future__ import annotations
 
 import os
@@ -238,9 +237,8 @@ class Storage:
             self.write_bytes(remote, fh.read())
 
     def replace_dir(self, local_dir: str, remote: str) -> None:
-        """Publish a local directory as `remote`, whole or absent: written beside it first, then
-        renamed into place; an earlier `remote` is moved aside and deleted after (and put back
-        if the rename fails)."""
+        """Publish a local directory as `remote`, whole or absent: written beside it first, then renamed into place; an
+        earlier `remote` is moved aside and deleted after (and put back if the rename fails)."""
         tmp = _beside(remote, "tmp")
         local_target, local_tmp = self.on_this_host(remote), self.on_this_host(tmp)
         with translated(remote):
@@ -290,10 +288,9 @@ def staging_beside(target: str) -> str:
 
 
 def swap_into(fs: Directories, staging: str, target: str) -> None:
-    """Publish the complete directory `staging` as `target`, whole or not at all: an earlier
-    `target` is moved aside first and deleted last. A failure puts it back; a process killed
-    between the two renames leaves it aside, where readers still find it (`readable`) and the
-    next publish puts it back (`restore_aside`)."""
+    """Publish the complete directory `staging` as `target`, whole or not at all: an earlier `target` is moved aside
+    first and deleted last. A failure puts it back; a process killed between the two renames leaves it aside, where
+    readers still find it (`readable`) and the next publish puts it back (`restore_aside`)."""
     restore_aside(fs, target)
     old = _beside(target, ASIDE)
     moved = False

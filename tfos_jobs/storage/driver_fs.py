@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Any
+from typing import Any, Callable
 
 from tfos_jobs import driver_calls as calls
 
@@ -64,19 +64,17 @@ class DriverFS:
         return int(self._status(path)["modified"])
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        for start in range(0, max(len(data), 1), CHUNK):
-            chunk = data[start:start + CHUNK]
-            self._call(calls.FS_WRITE, path=path, offset=start, data=base64.b64encode(chunk).decode("ascii"),
-                       last=start + CHUNK >= len(data))
+        self._write(path, len(data), lambda start: data[start:start + CHUNK])
 
     def _write_file(self, local: str, remote: str) -> None:
-        """A local file to `remote`, a chunk at a time."""
-        size = os.path.getsize(local)
         with open(local, "rb") as fh:
-            for start in range(0, max(size, 1), CHUNK):
-                chunk = fh.read(CHUNK)
-                self._call(calls.FS_WRITE, path=remote, offset=start, data=base64.b64encode(chunk).decode("ascii"),
-                           last=start + CHUNK >= size)
+            self._write(remote, os.path.getsize(local), lambda _: fh.read(CHUNK))
+
+    def _write(self, path: str, size: int, chunk: Callable[[int], bytes]) -> None:
+        """`size` bytes to `path`, a chunk at a time: `chunk(offset)` gives the CHUNK bytes at `offset`."""
+        for start in range(0, max(size, 1), CHUNK):
+            self._call(calls.FS_WRITE, path=path, offset=start, data=base64.b64encode(chunk(start)).decode("ascii"),
+                       last=start + CHUNK >= size)
 
     def write_text(self, path: str, text: str) -> None:
         self.write_bytes(path, text.encode("utf-8"))

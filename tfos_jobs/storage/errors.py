@@ -1,5 +1,4 @@
-"""Filesystem failures in a user's words: what a Java or Python error means, and the path or
-setting it concerns."""
+"""Filesystem failures in a user's words: what a Java or Python error means, and the path or setting it concerns."""
 from __future__ import annotations
 
 import contextlib

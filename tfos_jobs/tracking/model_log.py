@@ -30,10 +30,9 @@ def local_copy(storage: Storage, path: str, workdir: str, name: str) -> str | No
 
 
 def summary_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The final figures of a training's metrics.json: eval_<metric>, test_<metric> (a held-out
-    split), seconds, epochs, attempts, and what its relaunches cost (steps trained again,
-    seconds without a step, nodes started on a new task; elastic training's resizes and the
-    fewest workers a resized relaunch trained with)."""
+    """The final figures of a training's metrics.json: eval_<metric>, test_<metric> (a held-out split), seconds, epochs,
+    attempts, and what its relaunches cost (steps trained again, seconds without a step, nodes started on a new task;
+    elastic training's resizes and the fewest workers a resized relaunch trained with)."""
     out = {f"{split}_{k}": v for split in (Split.EVAL.value, Split.TEST.value)
            for k, v in (metrics.get(split) or {}).items() if isinstance(v, (int, float))}
     out.update({"train_seconds": metrics.get("seconds", 0.0), "epochs": metrics.get("epochs", 0),

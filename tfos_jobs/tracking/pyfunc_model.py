@@ -1,14 +1,13 @@
-"""The MLflow `python_function` face of a tfos model: the same SavedModel, scored as the SQL
-UDF scores it (the UDF's Scorer: spec defaults for nulls, out-of-vocabulary buckets).
+"""The MLflow `python_function` face of a tfos model: the same SavedModel, scored as the SQL UDF scores it (the UDF's
+Scorer: spec defaults for nulls, out-of-vocabulary buckets).
 
-`mlflow.pyfunc.load_model("models:/census@champion").predict(df)` gives the UDF's fields as
-columns; `.unwrap_python_model().saved_model` is the SavedModel itself. Through
-`mlflow.pyfunc.spark_udf` it takes `struct(*)` or the inputs as columns in the model's order,
-as the SQL UDF does.
+`mlflow.pyfunc.load_model("models:/census@champion").predict(df)` gives the UDF's fields as columns;
+`.unwrap_python_model().saved_model` is the SavedModel itself. Through `mlflow.pyfunc.spark_udf` it takes `struct(*)` or
+the inputs as columns in the model's order, as the SQL UDF does.
 
-On a local master (`local[*]`, `local-cluster`, a single-node cluster) `spark_udf` loads the
-model again in every Spark task; the model itself is kept in the SQL UDF's per-worker cache
-(`udfs.predict.scorer`), so a Python worker loads it once, as on a cluster."""
+On a local master (`local[*]`, `local-cluster`, a single-node cluster) `spark_udf` loads the model again in every Spark
+task; the model itself is kept in the SQL UDF's per-worker cache (`udfs.predict.scorer`), so a Python worker loads it
+once, as on a cluster."""
 from __future__ import annotations
 
 import os

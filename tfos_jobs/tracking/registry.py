@@ -44,9 +44,8 @@ class ModelRef:
 
 
 def resolver(tracking_uri: str | None) -> Callable[[str, str], str]:
-    """What serving (`udfs.register`) resolves model references with: a registered model URI
-    becomes the local copy of its version at `tracking_uri` (else MLFLOW_TRACKING_URI); a path
-    stays as it is."""
+    """What serving (`udfs.register`) resolves model references with: a registered model URI becomes the local copy of
+    its version at `tracking_uri` (else MLFLOW_TRACKING_URI); a path stays as it is."""
 
     def resolve_reference(reference: str, setting: str) -> str:
         return resolve(reference, tracking_uri, setting) if is_registered(reference) else reference

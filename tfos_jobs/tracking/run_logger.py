@@ -1,10 +1,9 @@
 """MLflow runs logged from the driver, beside the work and never in its way.
 
-Every call is queued and sent by one background thread, in order, so training never waits on
-the tracking server. A server that cannot be reached (or any call that fails) gives one warning
-and the rest of the logging is dropped: the job goes on and its own files are complete anyway.
-The end of a job waits for what is queued, at most `tracking.wait_seconds`.
-"""
+Every call is queued and sent by one background thread, in order, so training never waits on the tracking server. A
+server that cannot be reached (or any call that fails) gives one warning and the rest of the logging is dropped: the job
+goes on and its own files are complete anyway. The end of a job waits for what is queued, at most
+`tracking.wait_seconds`."""
 from __future__ import annotations
 
 import os
@@ -24,8 +23,7 @@ PROBE_SECONDS = 5
 
 
 def quiet_mlflow() -> None:
-    """MLflow's own chatter (progress bars, run links, waits) stays out of the job's output;
-    its warnings still show."""
+    """MLflow's own chatter (progress bars, run links, waits) stays out of the job's output; its warnings still show."""
     import logging
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -120,9 +118,8 @@ class _Flushed(threading.Event):
 
 
 class TrackedRun:
-    """One MLflow run; every method queues its call (the run's id is known once it is created).
-    MLflow is imported by the tracking thread only: two threads importing it at once can
-    deadlock on its modules' import locks."""
+    """One MLflow run; every method queues its call (the run's id is known once it is created). MLflow is imported by
+    the tracking thread only: two threads importing it at once can deadlock on its modules' import locks."""
 
     def __init__(self, tracking: Tracking):
         self.tracking = tracking
