@@ -68,7 +68,7 @@ class Scorer:
         self.numeric = [f for f in self.features if isinstance(f, NumericFeature)]  # the model's other inputs
         self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
-                      for f in self.spec.categorical}
+                      for f in self.spec.with_vocabulary}
         self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
         classifier = contract.udf_returns_struct(self.task) and self.task != contract.AUTOENCODER
         self.labels = pa.array(contract.class_names(self.spec), pa.string()) if classifier else None
@@ -135,8 +135,9 @@ class Scorer:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
                     _count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), _rows_of(long, column_codes))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
-                unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
-                _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), _rows_of(unseen, column_codes))
+                if name in self.vocab:  # a hashed feature has no unseen values
+                    unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
+                    _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), _rows_of(unseen, column_codes))
                 codes.append(column_codes + np.int32(len(strings)))
                 strings.extend(values.to_pylist())
             else:

@@ -13,7 +13,7 @@ from tfos_jobs.tf_import import tensorflow
 def check_saved_model(spec: FeatureSpec, local_dir: str, export_dir: str) -> None:
     """`local_dir`, the driver's copy of `export_dir` (which errors name), has `spec`'s vocabularies
     in its assets, loads, and has the signatures, inputs and outputs of a model of `spec`."""
-    missing = [f.name for f in spec.categorical if not os.path.isfile(contract.vocab_asset(local_dir, f.name))]
+    missing = [f.name for f in spec.with_vocabulary if not os.path.isfile(contract.vocab_asset(local_dir, f.name))]
     if missing:
         where = os.path.dirname(os.path.relpath(contract.vocab_asset(local_dir, missing[0]), local_dir))
         raise ConfigError(f"{export_dir!r} lacks vocabularies for {missing} in {where}/")

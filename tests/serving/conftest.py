@@ -1,7 +1,8 @@
 """A small dataset and a model trained on it (local strategy), shared by the serving tests.
 
 Two numeric features use the embedded encodings (periodic, piecewise-linear over quantile bins),
-so every serving path is checked on them too."""
+and occupation (in every cross) is hashed into ids rather than looked up in a
+vocabulary, so every serving path is checked on them too."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +18,7 @@ from tfos_jobs.jobs.train.driver import job as train_job
 from tests.conftest import CENSUS, census_overrides
 
 PEOPLE = 3000
+HASH_BUCKETS = 16
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +29,8 @@ def setup(spark, tmp_path_factory):
     cfg = config.load(CENSUS, census_overrides(raw, out, PEOPLE) + [
         f"train.dataset={out}", f"train.model_dir={model}", "train.strategy=local", "train.epochs=2",
         "train.batch_size=128", "train.tensorboard=false", f"predict.model={model}", f"predict.output={root / 'pred'}",
-        "features.capital_gain.encoding=periodic", "features.age.encoding=piecewise_linear", "features.age.bins=8"])
+        "features.capital_gain.encoding=periodic", "features.age.encoding=piecewise_linear", "features.age.bins=8",
+        f"features.occupation.hash_buckets={HASH_BUCKETS}"])
     prepare.run(spark, cfg)
     train_job.run(spark, cfg, log=lambda _: None)
     features, _ = assemble(spark, cfg, for_prediction=True)

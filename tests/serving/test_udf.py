@@ -133,6 +133,36 @@ def test_unseen_categories_go_to_oov_and_are_counted(spark, setup):
     assert p.counts()["unseen:education"] == 2 * n
 
 
+def test_a_hashed_feature_has_no_vocabulary_and_takes_any_value(spark, setup):
+    """occupation is hashed (hash_buckets): prepare wrote no vocabulary for it, the model hashes
+    it the way tf.keras' Hashing layer (FarmHash64) does, and no value of it is unseen."""
+    import tensorflow as tf
+
+    from tests.serving.conftest import HASH_BUCKETS
+
+    cfg, model, features = setup
+    dataset = Path(cfg.prepare.output)
+    manifest = json.loads((dataset / "_meta" / "manifest.json").read_text())
+    assert "occupation" not in manifest["vocabulary_sizes"] and "education" in manifest["vocabulary_sizes"]
+    assert not (dataset / "_meta" / "vocab" / "occupation.txt").exists()
+    assert not (model / "saved_model" / "assets" / "vocab" / "occupation.txt").exists()
+    p = udfs.register(spark, "predict_hashed", str(model))
+    assert p.spec.get("occupation").hash_buckets == HASH_BUCKETS
+    base = features.dropna(subset=list(p.spec.model_inputs)).where("person_id <= 60")
+    n = base.count()
+    # Two values never seen in training that land in the same bucket score alike; one in another bucket need not.
+    buckets = tf.keras.layers.Hashing(num_bins=HASH_BUCKETS)(tf.constant([f"Atlantis-{i}" for i in range(64)]))
+    by_bucket: dict[int, list[str]] = {}
+    for i, b in enumerate(buckets.numpy().ravel().tolist()):
+        by_bucket.setdefault(b, []).append(f"Atlantis-{i}")
+    twins = next(values for values in by_bucket.values() if len(values) >= 2)
+    scored = {v: {r.person_id: r.pr for r in base.withColumn("occupation", F.lit(v))
+                  .select("person_id", p().probability.alias("pr")).collect()} for v in twins[:2]}
+    assert len(scored[twins[0]]) == n > 40
+    assert scored[twins[0]] == pytest.approx(scored[twins[1]], abs=1e-9)
+    assert not any(key.endswith(":occupation") and key.startswith("unseen") for key in p.counts())
+
+
 def test_nulls_take_the_spec_defaults_and_are_counted(spark, setup):
     cfg, model, features = setup
     p = udfs.register(spark, "predict_nulls", str(model))

@@ -90,11 +90,26 @@ def test_input_type_errors_name_the_column():
     ((NumericFeature("a"), Label("y", positive=("1",))), "needs both positive and negative"),
     ((NumericFeature("bad name"), Label("y", task="regression")), "features.bad name: a feature name"),
     ((CategoricalFeature("c", top_k=0), Label("y", task="regression")), "features.c.top_k: must be >= 1"),
+    ((CategoricalFeature("c", hash_buckets=0), Label("y", task="regression")), "features.c.hash_buckets: must be >= 1"),
+    ((CategoricalFeature("c", hash_buckets=8, top_k=3), Label("y", task="regression")),
+     "features.c.top_k: a hashed feature (hash_buckets) has no vocabulary"),
 ])
 def test_invalid_specs_are_rejected_with_the_key(features, message):
     with pytest.raises(ConfigError) as err:
         FeatureSpec(features).check()
     assert message in str(err.value)
+
+
+def test_hashed_ids_come_from_the_config_and_leave_other_specs_as_they_were():
+    """hash_buckets is written only where it is set: a spec without it hashes (fingerprint) as it did before."""
+    census = config.load(CENSUS).features
+    assert all("hash_buckets" not in f for f in census.to_dict()["features"] if f["kind"] == "categorical")
+    hashed = config.load(CENSUS, ["features.occupation.hash_buckets=1000"]).features
+    assert hashed.get("occupation").hash_buckets == 1000 and hashed.get("occupation").hashed
+    assert [f.name for f in hashed.categorical if f not in hashed.with_vocabulary] == ["occupation"]
+    assert FeatureSpec.from_json(hashed.to_json()) == hashed
+    assert hashed.fingerprint() != census.fingerprint()
+    assert config.load(CENSUS, ["features.occupation.hash_buckets=1000"]).features.fingerprint() == hashed.fingerprint()
 
 
 def test_from_json_rejects_unknown_version():

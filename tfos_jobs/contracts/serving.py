@@ -66,7 +66,7 @@ def count_keys(spec: "FeatureSpec") -> list[str]:
     """Every counter the prediction function of a model on `spec` can report."""
     names = [f.name for f in spec.categorical] + [f.name for f in spec.numeric]
     keys = [COUNT_ROWS, *(count_key(COUNT_NULL, name) for name in names)]
-    keys += [count_key(COUNT_UNSEEN, f.name) for f in spec.categorical]
+    keys += [count_key(COUNT_UNSEEN, f.name) for f in spec.with_vocabulary]
     return keys + [count_key(COUNT_TRUNCATED, f.name) for f in spec.categorical if f.max_length is not None]
 
 

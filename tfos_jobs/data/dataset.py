@@ -48,7 +48,7 @@ class DatasetMeta:
 
     def meta_files(self) -> list[str]:
         """The paths of every file of `_meta/`."""
-        names = [MANIFEST, SPEC, STATS, *(f"{VOCAB}/{f.name}.txt" for f in self.spec.categorical)]
+        names = [MANIFEST, SPEC, STATS, *(f"{VOCAB}/{f.name}.txt" for f in self.spec.with_vocabulary)]
         return [f"{self.root}/{META}/{n}" for n in names]
 
     @property
@@ -83,7 +83,7 @@ def read(root: str, storage: Storage | None = None) -> DatasetMeta:
     if spec.fingerprint() != manifest.spec_fingerprint:
         raise InputError(f"{root}/{META}/{SPEC} does not match the manifest's spec fingerprint")
     stats = json.loads(text(f"{root}/{META}/{STATS}"))
-    vocab = {f.name: text(f"{root}/{META}/{VOCAB}/{f.name}.txt").splitlines() for f in spec.categorical}
+    vocab = {f.name: text(f"{root}/{META}/{VOCAB}/{f.name}.txt").splitlines() for f in spec.with_vocabulary}
     return DatasetMeta(root, spec, stats, manifest, vocab)
 
 

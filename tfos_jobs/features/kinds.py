@@ -65,7 +65,10 @@ class NumericFeature:
 
 @dataclass(frozen=True)
 class CategoricalFeature:
-    """A string category looked up in a vocabulary computed at prepare time."""
+    """A string category looked up in a vocabulary computed at prepare time, or, with
+    `hash_buckets`, hashed into that many ids by the model's graph: for id spaces no vocabulary
+    should hold (users, items, devices), where prepare then makes no vocabulary pass. Distinct
+    values may share a bucket; the graph hashes them the same way at training and at serving."""
 
     name: str
     top_k: Union[int, None] = None
@@ -74,7 +77,12 @@ class CategoricalFeature:
     embedding_dim: int = 8
     default: str = "__missing__"
     max_length: Union[int, None] = None  # longer values are cut to this many characters (and counted)
+    hash_buckets: Union[int, None] = None
     kind: Literal["categorical"] = "categorical"
+
+    @property
+    def hashed(self) -> bool:
+        return self.hash_buckets is not None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,11 @@ class FeatureSpec:
         return self.of_kind("categorical")
 
     @property
+    def with_vocabulary(self) -> tuple[CategoricalFeature, ...]:
+        """The categorical features prepare computes a vocabulary for (all but the hashed)."""
+        return tuple(f for f in self.categorical if not f.hashed)
+
+    @property
     def model_inputs(self) -> tuple[str, ...]:
         """Raw columns a model reads, in spec order: the serving signature's arguments."""
         return tuple(f.name for f in self.features if f.kind in ("numeric", "categorical", "sequence"))
@@ -113,6 +118,10 @@ class FeatureSpec:
                     errs.append(f"{where}.embedding_dim: must be >= 1, got {f.embedding_dim}")
                 if f.max_length is not None and f.max_length < 1:
                     errs.append(f"{where}.max_length: must be >= 1 (or left out), got {f.max_length}")
+                if f.hash_buckets is not None and f.hash_buckets < 1:
+                    errs.append(f"{where}.hash_buckets: must be >= 1 (or left out for a vocabulary), got {f.hash_buckets}")
+                if f.hashed and f.top_k is not None:
+                    errs.append(f"{where}.top_k: a hashed feature (hash_buckets) has no vocabulary to cut")
             elif isinstance(f, NumericFeature):
                 if f.encoding not in NUMERIC_ENCODINGS:
                     errs.append(f"{where}.encoding: {f.encoding!r} is not one of {', '.join(map(repr, NUMERIC_ENCODINGS))}")
@@ -301,11 +310,13 @@ class FeatureSpec:
 
 
 def _feature_to_dict(f: Feature) -> dict[str, Any]:
-    """The feature's settings, but for those its numeric encoding does not read: a spec that
-    does not use them reads and hashes (`fingerprint`) as before they existed."""
+    """The feature's settings, but for those its numeric encoding does not read and an unset
+    `hash_buckets`: a spec that does not use them reads and hashes (`fingerprint`) as before they existed."""
     d = asdict(f)
     if isinstance(f, NumericFeature):
         unused = {k for settings in ENCODING_SETTINGS.values() for k in settings}
         unused -= set(ENCODING_SETTINGS.get(f.encoding, ()))
         d = {k: v for k, v in d.items() if k not in unused and (k != "encoding" or v != NumericEncoding.LINEAR)}
+    if isinstance(f, CategoricalFeature) and not f.hashed:
+        del d["hash_buckets"]
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

@@ -296,7 +296,7 @@ def placeholder_spec(spec: FeatureSpec) -> FeatureSpec:
 
 def placeholder_vocab(spec: FeatureSpec) -> dict[str, list[str]]:
     """A two-token vocabulary per categorical feature, as `_meta/vocab/<name>.txt` holds them."""
-    return {f.name: [f"{f.name}_0", f"{f.name}_1"] for f in spec.categorical}
+    return {f.name: [f"{f.name}_0", f"{f.name}_1"] for f in spec.with_vocabulary}
 
 
 def placeholder_stats(spec: FeatureSpec) -> dict[str, dict[str, Any]]:

@@ -181,7 +181,7 @@ def _copy_meta(meta: DatasetMeta, export_dir: str) -> None:
     src = f"{meta.root}/{META}"
     copies = [(f"{src}/{SPEC}", contract.spec_asset(export_dir)), (f"{src}/{STATS}", contract.stats_asset(export_dir)),
               (f"{src}/{MANIFEST}", contract.manifest_asset(export_dir))]
-    copies += [(f"{src}/{VOCAB}/{f.name}.txt", contract.vocab_asset(export_dir, f.name)) for f in meta.spec.categorical]
+    copies += [(f"{src}/{VOCAB}/{f.name}.txt", contract.vocab_asset(export_dir, f.name)) for f in meta.spec.with_vocabulary]
     for source, target in copies:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(source, target)

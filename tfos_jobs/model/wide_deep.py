@@ -76,7 +76,10 @@ class WideDeep:
                 if f.encoding == NumericEncoding.PERIODIC else
                 PiecewiseLinearEmbeddings([_bins(stats, n) for n in names], f.embedding_dim, name=f"piecewise_linear_{i}"))
         for f in spec.features:  # categorical and bucketized in spec order: the order of the wide table
-            if isinstance(f, CategoricalFeature):
+            if isinstance(f, CategoricalFeature) and f.hash_buckets is not None:
+                self.lookup[f.name] = layers.Hashing(num_bins=f.hash_buckets, name=f"hash_{f.name}")
+                self.sizes[f.name] = f.hash_buckets
+            elif isinstance(f, CategoricalFeature):
                 values = vocab.get(f.name)
                 if not values:
                     raise ValueError(f"features.{f.name}: the vocabulary is empty or missing; a categorical "

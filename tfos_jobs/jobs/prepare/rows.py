@@ -68,7 +68,7 @@ def run(spark: SparkSession, config: Config, fs: Storage, out: str, started: flo
         accepted = table.where(F.col(columns.REJECT).isNull())
         imputed = transforms.impute(accepted, resolved, _numeric_defaults(resolved))
         train = imputed.where(F.col(columns.SPLIT) == Split.TRAIN)
-        vocab = vocab_mod.compute(train, resolved.categorical)
+        vocab = vocab_mod.compute(train, resolved.with_vocabulary)
         classes = _label_classes(resolved, imputed)
         if classes:
             resolved = resolved.with_feature(dataclasses.replace(resolved.label, classes=classes))
