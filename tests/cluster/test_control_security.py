@@ -188,17 +188,16 @@ def test_an_attacked_run_learns_what_a_clean_run_learns(dataset, attacked, tmp_p
 def test_a_node_with_the_wrong_secret_cannot_register(dataset, tmp_path):
     model_dir = tmp_path / "model"
     entry = [sys.executable, "-m", "tests.cluster.wrong_secret"]
-    started, started_at = time.monotonic(), time.time()
+    started_at = time.time()
     proc = subprocess.run(command(dataset, model_dir, f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", entry=entry),
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)})
-    seconds = time.monotonic() - started
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"TF node worker-0 failed: \S*AuthenticationError", proc.stderr), proc.stderr[-3000:]
     assert "rejected this node: authentication failed" in proc.stderr
     assert "control channel: rejected a message from" in proc.stdout
     assert "attempt 1 of" not in proc.stdout  # a wrong secret is not retried
-    assert seconds < 60  # train.reservation_timeout, Spark's start-up included
+    assert "within train.reservation_timeout" not in proc.stdout + proc.stderr  # refused at once, not waited out
     assert not (model_dir / "saved_model").exists()
     # the chief's task was cancelled while it waited for the refused node: its files on the
     # executor's disk go with it (TF node workspaces are <tmp>/tfos-<run id>/)

@@ -105,7 +105,7 @@ def test_paths_that_cannot_be_used_fail_before_any_tf_node_starts(spark, minidfs
     storage.makedirs(f"{hdfs_dir}/empty")
     with pytest.raises(InputError, match=rf"train.dataset: '{hdfs_dir}/empty' is not a prepared dataset"):
         train_with(dataset=f"{hdfs_dir}/empty")
-    with pytest.raises(ConfigError, match=rf"predict.model: model directory '{hdfs_dir}/nowhere' does not exist"):
+    with pytest.raises(ConfigError, match=rf"model_dir: model directory '{hdfs_dir}/nowhere' does not exist"):
         register(spark, "p", f"{hdfs_dir}/nowhere")
     assert not (tmp_path / "model").exists()  # nothing was started or written
 
