@@ -274,6 +274,16 @@ class FeatureSpec:
                 out[name] = tf.io.FixedLenFeature(col["shape"], dtype, default_value=col["default"])
         return out
 
+    def dense_lists(self, parsed: dict[str, Any]) -> dict[str, Any]:
+        """`parsed` (what `parse_spec` gave `tf.io.parse_example`) with each list's ragged elements as the model takes
+        them: [batch, max_length], cut, padded with `features.text.PAD`."""
+        from tfos_jobs.features.text import PAD
+
+        for f in self.of_kind("list"):
+            if f.name in parsed:
+                parsed[f.name] = parsed[f.name][:, :f.max_length].to_tensor(default_value=PAD, shape=[None, f.max_length])
+        return parsed
+
     def sequence_parse_spec(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """`tf.io.parse_sequence_example` (context, sequence) features of window records."""
         import tensorflow as tf
