@@ -19,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, NumericFeature, SequenceFeature
+from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, ListFeature, NumericFeature, SequenceFeature,
+                                     TextFeature, VectorFeature)
+from tfos_jobs.features.text import PAD
 from tfos_jobs.tf_import import tensorflow
 
 if TYPE_CHECKING:
@@ -44,9 +46,10 @@ def use_task_gpus() -> None:
 class Scorer:
     """One loaded model: Arrow columns in, Arrow prediction arrays and counts out.
 
-    Each batch is one call into TensorFlow, a graph of four inputs: the categorical columns as their distinct values and
-    codes, the numeric ones with their nulls filled and counted in numpy beforehand (TensorFlow's NaN test of a float64
-    matrix took longer than all of numpy's work), the windows. Eager operations one by one cost more Python than the
+    Each batch is one call into TensorFlow, a graph of one input per kind of column: the categorical columns as their
+    distinct values and codes, the numeric ones with their nulls filled and counted in numpy beforehand (TensorFlow's NaN
+    test of a float64 matrix took longer than all of numpy's work), the windows, the texts (tokenized, and their tokens
+    counted, in the graph), the lists padded as prepare stores them, the vectors. Eager operations one by one cost more Python than the
     model itself. A label is read from the class id, not from the graph's strings."""
 
     def __init__(self, export_dir: str):
@@ -67,6 +70,11 @@ class Scorer:
         self.sequences = [f for f in self.features if isinstance(f, SequenceFeature)]
         self.numeric = [f for f in self.features if isinstance(f, NumericFeature)]  # the model's other inputs
         self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
+        self.texts = [f for f in self.features if isinstance(f, TextFeature)]
+        self.lists = [f for f in self.features if isinstance(f, ListFeature)]
+        self.vectors = [f for f in self.features if isinstance(f, VectorFeature)]
+        self.list_width = max((f.max_length for f in self.lists), default=0)  # the lists' tensor: the longest's width
+        self.vector_width = max((f.dim for f in self.vectors), default=0)
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.with_vocabulary}
         self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
@@ -79,23 +87,42 @@ class Scorer:
         function's arguments costs Python per argument, on every batch. With the model's `serving_codes` the categorical
         columns stay codes into their distinct values (lookups and crosses run once per distinct value); otherwise they
         are expanded into one string per row for `serving_default`."""
-        cats, nums, seqs = self.categorical, self.numeric, self.sequences
+        from tfos_jobs.features.text import graph_tokens, graph_words
+
+        cats, nums, seqs, texts, lists, vectors = (self.categorical, self.numeric, self.sequences, self.texts,
+                                                   self.lists, self.vectors)
         fn, codes_fn = self.fn, self.codes_fn
+        # A text's tokens are counted where they are made, in the graph: 0 is no token, 1 the one OOV id.
+        lookups = [tf.keras.layers.StringLookup(vocabulary=self.vocab[f.name].to_pylist(), mask_token=PAD,
+                                                num_oov_indices=1) for f in texts]
 
         @tf.function(input_signature=[
             tf.TensorSpec([None], tf.string),  # every categorical column's distinct values, one column after another
             tf.TensorSpec([len(cats), None], tf.int32),  # per categorical column and row: an index into them
             tf.TensorSpec([len(nums), None], tf.float32),  # per numeric column and row: its value, nulls filled
             tf.TensorSpec([len(seqs), None, self.window], tf.float32),  # per sequence column and row: a window
+            tf.TensorSpec([len(texts), None], tf.string),  # per text column and row: the text, nulls as ""
+            tf.TensorSpec([len(lists), None, self.list_width], tf.string),  # per list: its elements, PAD after
+            tf.TensorSpec([len(vectors), None, self.vector_width], tf.float32),  # per vector column: the vectors
         ], autograph=False)
-        def run(strings: Any, codes: Any, numbers: Any, windows: Any) -> dict[str, Any]:
+        def run(strings: Any, codes: Any, numbers: Any, windows: Any, text: Any, elements: Any, vector: Any
+                ) -> dict[str, Any]:
+            counted = {}
+            for f, column, lookup in zip(texts, tf.unstack(text, len(texts)), lookups):
+                cut = tf.reduce_sum(tf.cast(graph_words(column).row_lengths() > f.max_tokens, tf.int64))
+                unseen = tf.reduce_sum(tf.cast(lookup(graph_tokens(column, f)) == 1, tf.int64))
+                counted.update({contract.count_key(contract.COUNT_TRUNCATED, f.name): cut,
+                                contract.count_key(contract.COUNT_UNSEEN, f.name): unseen})
             if codes_fn is not None:
-                return dict(codes_fn(**{contract.CODES_STRINGS: strings, contract.CODES_CODES: codes,
-                                        contract.CODES_NUMBERS: numbers}))
+                return {**codes_fn(**{contract.CODES_STRINGS: strings, contract.CODES_CODES: codes,
+                                      contract.CODES_NUMBERS: numbers}), **counted}
             inputs = dict(zip((f.name for f in cats), tf.unstack(tf.gather(strings, codes), len(cats))))
             inputs.update(zip((f.name for f in nums), tf.unstack(numbers, len(nums))))
             inputs.update(zip((f.name for f in seqs), tf.unstack(windows, len(seqs))))
-            return dict(fn(**inputs))
+            inputs.update(zip((f.name for f in texts), tf.unstack(text, len(texts))))
+            inputs.update((f.name, x[:, :f.max_length]) for f, x in zip(lists, tf.unstack(elements, len(lists))))
+            inputs.update((f.name, x[:, :f.dim]) for f, x in zip(vectors, tf.unstack(vector, len(vectors))))
+            return {**fn(**inputs), **counted}
 
         return run
 
@@ -124,10 +151,19 @@ class Scorer:
         codes: list[np.ndarray] = []
         number_rows: list[np.ndarray] = []
         windows: list[np.ndarray] = []
+        texts: list[np.ndarray] = []
+        lists: list[np.ndarray] = []
+        vectors: list[np.ndarray] = []
         for f, column in zip(self.features, cols.values()):
             name = f.name
             if isinstance(f, SequenceFeature):
                 windows.append(_windows(name, column, self.window))
+            elif isinstance(f, TextFeature):
+                texts.append(_texts(name, column, counts))
+            elif isinstance(f, ListFeature):
+                lists.append(_elements(f, column, self.vocab[name], self.list_width, counts))
+            elif isinstance(f, VectorFeature):
+                vectors.append(_vectors_in(f, column, self.vector_width, counts))
             elif isinstance(f, CategoricalFeature):
                 values, column_codes = _distinct_strings(name, column, f.default)
                 _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
@@ -149,11 +185,17 @@ class Scorer:
         return (np.array(strings, dtype=object),
                 np.stack(codes) if codes else np.zeros((0, rows), np.int32),
                 np.where(missing, self.defaults, numbers).astype(np.float32),
-                np.stack(windows) if windows else np.zeros((0, rows, self.window), np.float32))
+                np.stack(windows) if windows else np.zeros((0, rows, self.window), np.float32),
+                np.stack(texts) if texts else np.zeros((0, rows), object),
+                np.stack(lists) if lists else np.zeros((0, rows, self.list_width), object),
+                np.stack(vectors) if vectors else np.zeros((0, rows, self.vector_width), np.float32))
 
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
         out = self._graph(*self.feeds(cols, counts))
+        for f in self.texts:
+            for kind in (contract.COUNT_TRUNCATED, contract.COUNT_UNSEEN):
+                _count(counts, contract.count_key(kind, f.name), int(out[contract.count_key(kind, f.name)]))
         _count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))
         if self.task == contract.AUTOENCODER:
             return pa.StructArray.from_arrays([
@@ -230,6 +272,59 @@ def _windows(name: str, column: pa.Array, steps: int) -> np.ndarray:
         raise ValueError(f"column {name!r} (sequence feature): a window holds null values; fill them first "
                          "(the `windows` view of tfos sql has them filled as in training)")
     return values.reshape(rows, steps)
+
+
+def _texts(name: str, column: pa.Array, counts: dict[str, int]) -> np.ndarray:
+    """A string column's values, a null as the empty text (counted); the graph tokenizes them."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise TypeError(f"column {name!r} (text feature) has type {column.type}; pass a string")
+    _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
+    return np.asarray(pc.fill_null(column, "").to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _elements(f: ListFeature, column: pa.Array, vocab: pa.Array, width: int, counts: dict[str, int]) -> np.ndarray:
+    """A list column as [rows, width] strings, as prepare stores lists: a null list empty, null and empty elements left
+    out (both counted), integers as text, each list cut to max_length (counted), PAD after; unseen elements counted."""
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        raise TypeError(f"column {f.name!r} (list feature) has type {column.type}; pass an array of strings or integers")
+    rows = len(column)
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(column)
+    if not pa.types.is_string(values.type):
+        values = values.cast(pa.string())
+    kept = np.asarray(pc.fill_null(pc.not_equal(values, ""), False))
+    _count(counts, contract.count_key(contract.COUNT_NULL, f.name), column.null_count + int((~kept).sum()))
+    row_of = np.repeat(np.arange(rows), lengths)[kept]
+    values = values.filter(pa.array(kept))
+    per_row = np.bincount(row_of, minlength=rows)
+    position = np.arange(len(row_of)) - (np.cumsum(per_row) - per_row)[row_of]
+    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, f.name), int((per_row > f.max_length).sum()))
+    inside = position < f.max_length
+    values = values.filter(pa.array(inside))
+    _count(counts, contract.count_key(contract.COUNT_UNSEEN, f.name),
+           int((~np.asarray(pc.is_in(values, value_set=vocab))).sum()))
+    out = np.full((rows, width), PAD, dtype=object)
+    out[row_of[inside], position[inside]] = values.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _vectors_in(f: VectorFeature, column: pa.Array, width: int, counts: dict[str, int]) -> np.ndarray:
+    """A column of arrays of numbers as [rows, width] float32, a null vector zeros (counted); a vector of another
+    length than `dim` is an error, never padded."""
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)):
+        raise TypeError(f"column {f.name!r} (vector feature) has type {column.type}; pass an array of numbers")
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    nulls = np.isnan(lengths) if lengths.dtype.kind == "f" else np.zeros(len(column), bool)
+    bad = np.flatnonzero(~nulls & (np.nan_to_num(lengths, nan=f.dim) != f.dim))
+    if len(bad):
+        raise ValueError(f"column {f.name!r} (vector feature): the model takes vectors of {f.dim} values, row "
+                         f"{int(bad[0])} of a batch has {int(lengths[bad[0]])}")
+    values = pc.list_flatten(column).cast(pa.float32()).to_numpy(zero_copy_only=False)
+    _count(counts, contract.count_key(contract.COUNT_NULL, f.name), int(nulls.sum()) + int(np.isnan(values).sum()))
+    out = np.zeros((len(column), width), np.float32)
+    out[~nulls, :f.dim] = np.nan_to_num(values).reshape(-1, f.dim)  # a null vector, or value, as zeros
+    return out
 
 
 def _vectors(matrix: np.ndarray) -> pa.Array:

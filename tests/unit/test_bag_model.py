@@ -63,8 +63,7 @@ def inputs(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in rows.items() if k != "y"}
 
 
-@pytest.fixture(scope="module")
-def trained():
+def train() -> tf.keras.Model:
     tf.keras.utils.set_random_seed(3)
     rows = make_rows(1600)
     model = compile_model(build_model(SPEC, VOCAB, STATS, SMALL), SPEC, "adam", 0.03)
@@ -72,9 +71,9 @@ def trained():
     return model
 
 
-@pytest.fixture(scope="module")
-def exported(trained, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("bags") / "dataset"
+def export(model: tf.keras.Model, root: Path) -> Path:
+    """The model as `tfos train` leaves it: `root/model/saved_model`, beside its dataset's `_meta/`."""
+    root = root / "dataset"
     (root / "_meta" / "vocab").mkdir(parents=True)
     manifest = {"splits": {"train": {"records": 1600}}}
     for name, text in {"feature_spec.json": SPEC.to_json(), "stats.json": json.dumps(STATS),
@@ -83,7 +82,17 @@ def exported(trained, tmp_path_factory) -> Path:
     for name, values in VOCAB.items():
         (root / "_meta" / "vocab" / f"{name}.txt").write_text("\n".join(values) + "\n")
     meta = DatasetMeta(str(root), SPEC, STATS, manifest, VOCAB)
-    return Path(export_saved_model(trained, meta, str(root.parent / "model")))
+    return Path(export_saved_model(model, meta, str(root.parent / "model" / "saved_model")))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return train()
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory) -> Path:
+    return export(trained, tmp_path_factory.mktemp("bags"))
 
 
 def test_the_model_learns_from_words_elements_and_vectors(trained):
