@@ -137,3 +137,13 @@ def test_predict_examples_reads_lists_of_any_length(trained, exported):
     out = load_signature(str(exported), contract.EXAMPLES_SIGNATURE)(examples=tf.constant(examples))
     expected = trained.predict(inputs(rows), batch_size=128, verbose=0)[:, 0]
     np.testing.assert_allclose(out["probability"].numpy(), expected, atol=1e-6)
+
+
+def test_a_dry_build_checks_a_model_of_texts_lists_and_vectors():
+    from tfos_jobs.config import ModelConfig as Model
+    from tfos_jobs.model.builder import check_build, placeholder_batch
+
+    batch = placeholder_batch(SPEC, SPEC.model_inputs)
+    assert batch["tags"].shape == (2, 3) and batch["tags"].numpy()[0].tolist() == [b"tags_0", b"", b""]
+    assert batch["item_vec"].shape == (2, 2) and batch["review"].shape == (2,)
+    check_build(model_cfg=Model(), spec=SPEC)  # the built-in model over them builds and runs on the placeholders
