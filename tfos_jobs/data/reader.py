@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.features.spec import FeatureSpec, ListFeature
+from tfos_jobs.features.text import PAD
 
 TF_COMPRESSION = {"none": None, "gzip": "GZIP"}
 
@@ -32,7 +33,7 @@ def make_dataset(
     in_memory: bool = False,
     skip_batches: int = 0,
 ):
-    """(features, label) batches; features is {name: tensor of shape [batch]}.
+    """(features, label) batches; features is {name: tensor of shape [batch] + `spec.input_shape(name)`}.
 
     Both paths read the same rows for the same shard; `in_memory` shuffles fully (each epoch a permutation seeded by
     `seed` and the epoch) where streaming shuffles in a buffer. `skip_batches` starts after that many batches (a resumed
@@ -75,7 +76,7 @@ def make_dataset(
 
 def batch_parser(spec: FeatureSpec, with_key: bool = False):
     """A function from a batch of serialized records to {column: tensor}: the model's inputs,
-    the label (row records) and, with `with_key`, the key.
+    the label (row records) and, with `with_key`, the key. A list is [batch, max_length], padded with `PAD`.
 
     Window records (`tf.SequenceExample`) give each sensor as [batch, window]; they have no
     label: an autoencoder's target is its input."""
@@ -95,7 +96,15 @@ def batch_parser(spec: FeatureSpec, with_key: bool = False):
         return parse_windows
     columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
     parse_spec = spec.parse_spec(columns)
-    return lambda serialized: tf.io.parse_example(serialized, parse_spec)
+    lists = {f.name: f.max_length for f in spec.bags if isinstance(f, ListFeature)}
+
+    def parse_rows(serialized):
+        parsed = tf.io.parse_example(serialized, parse_spec)
+        for name, width in lists.items():  # ragged as stored: dense, as the model takes it
+            parsed[name] = parsed[name].to_tensor(default_value=PAD, shape=[None, width])
+        return parsed
+
+    return parse_rows
 
 
 def split_label(spec: FeatureSpec, parsed: dict):

@@ -8,7 +8,7 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType, UserDefinedType
 
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import adult, jdbc
@@ -93,7 +93,9 @@ def column_types(df: DataFrame) -> dict[str, str]:
 
 
 def _label(t: Any) -> str:
-    return f"array<{_label(t.elementType)}>" if isinstance(t, ArrayType) else t.typeName()
+    if isinstance(t, ArrayType):
+        return f"array<{_label(t.elementType)}>"
+    return t.simpleString() if isinstance(t, UserDefinedType) else t.typeName()  # Spark ML's Vector: "vector"
 
 
 def require_columns(name: str, src: SourceConfig, df: DataFrame, wanted: dict[str, tuple[str, ...]]) -> None:

@@ -9,7 +9,9 @@ the same tokens; they agree because each step has one meaning in both engines:
    read alike by Java's regex and RE2), so punctuation, symbols, emoji and every kind of
    whitespace split and vanish;
 3. the first `max_tokens` words are kept; with `ngrams` = 2 each pair of neighbours follows them,
-   joined by one space."""
+   joined by one space.
+
+A list's elements are its tokens as they are (`spark_elements`): never split, only left out when null or empty."""
 from __future__ import annotations
 
 from typing import Any
@@ -25,6 +27,17 @@ def spark_words(column: Any) -> Any:
     from pyspark.sql import functions as F
 
     return F.filter(F.split(F.lower(F.coalesce(column, F.lit(""))), SEPARATORS), lambda w: w != PAD)
+
+
+def spark_elements(column: Any, max_length: int | None = None) -> Any:
+    """A list Column's elements as the records hold them, array<string>: integers as text, null and
+    empty elements left out (an empty one would read as `PAD`), a null list empty, then the first
+    `max_length` kept (all without it)."""
+    from pyspark.sql import functions as F
+
+    elements = F.coalesce(column.cast("array<string>"), F.array().cast("array<string>"))
+    kept = F.filter(elements, lambda e: e.isNotNull() & (e != PAD))
+    return kept if max_length is None else F.slice(kept, 1, max_length)
 
 
 def spark_tokens(column: Any, f: TextFeature) -> Any:
