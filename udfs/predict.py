@@ -310,7 +310,7 @@ def _elements(f: ListFeature, column: pa.Array, vocab: pa.Array, width: int, cou
 
 def _vectors_in(f: VectorFeature, column: pa.Array, width: int, counts: dict[str, int]) -> np.ndarray:
     """A column of arrays of numbers as [rows, width] float32, a null vector zeros (counted); a vector of another
-    length than `dim` is an error, never padded."""
+    length than `dim`, or holding a null, is an error (never padded or filled)."""
     if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
             or pa.types.is_fixed_size_list(column.type)):
         raise TypeError(f"column {f.name!r} (vector feature) has type {column.type}; pass an array of numbers")
@@ -320,10 +320,14 @@ def _vectors_in(f: VectorFeature, column: pa.Array, width: int, counts: dict[str
     if len(bad):
         raise ValueError(f"column {f.name!r} (vector feature): the model takes vectors of {f.dim} values, row "
                          f"{int(bad[0])} of a batch has {int(lengths[bad[0]])}")
-    values = pc.list_flatten(column).cast(pa.float32()).to_numpy(zero_copy_only=False)
-    _count(counts, contract.count_key(contract.COUNT_NULL, f.name), int(nulls.sum()) + int(np.isnan(values).sum()))
+    values = pc.list_flatten(column).cast(pa.float32()).to_numpy(zero_copy_only=False).reshape(-1, f.dim)
+    holes = np.flatnonzero(np.isnan(values).any(axis=1))
+    if len(holes):
+        raise ValueError(f"column {f.name!r} (vector feature): row {int(np.flatnonzero(~nulls)[holes[0]])} of a batch "
+                         "holds a null value (prepare sets such rows aside with the rejects)")
+    _count(counts, contract.count_key(contract.COUNT_NULL, f.name), int(nulls.sum()))
     out = np.zeros((len(column), width), np.float32)
-    out[~nulls, :f.dim] = np.nan_to_num(values).reshape(-1, f.dim)  # a null vector, or value, as zeros
+    out[~nulls, :f.dim] = values  # a null vector: zeros
     return out
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tfos_jobs.features.spec import FeatureSpec, ListFeature
-from tfos_jobs.features.text import PAD
+from tfos_jobs.features.spec import FeatureSpec
 
 TF_COMPRESSION = {"none": None, "gzip": "GZIP"}
 
@@ -76,7 +75,7 @@ def make_dataset(
 
 def batch_parser(spec: FeatureSpec, with_key: bool = False):
     """A function from a batch of serialized records to {column: tensor}: the model's inputs,
-    the label (row records) and, with `with_key`, the key. A list is [batch, max_length], padded with `PAD`.
+    the label (row records) and, with `with_key`, the key. A list is [batch, max_length] (`FeatureSpec.dense_lists`).
 
     Window records (`tf.SequenceExample`) give each sensor as [batch, window]; they have no
     label: an autoencoder's target is its input."""
@@ -96,15 +95,7 @@ def batch_parser(spec: FeatureSpec, with_key: bool = False):
         return parse_windows
     columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
     parse_spec = spec.parse_spec(columns)
-    lists = {f.name: f.max_length for f in spec.bags if isinstance(f, ListFeature)}
-
-    def parse_rows(serialized):
-        parsed = tf.io.parse_example(serialized, parse_spec)
-        for name, width in lists.items():  # ragged as stored: dense, as the model takes it
-            parsed[name] = parsed[name].to_tensor(default_value=PAD, shape=[None, width])
-        return parsed
-
-    return parse_rows
+    return lambda serialized: spec.dense_lists(tf.io.parse_example(serialized, parse_spec))
 
 
 def split_label(spec: FeatureSpec, parsed: dict):
