@@ -22,6 +22,7 @@ from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, ListFeature, NumericFeature, SequenceFeature,
                                      TextFeature, VectorFeature)
 from tfos_jobs.features.text import PAD
+from udfs import arrow_inputs
 from tfos_jobs.tf_import import tensorflow
 
 if TYPE_CHECKING:
@@ -157,31 +158,31 @@ class Scorer:
         for f, column in zip(self.features, cols.values()):
             name = f.name
             if isinstance(f, SequenceFeature):
-                windows.append(_windows(name, column, self.window))
+                windows.append(arrow_inputs.windows(name, column, self.window))
             elif isinstance(f, TextFeature):
-                texts.append(_texts(name, column, counts))
+                texts.append(arrow_inputs.texts(name, column, counts))
             elif isinstance(f, ListFeature):
-                lists.append(_elements(f, column, self.vocab[name], self.list_width, counts))
+                lists.append(arrow_inputs.elements(f, column, self.vocab[name], self.list_width, counts))
             elif isinstance(f, VectorFeature):
-                vectors.append(_vectors_in(f, column, self.vector_width, counts))
+                vectors.append(arrow_inputs.vectors(f, column, self.vector_width, counts))
             elif isinstance(f, CategoricalFeature):
-                values, column_codes = _distinct_strings(name, column, f.default)
-                _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
+                values, column_codes = arrow_inputs.distinct_strings(name, column, f.default)
+                arrow_inputs.count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
                 if f.max_length is not None:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
-                    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), _rows_of(long, column_codes))
+                    arrow_inputs.count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), arrow_inputs.rows_of(long, column_codes))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
                 if name in self.vocab:  # a hashed feature has no unseen values
                     unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
-                    _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), _rows_of(unseen, column_codes))
+                    arrow_inputs.count(counts, contract.count_key(contract.COUNT_UNSEEN, name), arrow_inputs.rows_of(unseen, column_codes))
                 codes.append(column_codes + np.int32(len(strings)))
                 strings.extend(values.to_pylist())
             else:
-                number_rows.append(_numeric(name, column))
+                number_rows.append(arrow_inputs.numbers(name, column))
         numbers = np.stack(number_rows) if number_rows else np.zeros((0, rows), np.float64)
         missing = np.isnan(numbers)  # nulls, and NaN values, take the spec's default
         for f, n in zip(self.numeric, missing.sum(axis=1).tolist()):
-            _count(counts, contract.count_key(contract.COUNT_NULL, f.name), n)
+            arrow_inputs.count(counts, contract.count_key(contract.COUNT_NULL, f.name), n)
         return (np.array(strings, dtype=object),
                 np.stack(codes) if codes else np.zeros((0, rows), np.int32),
                 np.where(missing, self.defaults, numbers).astype(np.float32),
@@ -195,8 +196,8 @@ class Scorer:
         out = self._graph(*self.feeds(cols, counts))
         for f in self.texts:
             for kind in (contract.COUNT_TRUNCATED, contract.COUNT_UNSEEN):
-                _count(counts, contract.count_key(kind, f.name), int(out[contract.count_key(kind, f.name)]))
-        _count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))
+                arrow_inputs.count(counts, contract.count_key(kind, f.name), int(out[contract.count_key(kind, f.name)]))
+        arrow_inputs.count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))
         if self.task == contract.AUTOENCODER:
             return pa.StructArray.from_arrays([
                 _vectors(out[contract.LATENT].numpy()),
@@ -212,135 +213,11 @@ class Scorer:
         ], names=list(contract.UDF_FIELDS[self.task]))
 
 
-def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Array, np.ndarray]:
-    """(the column's distinct values as strings, each row's index into them), nulls replaced
-    by `default`. Categories repeat, so everything after this works on a few distinct values."""
-    kind = column.type
-    if pa.types.is_dictionary(kind):
-        column = column.cast(kind.value_type)
-    elif not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        if pa.types.is_integer(kind):
-            column = column.cast(pa.string())
-        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            raise TypeError(f"column {name!r} (categorical feature) got binary values; pass a string")
-        else:  # as Python spells them (3.0 -> "3.0"), the way a category from any other type reads
-            column = pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())
-    encoded = column.dictionary_encode()  # a null row gets a null index
-    values, indices = encoded.dictionary, encoded.indices
-    if not pa.types.is_string(values.type):
-        values = values.cast(pa.string())
-    if indices.null_count:  # the default joins the distinct values, not every null row: no copy of the strings
-        values = pa.concat_arrays([values, pa.array([default], pa.string())])
-        indices = pc.fill_null(indices, len(values) - 1)
-    return values, indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-
-
-def _rows_of(flagged: np.ndarray, codes: np.ndarray) -> int:
-    """How many rows hold one of the flagged distinct values: most batches have none, and then no row is looked at."""
-    return int(flagged[codes].sum()) if flagged.any() else 0
-
-
-def _numeric(name: str, column: pa.Array) -> np.ndarray:
-    """float64 numbers, NaN where the column is null or NaN."""
-    kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
-        example = next(v for v in column.to_pylist() if v is not None)
-        raise TypeError(f"column {name!r} (numeric feature) got text values such as {example!r}; pass a number")
-    try:
-        numbers = column.cast(pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise TypeError(f"column {name!r} (numeric feature) has type {kind}; pass a number") from None
-    return numbers.to_numpy(zero_copy_only=False)
-
-
-def _windows(name: str, column: pa.Array, steps: int) -> np.ndarray:
-    """A column of lists (one window of one sensor per row) as a [rows, steps] float32 matrix.
-    Windows come filled from the `windows` view; a null, a short window or a NaN is an error."""
-    rows = len(column)
-    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
-            or pa.types.is_fixed_size_list(column.type)):
-        raise TypeError(f"column {name!r} (sequence feature) has type {column.type}; pass an array of numbers")
-    lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(lengths != steps)
-    if len(bad):
-        i = int(bad[0])
-        got = "a null" if lengths[i] < 0 else f"{lengths[i]} values"
-        raise ValueError(f"column {name!r} (sequence feature): the model takes windows of {steps} values, "
-                         f"row {i} of a batch has {got}")
-    values = column.flatten().cast(pa.float32()).to_numpy(zero_copy_only=False)  # nulls become NaN
-    if np.isnan(values).any():
-        raise ValueError(f"column {name!r} (sequence feature): a window holds null values; fill them first "
-                         "(the `windows` view of tfos sql has them filled as in training)")
-    return values.reshape(rows, steps)
-
-
-def _texts(name: str, column: pa.Array, counts: dict[str, int]) -> np.ndarray:
-    """A string column's values, a null as the empty text (counted); the graph tokenizes them."""
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise TypeError(f"column {name!r} (text feature) has type {column.type}; pass a string")
-    _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
-    return np.asarray(pc.fill_null(column, "").to_numpy(zero_copy_only=False), dtype=object)
-
-
-def _elements(f: ListFeature, column: pa.Array, vocab: pa.Array, width: int, counts: dict[str, int]) -> np.ndarray:
-    """A list column as [rows, width] strings, as prepare stores lists: a null list empty, null and empty elements left
-    out (both counted), integers as text, each list cut to max_length (counted), PAD after; unseen elements counted."""
-    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
-        raise TypeError(f"column {f.name!r} (list feature) has type {column.type}; pass an array of strings or integers")
-    rows = len(column)
-    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
-    values = pc.list_flatten(column)
-    if not pa.types.is_string(values.type):
-        values = values.cast(pa.string())
-    kept = np.asarray(pc.fill_null(pc.not_equal(values, ""), False))
-    _count(counts, contract.count_key(contract.COUNT_NULL, f.name), column.null_count + int((~kept).sum()))
-    row_of = np.repeat(np.arange(rows), lengths)[kept]
-    values = values.filter(pa.array(kept))
-    per_row = np.bincount(row_of, minlength=rows)
-    position = np.arange(len(row_of)) - (np.cumsum(per_row) - per_row)[row_of]
-    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, f.name), int((per_row > f.max_length).sum()))
-    inside = position < f.max_length
-    values = values.filter(pa.array(inside))
-    _count(counts, contract.count_key(contract.COUNT_UNSEEN, f.name),
-           int((~np.asarray(pc.is_in(values, value_set=vocab))).sum()))
-    out = np.full((rows, width), PAD, dtype=object)
-    out[row_of[inside], position[inside]] = values.to_numpy(zero_copy_only=False)
-    return out
-
-
-def _vectors_in(f: VectorFeature, column: pa.Array, width: int, counts: dict[str, int]) -> np.ndarray:
-    """A column of arrays of numbers as [rows, width] float32, a null vector zeros (counted); a vector of another
-    length than `dim`, or holding a null, is an error (never padded or filled)."""
-    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
-            or pa.types.is_fixed_size_list(column.type)):
-        raise TypeError(f"column {f.name!r} (vector feature) has type {column.type}; pass an array of numbers")
-    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-    nulls = np.isnan(lengths) if lengths.dtype.kind == "f" else np.zeros(len(column), bool)
-    bad = np.flatnonzero(~nulls & (np.nan_to_num(lengths, nan=f.dim) != f.dim))
-    if len(bad):
-        raise ValueError(f"column {f.name!r} (vector feature): the model takes vectors of {f.dim} values, row "
-                         f"{int(bad[0])} of a batch has {int(lengths[bad[0]])}")
-    values = pc.list_flatten(column).cast(pa.float32()).to_numpy(zero_copy_only=False).reshape(-1, f.dim)
-    holes = np.flatnonzero(np.isnan(values).any(axis=1))
-    if len(holes):
-        raise ValueError(f"column {f.name!r} (vector feature): row {int(np.flatnonzero(~nulls)[holes[0]])} of a batch "
-                         "holds a null value (prepare sets such rows aside with the rejects)")
-    _count(counts, contract.count_key(contract.COUNT_NULL, f.name), int(nulls.sum()))
-    out = np.zeros((len(column), width), np.float32)
-    out[~nulls, :f.dim] = values  # a null vector: zeros
-    return out
-
-
 def _vectors(matrix: np.ndarray) -> pa.Array:
     """A [rows, d] float32 matrix as a list<float> array, sharing its buffer."""
     rows, width = matrix.shape
     offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(matrix).ravel()))
-
-
-def _count(counts: dict[str, int], key: str, n: int) -> None:
-    if n:
-        counts[key] = counts.get(key, 0) + n
 
 
 def _read_lines(path: str) -> list[str]:
