@@ -27,7 +27,8 @@ def accepted_types(spec: FeatureSpec, name: str) -> tuple[str, ...]:
     f = spec.get(name)
     if isinstance(f, SequenceFeature):
         return tuple(f"array<{t}>" for t in accepted_input_types(f))
-    return (*accepted_input_types(f), NULL_TYPE)
+    # An ML Vector reaches a Python function as its struct: pass vector_to_array(v).
+    return (*(t for t in accepted_input_types(f) if t != "vector"), NULL_TYPE)
 
 
 def inputs_json(spec: FeatureSpec) -> str:

@@ -19,7 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, NumericFeature, SequenceFeature
+from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, ListFeature, NumericFeature, SequenceFeature,
+                                     TextFeature, VectorFeature)
+from tfos_jobs.features.text import PAD
+from udfs import arrow_inputs
 from tfos_jobs.tf_import import tensorflow
 
 if TYPE_CHECKING:
@@ -44,9 +47,10 @@ def use_task_gpus() -> None:
 class Scorer:
     """One loaded model: Arrow columns in, Arrow prediction arrays and counts out.
 
-    Each batch is one call into TensorFlow, a graph of four inputs: the categorical columns as their distinct values and
-    codes, the numeric ones with their nulls filled and counted in numpy beforehand (TensorFlow's NaN test of a float64
-    matrix took longer than all of numpy's work), the windows. Eager operations one by one cost more Python than the
+    Each batch is one call into TensorFlow, a graph of one input per kind of column: the categorical columns as their
+    distinct values and codes, the numeric ones with their nulls filled and counted in numpy beforehand (TensorFlow's NaN
+    test of a float64 matrix took longer than all of numpy's work), the windows, the texts (tokenized, and their tokens
+    counted, in the graph), the lists padded as prepare stores them, the vectors. Eager operations one by one cost more Python than the
     model itself. A label is read from the class id, not from the graph's strings."""
 
     def __init__(self, export_dir: str):
@@ -67,6 +71,11 @@ class Scorer:
         self.sequences = [f for f in self.features if isinstance(f, SequenceFeature)]
         self.numeric = [f for f in self.features if isinstance(f, NumericFeature)]  # the model's other inputs
         self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
+        self.texts = [f for f in self.features if isinstance(f, TextFeature)]
+        self.lists = [f for f in self.features if isinstance(f, ListFeature)]
+        self.vectors = [f for f in self.features if isinstance(f, VectorFeature)]
+        self.list_width = max((f.max_length for f in self.lists), default=0)  # the lists' tensor: the longest's width
+        self.vector_width = max((f.dim for f in self.vectors), default=0)
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.with_vocabulary}
         self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
@@ -79,23 +88,42 @@ class Scorer:
         function's arguments costs Python per argument, on every batch. With the model's `serving_codes` the categorical
         columns stay codes into their distinct values (lookups and crosses run once per distinct value); otherwise they
         are expanded into one string per row for `serving_default`."""
-        cats, nums, seqs = self.categorical, self.numeric, self.sequences
+        from tfos_jobs.features.text import graph_tokens, graph_words
+
+        cats, nums, seqs, texts, lists, vectors = (self.categorical, self.numeric, self.sequences, self.texts,
+                                                   self.lists, self.vectors)
         fn, codes_fn = self.fn, self.codes_fn
+        # A text's tokens are counted where they are made, in the graph: 0 is no token, 1 the one OOV id.
+        lookups = [tf.keras.layers.StringLookup(vocabulary=self.vocab[f.name].to_pylist(), mask_token=PAD,
+                                                num_oov_indices=1) for f in texts]
 
         @tf.function(input_signature=[
             tf.TensorSpec([None], tf.string),  # every categorical column's distinct values, one column after another
             tf.TensorSpec([len(cats), None], tf.int32),  # per categorical column and row: an index into them
             tf.TensorSpec([len(nums), None], tf.float32),  # per numeric column and row: its value, nulls filled
             tf.TensorSpec([len(seqs), None, self.window], tf.float32),  # per sequence column and row: a window
+            tf.TensorSpec([len(texts), None], tf.string),  # per text column and row: the text, nulls as ""
+            tf.TensorSpec([len(lists), None, self.list_width], tf.string),  # per list: its elements, PAD after
+            tf.TensorSpec([len(vectors), None, self.vector_width], tf.float32),  # per vector column: the vectors
         ], autograph=False)
-        def run(strings: Any, codes: Any, numbers: Any, windows: Any) -> dict[str, Any]:
+        def run(strings: Any, codes: Any, numbers: Any, windows: Any, text: Any, elements: Any, vector: Any
+                ) -> dict[str, Any]:
+            counted = {}
+            for f, column, lookup in zip(texts, tf.unstack(text, len(texts)), lookups):
+                cut = tf.reduce_sum(tf.cast(graph_words(column).row_lengths() > f.max_tokens, tf.int64))
+                unseen = tf.reduce_sum(tf.cast(lookup(graph_tokens(column, f)) == 1, tf.int64))
+                counted.update({contract.count_key(contract.COUNT_TRUNCATED, f.name): cut,
+                                contract.count_key(contract.COUNT_UNSEEN, f.name): unseen})
             if codes_fn is not None:
-                return dict(codes_fn(**{contract.CODES_STRINGS: strings, contract.CODES_CODES: codes,
-                                        contract.CODES_NUMBERS: numbers}))
+                return {**codes_fn(**{contract.CODES_STRINGS: strings, contract.CODES_CODES: codes,
+                                      contract.CODES_NUMBERS: numbers}), **counted}
             inputs = dict(zip((f.name for f in cats), tf.unstack(tf.gather(strings, codes), len(cats))))
             inputs.update(zip((f.name for f in nums), tf.unstack(numbers, len(nums))))
             inputs.update(zip((f.name for f in seqs), tf.unstack(windows, len(seqs))))
-            return dict(fn(**inputs))
+            inputs.update(zip((f.name for f in texts), tf.unstack(text, len(texts))))
+            inputs.update((f.name, x[:, :f.max_length]) for f, x in zip(lists, tf.unstack(elements, len(lists))))
+            inputs.update((f.name, x[:, :f.dim]) for f, x in zip(vectors, tf.unstack(vector, len(vectors))))
+            return {**fn(**inputs), **counted}
 
         return run
 
@@ -124,37 +152,52 @@ class Scorer:
         codes: list[np.ndarray] = []
         number_rows: list[np.ndarray] = []
         windows: list[np.ndarray] = []
+        texts: list[np.ndarray] = []
+        lists: list[np.ndarray] = []
+        vectors: list[np.ndarray] = []
         for f, column in zip(self.features, cols.values()):
             name = f.name
             if isinstance(f, SequenceFeature):
-                windows.append(_windows(name, column, self.window))
+                windows.append(arrow_inputs.windows(name, column, self.window))
+            elif isinstance(f, TextFeature):
+                texts.append(arrow_inputs.texts(name, column, counts))
+            elif isinstance(f, ListFeature):
+                lists.append(arrow_inputs.elements(f, column, self.vocab[name], self.list_width, counts))
+            elif isinstance(f, VectorFeature):
+                vectors.append(arrow_inputs.vectors(f, column, self.vector_width, counts))
             elif isinstance(f, CategoricalFeature):
-                values, column_codes = _distinct_strings(name, column, f.default)
-                _count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
+                values, column_codes = arrow_inputs.distinct_strings(name, column, f.default)
+                arrow_inputs.count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
                 if f.max_length is not None:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
-                    _count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), _rows_of(long, column_codes))
+                    arrow_inputs.count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), arrow_inputs.rows_of(long, column_codes))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
                 if name in self.vocab:  # a hashed feature has no unseen values
                     unseen = ~np.asarray(pc.is_in(values, value_set=self.vocab[name]))
-                    _count(counts, contract.count_key(contract.COUNT_UNSEEN, name), _rows_of(unseen, column_codes))
+                    arrow_inputs.count(counts, contract.count_key(contract.COUNT_UNSEEN, name), arrow_inputs.rows_of(unseen, column_codes))
                 codes.append(column_codes + np.int32(len(strings)))
                 strings.extend(values.to_pylist())
             else:
-                number_rows.append(_numeric(name, column))
+                number_rows.append(arrow_inputs.numbers(name, column))
         numbers = np.stack(number_rows) if number_rows else np.zeros((0, rows), np.float64)
         missing = np.isnan(numbers)  # nulls, and NaN values, take the spec's default
         for f, n in zip(self.numeric, missing.sum(axis=1).tolist()):
-            _count(counts, contract.count_key(contract.COUNT_NULL, f.name), n)
+            arrow_inputs.count(counts, contract.count_key(contract.COUNT_NULL, f.name), n)
         return (np.array(strings, dtype=object),
                 np.stack(codes) if codes else np.zeros((0, rows), np.int32),
                 np.where(missing, self.defaults, numbers).astype(np.float32),
-                np.stack(windows) if windows else np.zeros((0, rows, self.window), np.float32))
+                np.stack(windows) if windows else np.zeros((0, rows, self.window), np.float32),
+                np.stack(texts) if texts else np.zeros((0, rows), object),
+                np.stack(lists) if lists else np.zeros((0, rows, self.list_width), object),
+                np.stack(vectors) if vectors else np.zeros((0, rows, self.vector_width), np.float32))
 
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
         out = self._graph(*self.feeds(cols, counts))
-        _count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))
+        for f in self.texts:
+            for kind in (contract.COUNT_TRUNCATED, contract.COUNT_UNSEEN):
+                arrow_inputs.count(counts, contract.count_key(kind, f.name), int(out[contract.count_key(kind, f.name)]))
+        arrow_inputs.count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))
         if self.task == contract.AUTOENCODER:
             return pa.StructArray.from_arrays([
                 _vectors(out[contract.LATENT].numpy()),
@@ -170,78 +213,11 @@ class Scorer:
         ], names=list(contract.UDF_FIELDS[self.task]))
 
 
-def _distinct_strings(name: str, column: pa.Array, default: str) -> tuple[pa.Array, np.ndarray]:
-    """(the column's distinct values as strings, each row's index into them), nulls replaced
-    by `default`. Categories repeat, so everything after this works on a few distinct values."""
-    kind = column.type
-    if pa.types.is_dictionary(kind):
-        column = column.cast(kind.value_type)
-    elif not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        if pa.types.is_integer(kind):
-            column = column.cast(pa.string())
-        elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            raise TypeError(f"column {name!r} (categorical feature) got binary values; pass a string")
-        else:  # as Python spells them (3.0 -> "3.0"), the way a category from any other type reads
-            column = pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())
-    encoded = column.dictionary_encode()  # a null row gets a null index
-    values, indices = encoded.dictionary, encoded.indices
-    if not pa.types.is_string(values.type):
-        values = values.cast(pa.string())
-    if indices.null_count:  # the default joins the distinct values, not every null row: no copy of the strings
-        values = pa.concat_arrays([values, pa.array([default], pa.string())])
-        indices = pc.fill_null(indices, len(values) - 1)
-    return values, indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-
-
-def _rows_of(flagged: np.ndarray, codes: np.ndarray) -> int:
-    """How many rows hold one of the flagged distinct values: most batches have none, and then no row is looked at."""
-    return int(flagged[codes].sum()) if flagged.any() else 0
-
-
-def _numeric(name: str, column: pa.Array) -> np.ndarray:
-    """float64 numbers, NaN where the column is null or NaN."""
-    kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
-        example = next(v for v in column.to_pylist() if v is not None)
-        raise TypeError(f"column {name!r} (numeric feature) got text values such as {example!r}; pass a number")
-    try:
-        numbers = column.cast(pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise TypeError(f"column {name!r} (numeric feature) has type {kind}; pass a number") from None
-    return numbers.to_numpy(zero_copy_only=False)
-
-
-def _windows(name: str, column: pa.Array, steps: int) -> np.ndarray:
-    """A column of lists (one window of one sensor per row) as a [rows, steps] float32 matrix.
-    Windows come filled from the `windows` view; a null, a short window or a NaN is an error."""
-    rows = len(column)
-    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
-            or pa.types.is_fixed_size_list(column.type)):
-        raise TypeError(f"column {name!r} (sequence feature) has type {column.type}; pass an array of numbers")
-    lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(lengths != steps)
-    if len(bad):
-        i = int(bad[0])
-        got = "a null" if lengths[i] < 0 else f"{lengths[i]} values"
-        raise ValueError(f"column {name!r} (sequence feature): the model takes windows of {steps} values, "
-                         f"row {i} of a batch has {got}")
-    values = column.flatten().cast(pa.float32()).to_numpy(zero_copy_only=False)  # nulls become NaN
-    if np.isnan(values).any():
-        raise ValueError(f"column {name!r} (sequence feature): a window holds null values; fill them first "
-                         "(the `windows` view of tfos sql has them filled as in training)")
-    return values.reshape(rows, steps)
-
-
 def _vectors(matrix: np.ndarray) -> pa.Array:
     """A [rows, d] float32 matrix as a list<float> array, sharing its buffer."""
     rows, width = matrix.shape
     offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(matrix).ravel()))
-
-
-def _count(counts: dict[str, int], key: str, n: int) -> None:
-    if n:
-        counts[key] = counts.get(key, 0) + n
 
 
 def _read_lines(path: str) -> list[str]:

@@ -9,7 +9,8 @@ from tfos_jobs.config import ActivityConfig, SplitConfig
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data import transforms
 from tfos_jobs.errors import InputError
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
+from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, KeyFeature, Label, ListFeature, NumericFeature,
+                                     TextFeature, VectorFeature)
 
 ACT = ActivityConfig(source="events", key="pid")
 AS_OF = dt.date(2026, 1, 1)
@@ -171,6 +172,33 @@ def test_impute_and_record_columns(spark):
         [(1, 35.0, "a", 1), (2, 35.0, "?", 0), (3, 41.5, "b", 0)],
         "pid long, age float, job string, income long",
     )
+    assertDataFrameEqual(got, expected)
+
+
+def test_texts_lists_and_vectors_are_imputed_cleaned_and_cut_for_the_records(spark):
+    spec = FeatureSpec((
+        KeyFeature("pid"), TextFeature("t", max_tokens=2), ListFeature("l", max_length=2), ListFeature("n", max_length=3),
+        VectorFeature("v", dim=2), Label("y"),
+    )).check()
+    df = spark.createDataFrame([
+        (1, "A long, long text", ["x", None, "", "y", "z"], [1, None, 2], [1.5, 2.0], 1),
+        (2, None, None, None, None, 0),
+    ], "pid long, t string, l array<string>, n array<int>, v array<double>, y int")
+    got = transforms.impute(df, spec, {}).select(*transforms.record_columns(spec))
+    expected = spark.createDataFrame([
+        (1, "A long, long text", ["x", "y"], ["1", "2"], [1.5, 2.0], 1),  # the text whole: the model tokenizes it
+        (2, "", [], [], [0.0, 0.0], 0),
+    ], "pid long, t string, l array<string>, n array<string>, v array<float>, y long")
+    assertDataFrameEqual(got, expected)
+
+
+def test_a_vector_of_another_length_is_rejected_naming_its_length(spark):
+    spec = FeatureSpec((VectorFeature("v", dim=3), Label("y"))).check()
+    df = spark.createDataFrame([(1, [1.0, 2.0, 3.0], 1), (2, [1.0], 1), (3, None, 0), (4, [1.0, None, 2.0], 0)],
+                               "i int, v array<double>, y int")
+    got = df.select("i", transforms.reject_reason(spec, SplitConfig(), df.columns).alias("reason"))
+    expected = spark.createDataFrame([(1, None), (2, "vector 'v' has 1 values, not its dim 3"), (3, None),
+                                      (4, "vector 'v' holds a null")], "i int, reason string")
     assertDataFrameEqual(got, expected)
 
 

@@ -4,7 +4,7 @@ from pyspark.sql import functions as F
 
 from tfos_jobs.errors import InputError
 from tfos_jobs.features import stats, vocab
-from tfos_jobs.features.spec import CategoricalFeature
+from tfos_jobs.features.spec import CategoricalFeature, ListFeature, TextFeature
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,18 @@ def test_top_k_and_min_count(colours):
 def test_integer_categories_become_strings(spark):
     df = spark.createDataFrame([(3,), (3,), (10,)], "level int")
     assert vocab.compute(df, [CategoricalFeature("level")])["level"] == [("3", 2), ("10", 1)]
+
+
+def test_a_text_adds_its_tokens_and_a_list_its_elements(spark):
+    df = spark.createDataFrame([
+        ("Red car, red CAR!", ["b", None, "", "a", "c"], [7, 7]), ("the car", ["a"], None), (None, None, [8]),
+    ], "t string, l array<string>, n array<bigint>")
+    got = vocab.compute(df, [TextFeature("t", max_tokens=3, ngrams=2, min_count=1), ListFeature("l", max_length=2),
+                             ListFeature("n")])
+    # the first 3 words (red car red: the last CAR is cut) and their pairs; the elements but null and empty ones, at
+    # most max_length
+    assert got == {"t": [("car", 2), ("red", 2), ("car red", 1), ("red car", 1), ("the", 1), ("the car", 1)],
+                   "l": [("a", 2), ("b", 1)], "n": [("7", 2), ("8", 1)]}
 
 
 def test_values_with_line_breaks_are_refused(spark):

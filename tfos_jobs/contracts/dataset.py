@@ -112,7 +112,8 @@ class SplitFiles:
 @dataclass(frozen=True)
 class Manifest:
     """`_meta/manifest.json`. The fields after `rejected` belong to one kind of dataset: rows (imputed, truncated,
-    vocabulary_sizes) or sensor windows (rows, windows); the other kind's stay None and are not written."""
+    dropped_elements, vocabulary_sizes) or sensor windows (rows, windows); the other kind's stay None and are not
+    written, as does `dropped_elements` without list features."""
 
     format_version: int
     tfos_version: str
@@ -128,6 +129,7 @@ class Manifest:
     rejected: RejectedEntry
     imputed: ImputedEntry | None = None
     truncated: Mapping[str, int] | None = None
+    dropped_elements: Mapping[str, int] | None = None  # per list feature: null and empty elements left out
     vocabulary_sizes: Mapping[str, int] | None = None
     rows: Mapping[str, int] | None = None  # sensor windows: rows read and rejected
     windows: WindowsEntry | None = None

@@ -53,8 +53,9 @@ UDF_FIELDS: dict[str, tuple[str, ...]] = {Task.BINARY: (PROBABILITY, LABEL), Tas
               AUTOENCODER: (LATENT, RECONSTRUCTION_ERROR, IS_ANOMALY)}
 
 # The UDF's counters (`PredictionUdf.counts()`): COUNT_ROWS scored, and per feature
-# f"{COUNT_NULL}:{name}" nulls filled with the spec's default, f"{COUNT_UNSEEN}:{name}" values
-# outside the vocabulary, f"{COUNT_TRUNCATED}:{name}" strings cut to the feature's max_length.
+# f"{COUNT_NULL}:{name}" nulls filled with the spec's default (a list's null or empty elements too),
+# f"{COUNT_UNSEEN}:{name}" values (a text's tokens, a list's elements) outside the vocabulary,
+# f"{COUNT_TRUNCATED}:{name}" strings cut to max_length, texts to max_tokens words, lists to max_length.
 COUNT_ROWS, COUNT_NULL, COUNT_UNSEEN, COUNT_TRUNCATED = "rows", "null", "unseen", "truncated"
 
 
@@ -64,10 +65,11 @@ def count_key(kind: str, feature: str) -> str:
 
 def count_keys(spec: "FeatureSpec") -> list[str]:
     """Every counter the prediction function of a model on `spec` can report."""
-    names = [f.name for f in spec.categorical] + [f.name for f in spec.numeric]
+    names = [f.name for f in (*spec.categorical, *spec.numeric, *spec.bags, *spec.vectors)]
     keys = [COUNT_ROWS, *(count_key(COUNT_NULL, name) for name in names)]
     keys += [count_key(COUNT_UNSEEN, f.name) for f in spec.with_vocabulary]
-    return keys + [count_key(COUNT_TRUNCATED, f.name) for f in spec.categorical if f.max_length is not None]
+    cut = [*(f for f in spec.categorical if f.max_length is not None), *spec.bags]
+    return keys + [count_key(COUNT_TRUNCATED, f.name) for f in cut]
 
 
 # The prediction function as `tfos predict` calls it: its result and the counters of each Arrow

@@ -89,7 +89,7 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         keep.append(prep.split.column)
     if columns.CORRUPT in table.columns:
         keep += [columns.CORRUPT, columns.SOURCE_FILE]
-    return table.select(*dict.fromkeys(keep)), source_rows
+    return transforms.vectors_as_arrays(table.select(*dict.fromkeys(keep)), spec), source_rows
 
 
 def _as_of(events: DataFrame, act) -> dt.date:

@@ -32,7 +32,7 @@ def make_dataset(
     in_memory: bool = False,
     skip_batches: int = 0,
 ):
-    """(features, label) batches; features is {name: tensor of shape [batch]}.
+    """(features, label) batches; features is {name: tensor of shape [batch] + `spec.input_shape(name)`}.
 
     Both paths read the same rows for the same shard; `in_memory` shuffles fully (each epoch a permutation seeded by
     `seed` and the epoch) where streaming shuffles in a buffer. `skip_batches` starts after that many batches (a resumed
@@ -75,7 +75,7 @@ def make_dataset(
 
 def batch_parser(spec: FeatureSpec, with_key: bool = False):
     """A function from a batch of serialized records to {column: tensor}: the model's inputs,
-    the label (row records) and, with `with_key`, the key.
+    the label (row records) and, with `with_key`, the key. A list is [batch, max_length] (`FeatureSpec.dense_lists`).
 
     Window records (`tf.SequenceExample`) give each sensor as [batch, window]; they have no
     label: an autoencoder's target is its input."""
@@ -95,7 +95,7 @@ def batch_parser(spec: FeatureSpec, with_key: bool = False):
         return parse_windows
     columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
     parse_spec = spec.parse_spec(columns)
-    return lambda serialized: tf.io.parse_example(serialized, parse_spec)
+    return lambda serialized: spec.dense_lists(tf.io.parse_example(serialized, parse_spec))
 
 
 def split_label(spec: FeatureSpec, parsed: dict):

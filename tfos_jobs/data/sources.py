@@ -1,14 +1,14 @@
 """Read the configured input tables, with errors that name the source and its location."""
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType, UserDefinedType
 
 from tfos_jobs.config import SourceConfig
 from tfos_jobs.data import adult, jdbc
@@ -87,8 +87,15 @@ def _read_text_format(reader, paths: list[str], schema: str | None) -> DataFrame
 
 
 def column_types(df: DataFrame) -> dict[str, str]:
-    """{column: Spark typeName}, the form FeatureSpec.input_type_errors checks."""
-    return {f.name: f.dataType.typeName() for f in df.schema.fields}
+    """{column: Spark typeName, an array's as array<element>}, the form FeatureSpec.input_type_errors checks (and the
+    jar's `PredictionFunction.label`)."""
+    return {f.name: _label(f.dataType) for f in df.schema.fields}
+
+
+def _label(t: Any) -> str:
+    if isinstance(t, ArrayType):
+        return f"array<{_label(t.elementType)}>"
+    return t.simpleString() if isinstance(t, UserDefinedType) else t.typeName()  # Spark ML's Vector: "vector"
 
 
 def require_columns(name: str, src: SourceConfig, df: DataFrame, wanted: dict[str, tuple[str, ...]]) -> None:

@@ -11,10 +11,13 @@ from pyspark.sql import functions as F
 
 from tfos_jobs.config import ActivityConfig, SplitConfig
 from tfos_jobs.contracts.dataset import ALL_SPLITS
+from tfos_jobs.data import sources
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.columns import ACTIVE_DAYS, CORRUPT, CTR, DAYS_SINCE_LAST, EVENT_COUNT
 from tfos_jobs.errors import InputError
-from tfos_jobs.features.spec import SPARK_TYPES, CategoricalFeature, FeatureSpec, KeyFeature, Label, NumericFeature
+from tfos_jobs.features.spec import (SPARK_TYPES, CategoricalFeature, FeatureSpec, KeyFeature, Label, ListFeature,
+                                     NumericFeature, TextFeature, VectorFeature)
+from tfos_jobs.features.text import spark_elements
 from tfos_jobs.tasks import Task
 
 def join_lookup(main: DataFrame, lookup: DataFrame, left_on: str, right_on: str, source: str) -> DataFrame:
@@ -70,7 +73,7 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
     """Why a row cannot be used (null when it can). Rejected rows are written out and counted."""
     label: Label = spec.label
     y = F.col(label.name)
-    checks: list[tuple[Column, str]] = []
+    checks: list[tuple[Column, str | Column]] = []
     if CORRUPT in columns:
         checks.append((F.col(CORRUPT).isNotNull(), "malformed input row (it does not parse as the source's schema)"))
     if spec.key is not None:
@@ -86,17 +89,33 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
         checks.append((~y.cast("string").isin(list(label.classes)), f"label {label.name!r} is not one of {list(label.classes)}"))
     elif label.task == Task.REGRESSION:
         checks.append((F.isnan(y.cast("double")), f"label {label.name!r} is NaN"))
+    for v in spec.vectors:
+        values = F.col(v.name)
+        checks.append((values.isNotNull() & (F.size(values) != v.dim), F.concat(
+            F.lit(f"vector {v.name!r} has "), F.size(values).cast("string"), F.lit(f" values, not its dim {v.dim}"))))
+        checks.append((values.isNotNull() & F.exists(values, lambda x: x.isNull()), f"vector {v.name!r} holds a null"))
     if split.mode == "column":
         names = ", ".join(f"'{s}'" for s in ALL_SPLITS)
         checks.append((split_mod.assign(split, None).isNull(), f"split column {split.column!r} is not one of {names}"))
     reason = F.lit(None).cast("string")
     for cond, text in reversed(checks):
-        reason = F.when(cond, F.lit(text)).otherwise(reason)
+        reason = F.when(cond, F.lit(text) if isinstance(text, str) else text).otherwise(reason)
     return reason
 
 
+def vectors_as_arrays(df: DataFrame, spec: FeatureSpec) -> DataFrame:
+    """Spark ML Vector columns of vector features as array<double> (in the JVM), as the other vectors come."""
+    from pyspark.ml.functions import vector_to_array
+
+    types = sources.column_types(df)
+    ml = [v.name for v in spec.vectors if types.get(v.name) == "vector"]
+    return df.withColumns({name: vector_to_array(F.col(name)) for name in ml})
+
+
 def impute(df: DataFrame, spec: FeatureSpec, numeric_defaults: Mapping[str, float]) -> DataFrame:
-    """Replace missing values with the spec's defaults (numeric "mean" already resolved)."""
+    """Replace missing values with the spec's defaults (numeric "mean" already resolved): a null text is the empty
+    text, a null list empty, a null vector zeros. A list keeps its elements but null and empty ones, at most
+    `max_length`; a text stays whole (the model tokenizes it)."""
     out = []
     for col in df.columns:
         f = _stored(spec, col)
@@ -108,6 +127,12 @@ def impute(df: DataFrame, spec: FeatureSpec, numeric_defaults: Mapping[str, floa
             if f.max_length is not None:
                 value = F.substring(value, 1, f.max_length)
             out.append(value.alias(col))
+        elif isinstance(f, TextFeature):
+            out.append(F.coalesce(F.col(col), F.lit("")).alias(col))
+        elif isinstance(f, ListFeature):
+            out.append(spark_elements(F.col(col), f.max_length).alias(col))
+        elif isinstance(f, VectorFeature):
+            out.append(F.coalesce(F.col(col).cast("array<double>"), F.array_repeat(F.lit(0.0), f.dim)).alias(col))
         else:
             out.append(F.col(col))
     return df.select(out)
@@ -122,6 +147,10 @@ def record_columns(spec: FeatureSpec, classes: tuple[str, ...] = ()) -> list[Col
             cols.append(encode_label(f, classes).alias(name))
         elif isinstance(f, KeyFeature):
             cols.append(F.col(name).cast(SPARK_TYPES[f.dtype]).alias(name))
+        elif isinstance(f, ListFeature):
+            cols.append(F.slice(F.col(name).cast(f"array<{SPARK_TYPES[dtype]}>"), 1, f.max_length).alias(name))
+        elif isinstance(f, VectorFeature):
+            cols.append(F.col(name).cast(f"array<{SPARK_TYPES[dtype]}>").alias(name))
         else:
             cols.append(F.col(name).cast(SPARK_TYPES[dtype]).alias(name))
     return cols

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, Union
 from tfos_jobs.names import Name
 from tfos_jobs.tasks import LabelTask, Task
 
-RecordDtype = Literal["int64", "float32", "string"]
+RecordDtype = Literal["int64", "float32", "string"]  # a list's and a vector's: of their elements
 # The Spark SQL type a column of each record dtype is written from and read back as.
 SPARK_TYPES: dict[str, str] = {"int64": "long", "float32": "float", "string": "string"}
 
@@ -145,8 +145,72 @@ class SequenceFeature:
     kind: Literal["sequence"] = "sequence"
 
 
+class Combiner(Name):
+    MEAN = "mean"
+    SUM = "sum"
+
+
+COMBINERS = tuple(c.value for c in Combiner)
+
+
+@dataclass(frozen=True)
+class TextFeature:
+    """Free text (a review, a title, a query): the model takes the raw string and tokenizes it in
+    its own graph (`features.text`: lowercased, split on anything not a letter, digit or mark), the
+    first `max_tokens` words kept (longer texts are cut and counted), with `ngrams` = 2 the pairs of
+    neighbouring words too. Tokens are looked up in a word vocabulary computed at prepare (`top_k`
+    most frequent seen at least `min_count` times; others share `num_oov_buckets` ids) and enter the
+    deep part as the `combiner` of their embeddings (a bag of words). A null is the empty text."""
+
+    name: str
+    top_k: Union[int, None] = 20_000
+    min_count: int = 2
+    num_oov_buckets: int = 1
+    embedding_dim: int = 16
+    max_tokens: int = 64
+    ngrams: int = 1
+    combiner: str = Combiner.MEAN.value
+    kind: Literal["text"] = "text"
+
+    def width(self) -> int:
+        """Token ids per row the model sees: the words kept, and their pairs with `ngrams` = 2."""
+        return self.max_tokens * self.ngrams - (self.ngrams - 1)
+
+
+@dataclass(frozen=True)
+class ListFeature:
+    """A list of values (clicked items, tags, genres): array<string> or an array of integers. Its
+    elements are looked up in a vocabulary of elements computed at prepare (as a categorical's) and
+    enter the deep part as the `combiner` of their embeddings. Lists longer than `max_length` are
+    cut and counted; a null list is empty, a null or empty element is left out (both counted)."""
+
+    name: str
+    top_k: Union[int, None] = None
+    min_count: int = 1
+    num_oov_buckets: int = 1
+    embedding_dim: int = 8
+    max_length: int = 32
+    combiner: str = Combiner.MEAN.value
+    kind: Literal["list"] = "list"
+
+    def width(self) -> int:
+        return self.max_length
+
+
+@dataclass(frozen=True)
+class VectorFeature:
+    """A vector of `dim` numbers (a precomputed embedding): array<float|double>, or a Spark ML
+    Vector. It enters the deep part as it is. A row whose vector has another length is set aside
+    with the rejects (counted by reason), never padded; a null vector is zeros (counted)."""
+
+    name: str
+    dim: int
+    kind: Literal["vector"] = "vector"
+
+
+Bag = Union[TextFeature, ListFeature]  # a row's several ids, embedded and combined into one vector
 Feature = Union[KeyFeature, NumericFeature, CategoricalFeature, CrossedFeature, BucketizedFeature, Label,
-                TimeFeature, SequenceFeature]
+                TimeFeature, SequenceFeature, TextFeature, ListFeature, VectorFeature]
 FEATURE_KINDS: dict[str, type] = {
     "key": KeyFeature,
     "numeric": NumericFeature,
@@ -156,6 +220,9 @@ FEATURE_KINDS: dict[str, type] = {
     "label": Label,
     "time": TimeFeature,
     "sequence": SequenceFeature,
+    "text": TextFeature,
+    "list": ListFeature,
+    "vector": VectorFeature,
 }
 # What a window record holds besides its sensors: the asset (the key feature) and the
 # window's first and last step, as seconds since the epoch (SequenceExample context).
@@ -181,6 +248,12 @@ def accepted_input_types(f: Feature) -> tuple[str, ...]:
         return _TIMESTAMP
     if isinstance(f, SequenceFeature):
         return _NUMERIC
+    if isinstance(f, TextFeature):
+        return _STRING
+    if isinstance(f, ListFeature):
+        return tuple(f"array<{t}>" for t in _STRING + _INTEGRAL)
+    if isinstance(f, VectorFeature):
+        return (*(f"array<{t}>" for t in _NUMERIC), "vector")
     if isinstance(f, Label):
         if f.task == Task.REGRESSION:
             return _NUMERIC

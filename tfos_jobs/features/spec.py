@@ -12,15 +12,19 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.features.kinds import (ENCODING_SETTINGS, FEATURE_KINDS, NUMERIC_ENCODINGS, SPARK_TYPES, WINDOW_END, WINDOW_START,
-                                      BucketizedFeature, CategoricalFeature, CrossedFeature, Feature, KeyFeature, Label,
-                                      NumericEncoding, NumericFeature, RecordDtype, SequenceFeature, TimeFeature,
-                                      accepted_input_types)
+from tfos_jobs.features.kinds import (COMBINERS, ENCODING_SETTINGS, FEATURE_KINDS, NUMERIC_ENCODINGS, SPARK_TYPES,
+                                      WINDOW_END, WINDOW_START, Bag, BucketizedFeature, CategoricalFeature,
+                                      CrossedFeature, Feature, KeyFeature, Label, ListFeature, NumericEncoding,
+                                      NumericFeature, RecordDtype, SequenceFeature, TextFeature, TimeFeature,
+                                      VectorFeature, accepted_input_types)
 from tfos_jobs.tasks import Task
 
-__all__ = ["FEATURE_KINDS", "SPARK_TYPES", "WINDOW_END", "WINDOW_START", "BucketizedFeature", "CategoricalFeature",
-           "CrossedFeature", "Feature", "FeatureSpec", "KeyFeature", "Label", "NumericEncoding", "NumericFeature",
-           "SequenceFeature", "TimeFeature"]
+__all__ = ["FEATURE_KINDS", "SPARK_TYPES", "WINDOW_END", "WINDOW_START", "Bag", "BucketizedFeature",
+           "CategoricalFeature", "CrossedFeature", "Feature", "FeatureSpec", "KeyFeature", "Label", "ListFeature",
+           "NumericEncoding", "NumericFeature", "SequenceFeature", "TextFeature", "TimeFeature", "VectorFeature"]
+# The kinds a model reads, and those stored in the records (the time column is read, then windows are cut).
+_INPUTS = ("numeric", "categorical", "sequence", "text", "list", "vector")
+_STORED = ("key", "numeric", "categorical", "label", "time", "sequence", "text", "list", "vector")
 FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
@@ -63,20 +67,29 @@ class FeatureSpec:
         return self.of_kind("categorical")
 
     @property
-    def with_vocabulary(self) -> tuple[CategoricalFeature, ...]:
-        """The categorical features prepare computes a vocabulary for (all but the hashed)."""
-        return tuple(f for f in self.categorical if not f.hashed)
+    def with_vocabulary(self) -> tuple[CategoricalFeature | TextFeature | ListFeature, ...]:
+        """The features prepare computes a vocabulary for: categoricals (but the hashed), texts' words, lists' elements."""
+        return tuple(f for f in self.features if isinstance(f, (CategoricalFeature, TextFeature, ListFeature))
+                     and not (isinstance(f, CategoricalFeature) and f.hashed))
+
+    @property
+    def bags(self) -> tuple[Bag, ...]:
+        """Text and list features: several ids a row, embedded and combined into one vector."""
+        return tuple(f for f in self.features if isinstance(f, (TextFeature, ListFeature)))
+
+    @property
+    def vectors(self) -> tuple[VectorFeature, ...]:
+        return self.of_kind("vector")
 
     @property
     def model_inputs(self) -> tuple[str, ...]:
         """Raw columns a model reads, in spec order: the serving signature's arguments."""
-        return tuple(f.name for f in self.features if f.kind in ("numeric", "categorical", "sequence"))
+        return tuple(f.name for f in self.features if f.kind in _INPUTS)
 
     @property
     def stored_columns(self) -> tuple[str, ...]:
         """Columns read from the input table (and, but for the time, written to every record), in spec order."""
-        return tuple(f.name for f in self.features if f.kind in ("key", "numeric", "categorical", "label", "time",
-                                                                 "sequence"))
+        return tuple(f.name for f in self.features if f.kind in _STORED)
 
     def get(self, name: str) -> Feature:
         for f in self.features:
@@ -138,6 +151,11 @@ class FeatureSpec:
                         errs.append(f"{where}.columns: {c!r} is not a categorical or bucketized feature")
                 if f.hash_buckets < 1:
                     errs.append(f"{where}.hash_buckets: must be >= 1, got {f.hash_buckets}")
+            elif isinstance(f, (TextFeature, ListFeature)):
+                errs += _bag_errors(f, where)
+            elif isinstance(f, VectorFeature):
+                if f.dim < 1:
+                    errs.append(f"{where}.dim: must be >= 1, got {f.dim}")
             elif isinstance(f, BucketizedFeature):
                 if kinds.get(f.source) != "numeric":
                     errs.append(f"{where}.source: {f.source!r} is not a numeric feature")
@@ -215,8 +233,10 @@ class FeatureSpec:
                 out[name] = f.dtype
             elif isinstance(f, NumericFeature):
                 out[name] = "float32"
-            elif isinstance(f, CategoricalFeature):
-                out[name] = "string"
+            elif isinstance(f, (CategoricalFeature, TextFeature, ListFeature)):
+                out[name] = "string"  # a list's elements, as text whatever their input type
+            elif isinstance(f, VectorFeature):
+                out[name] = "float32"
             else:
                 assert isinstance(f, Label)  # the one stored kind left in a row spec
                 out[name] = "float32" if f.task == Task.REGRESSION else "int64"
@@ -234,7 +254,9 @@ class FeatureSpec:
         for name, dtype in self.record_dtypes().items():
             f = self.get(name)
             default = f.default if isinstance(f, (NumericFeature, CategoricalFeature)) else None
-            schema[name] = {"dtype": dtype, "shape": [], "default": default if default != "mean" else None}
+            shape: list[int | None] = [f.dim] if isinstance(f, VectorFeature) else [None] if isinstance(f, ListFeature) else []
+            schema[name] = {"dtype": dtype, "shape": shape, "default": "" if isinstance(f, TextFeature)
+                            else default if default != "mean" else None}
         return schema
 
     def parse_spec(self, columns: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -246,9 +268,21 @@ class FeatureSpec:
         for name in columns or self.stored_columns:
             col = schema[name]
             dtype = tf.as_dtype(col["dtype"])
-            default = col["default"]
-            out[name] = tf.io.FixedLenFeature(col["shape"], dtype, default_value=default)
+            if col["shape"] == [None]:  # a list: its elements, as many as the record holds
+                out[name] = tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+            else:
+                out[name] = tf.io.FixedLenFeature(col["shape"], dtype, default_value=col["default"])
         return out
+
+    def dense_lists(self, parsed: dict[str, Any]) -> dict[str, Any]:
+        """`parsed` (what `parse_spec` gave `tf.io.parse_example`) with each list's ragged elements as the model takes
+        them: [batch, max_length], cut, padded with `features.text.PAD`."""
+        from tfos_jobs.features.text import PAD
+
+        for f in self.of_kind("list"):
+            if f.name in parsed:
+                parsed[f.name] = parsed[f.name][:, :f.max_length].to_tensor(default_value=PAD, shape=[None, f.max_length])
+        return parsed
 
     def sequence_parse_spec(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """`tf.io.parse_sequence_example` (context, sequence) features of window records."""
@@ -296,8 +330,14 @@ class FeatureSpec:
         return cls.from_dict(json.loads(text))
 
     def input_dtype(self, name: str) -> str:
-        """The dtype of a model input: float32 for numeric features, string for categorical ones."""
-        return "float32" if self.get(name).kind == "numeric" else "string"
+        """The dtype of a model input: float32 for numbers and vectors, string for the others."""
+        return "float32" if self.get(name).kind in ("numeric", "vector") else "string"
+
+    def input_shape(self, name: str) -> tuple[int, ...]:
+        """A model input's shape per row: a list padded to `max_length` (with `features.text.PAD`), a vector's `dim`,
+        nothing for a scalar or a text (the model tokenizes it)."""
+        f = self.get(name)
+        return (f.max_length,) if isinstance(f, ListFeature) else (f.dim,) if isinstance(f, VectorFeature) else ()
 
     def fingerprint(self) -> str:
         """A hash of the spec's meaning: equal specs give equal fingerprints."""
@@ -307,6 +347,20 @@ class FeatureSpec:
     def with_feature(self, feature: Feature) -> "FeatureSpec":
         """A copy with the feature of the same name replaced (used to record resolved defaults)."""
         return FeatureSpec(tuple(feature if f.name == feature.name else f for f in self.features))
+
+
+def _bag_errors(f: Bag, where: str) -> list[str]:
+    errs = []
+    if f.top_k is not None and f.top_k < 1:
+        errs.append(f"{where}.top_k: must be >= 1 (or left out for no limit), got {f.top_k}")
+    for attr in ("min_count", "num_oov_buckets", "embedding_dim", "max_tokens" if isinstance(f, TextFeature) else "max_length"):
+        if getattr(f, attr) < 1:
+            errs.append(f"{where}.{attr}: must be >= 1, got {getattr(f, attr)}")
+    if isinstance(f, TextFeature) and f.ngrams not in (1, 2):
+        errs.append(f"{where}.ngrams: 1 (words) or 2 (words and pairs of neighbours), got {f.ngrams}")
+    if f.combiner not in COMBINERS:
+        errs.append(f"{where}.combiner: {f.combiner!r} is not one of {', '.join(map(repr, COMBINERS))}")
+    return errs
 
 
 def _feature_to_dict(f: Feature) -> dict[str, Any]:

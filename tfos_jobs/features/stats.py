@@ -1,4 +1,5 @@
-"""Aggregations for the one pass over the prepared table: numeric statistics and missing counts.
+"""Aggregations for the one pass over the prepared table: numeric statistics, missing values, and
+what imputation cuts (long values) or leaves out (a list's null and empty elements).
 
 They are returned as Spark Columns so the driver can run them all in a single job. Quantile
 bins (for piecewise-linear encodings) take one more job, over the train rows only."""
@@ -9,6 +10,9 @@ from typing import Any, Sequence
 import numpy as np
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
+
+from tfos_jobs.features.spec import CategoricalFeature, Feature, ListFeature, TextFeature
+from tfos_jobs.features.text import spark_elements, spark_words
 
 STATS = ("count", "mean", "std", "min", "max")
 QUANTILE_ERROR = 1e-3  # approxQuantile's relative error: a bin edge is off by at most 0.1% of the rows
@@ -53,6 +57,30 @@ def missing_aggs(names: Sequence[str], numeric: Sequence[str], where: Column) ->
         gone = c.isNull() | F.isnan(c.cast("double")) if name in numeric else c.isNull()
         aggs.append(F.sum(F.when(where & gone, 1).otherwise(0)).alias(f"{name}__missing"))
     return aggs
+
+
+def truncated_aggs(features: Sequence[Feature], where: Column) -> dict[str, Column]:
+    """{feature: `<feature>__truncated`} for each feature whose values are cut: the rows matching `where` it cuts: a categorical longer than its `max_length`
+    characters, a text of more words than `max_tokens`, a list of more elements (those kept) than `max_length`."""
+    aggs = {}
+    for f in features:
+        c = F.col(f.name)
+        if isinstance(f, CategoricalFeature) and f.max_length is not None:
+            cut = F.length(c) > f.max_length
+        elif isinstance(f, TextFeature):
+            cut = F.size(spark_words(c)) > f.max_tokens
+        elif isinstance(f, ListFeature):
+            cut = F.size(spark_elements(c)) > f.max_length
+        else:
+            continue
+        aggs[f.name] = F.sum(F.when(where & cut, 1).otherwise(0)).alias(f"{f.name}__truncated")
+    return aggs
+
+
+def dropped_aggs(lists: Sequence[ListFeature], where: Column) -> list[Column]:
+    """Per list, the null and empty elements left out (`spark_elements`) of the rows matching `where`."""
+    return [F.sum(F.when(where & F.col(f.name).isNotNull(), F.size(f.name) - F.size(spark_elements(F.col(f.name))))
+                  .otherwise(0)).alias(f"{f.name}__dropped") for f in lists]
 
 
 def any_missing(names: Sequence[str], numeric: Sequence[str]) -> Column:

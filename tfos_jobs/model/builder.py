@@ -312,15 +312,18 @@ def placeholder_stats(spec: FeatureSpec) -> dict[str, dict[str, Any]]:
 
 
 def placeholder_batch(spec: FeatureSpec, names) -> dict[str, Any]:
-    """DRY_ROWS rows of each named input: a known and an unseen category, two numbers."""
+    """DRY_ROWS rows of each named input: a known and an unseen category (a list's first elements), two numbers (or
+    vectors of them)."""
     import tensorflow as tf
 
     out = {}
     for n in names:
+        shape = spec.input_shape(n)
         if spec.is_sequence:
             out[n] = tf.zeros([DRY_ROWS, spec.time.window], tf.float32)
         elif spec.input_dtype(n) == "string":
-            out[n] = tf.constant([f"{n}_0", "unseen"])
+            values = tf.constant([f"{n}_0", "unseen"])
+            out[n] = tf.pad(values[:, None], [[0, 0], [0, shape[0] - 1]]) if shape else values
         else:
-            out[n] = tf.constant([0.5, -0.5], tf.float32)
+            out[n] = tf.constant([[0.5] * shape[0], [-0.5] * shape[0]] if shape else [0.5, -0.5], tf.float32)
     return out

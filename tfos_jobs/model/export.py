@@ -42,20 +42,20 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly
     parse_spec = spec.parse_spec(names)
 
     # Positional arguments: the TensorSpec names become the signature's input names.
-    @tf.function(input_signature=[tf.TensorSpec([None], spec.input_dtype(n), name=n) for n in names])
+    @tf.function(input_signature=[tf.TensorSpec([None, *spec.input_shape(n)], spec.input_dtype(n), name=n) for n in names])
     def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(dict(zip(names, columns)), training=False))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)])
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
-        return head(model(tf.io.parse_example(examples, parse_spec), training=False))
+        return head(model(spec.dense_lists(tf.io.parse_example(examples, parse_spec)), training=False))
 
     signatures = {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
                   contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
     from tfos_jobs.model import wide_deep
 
     layers = wide_deep.of(model)
-    if layers is not None:
+    if layers is not None and not (spec.bags or spec.vectors):  # codes stand for one value a row
         @tf.function(input_signature=[
             tf.TensorSpec([None], tf.string, name=contract.CODES_STRINGS),
             tf.TensorSpec([len(spec.categorical), None], tf.int32, name=contract.CODES_CODES),

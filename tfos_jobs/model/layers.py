@@ -57,6 +57,48 @@ class SharedEmbedding(tf.keras.layers.Layer):
                 "embeddings_initializer": tf.keras.initializers.serialize(self.embeddings_initializer)}
 
 
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class EmbeddingBag(tf.keras.layers.Layer):
+    """A row's several ids ([batch, width] int, 0 where there is none: `features.text.PAD`) as one [batch, dim] vector,
+    the mean or the sum of their embeddings; a row without ids gets zeros. A text's tokens, a list's elements."""
+
+    def __init__(self, size: int, dim: int, combiner: str = "mean", **kwargs):
+        super().__init__(**kwargs)
+        self.size, self.dim, self.combiner = int(size), int(dim), combiner
+
+    def build(self, input_shape) -> None:
+        self.embeddings = self.add_weight(name="embeddings", shape=(self.size, self.dim), initializer="uniform",
+                                          trainable=True)
+        super().build(input_shape)
+
+    def call(self, ids: tf.Tensor) -> tf.Tensor:
+        present = tf.cast(ids > 0, self.compute_dtype)[..., tf.newaxis]  # [batch, width, 1]
+        total = tf.reduce_sum(tf.gather(self.embeddings, ids) * present, axis=1)
+        return total if self.combiner == "sum" else total / tf.maximum(tf.reduce_sum(present, axis=1), 1.0)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "size": self.size, "dim": self.dim, "combiner": self.combiner}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class Tokenize(tf.keras.layers.Layer):
+    """A [batch] string tensor of texts as [batch, width] tokens (`features.text.graph_tokens`): the model takes the raw
+    text, so training and every caller of the SavedModel tokenize it the one way."""
+
+    def __init__(self, max_tokens: int, ngrams: int = 1, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.max_tokens, self.ngrams = int(max_tokens), int(ngrams)
+
+    def call(self, texts: tf.Tensor) -> tf.Tensor:
+        from tfos_jobs.features.kinds import TextFeature
+        from tfos_jobs.features.text import graph_tokens
+
+        return graph_tokens(texts, TextFeature(self.name, max_tokens=self.max_tokens, ngrams=self.ngrams))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "max_tokens": self.max_tokens, "ngrams": self.ngrams}
+
+
 def _glorot(fan_in: int, fan_out: int) -> tf.keras.initializers.Initializer:
     """Glorot-uniform for one feature's [fan_in, fan_out] slice of a stacked kernel (Keras would
     count the stacking dimension into the fans)."""

@@ -21,9 +21,11 @@ import tensorflow as tf
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import MODEL_OUTPUT
 from tfos_jobs.features.spec import (BucketizedFeature, CategoricalFeature, CrossedFeature, Feature, FeatureSpec,
-                                     NumericEncoding, NumericFeature)
+                                     NumericEncoding, NumericFeature, TextFeature)
+from tfos_jobs.features.text import PAD
 from tfos_jobs.contracts.dataset import STATS, STATS_BINS
-from tfos_jobs.model.layers import PeriodicEmbeddings, PiecewiseLinearEmbeddings, SharedEmbedding
+from tfos_jobs.model.layers import (EmbeddingBag, PeriodicEmbeddings, PiecewiseLinearEmbeddings, SharedEmbedding,
+                                   Tokenize)
 from tfos_jobs.tasks import ModelKind, Task
 
 ATTRIBUTE = "tfos_wide_deep"  # the WideDeep behind a Keras model `model()` built
@@ -38,8 +40,9 @@ class WideDeep:
     `model.layers.PeriodicEmbeddings`, `PiecewiseLinearEmbeddings`) through `model_cfg.hidden_units()` ReLU layers. The
     two logits are added.
 
-    The id tables are few variables, not one per feature (`SharedEmbedding`): all wide weights in one, the deep
-    embeddings in one per embedding width. A distributed step's cost grows with the number of variables it moves, not
+    Texts and lists enter the deep part as bags (`EmbeddingBag`: the mean or sum of their tokens' or elements'
+    embeddings), vectors as they are. The id tables are few variables, not one per feature (`SharedEmbedding`): all
+    wide weights in one, the deep embeddings in one per embedding width (a bag has its own). A distributed step's cost grows with the number of variables it moves, not
     with their size, at this model's scale."""
 
     def __init__(self, spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
@@ -80,10 +83,7 @@ class WideDeep:
                 self.lookup[f.name] = layers.Hashing(num_bins=f.hash_buckets, name=f"hash_{f.name}")
                 self.sizes[f.name] = f.hash_buckets
             elif isinstance(f, CategoricalFeature):
-                values = vocab.get(f.name)
-                if not values:
-                    raise ValueError(f"features.{f.name}: the vocabulary is empty or missing; a categorical "
-                                     "feature needs at least one value (check top_k and min_count)")
+                values = _vocabulary(vocab, f.name)
                 self.lookup[f.name] = layers.StringLookup(vocabulary=list(values), num_oov_indices=f.num_oov_buckets,
                                                           mask_token=None, name=f"lookup_{f.name}")
                 self.sizes[f.name] = f.num_oov_buckets + len(values)
@@ -91,6 +91,16 @@ class WideDeep:
                 self.bucketize[f.name] = layers.Discretization(bin_boundaries=list(f.boundaries),
                                                                name=f"bucketize_{f.name}")
                 self.sizes[f.name] = len(f.boundaries) + 1
+        self.bags, self.vectors = list(spec.bags), list(spec.vectors)
+        self.tokenize = {f.name: Tokenize(f.max_tokens, f.ngrams, name=f"tokenize_{f.name}")
+                         for f in self.bags if isinstance(f, TextFeature)}
+        self.bag = {}
+        for f in self.bags:
+            values = _vocabulary(vocab, f.name)
+            self.lookup[f.name] = layers.StringLookup(vocabulary=list(values), num_oov_indices=f.num_oov_buckets,
+                                                      mask_token=PAD, name=f"lookup_{f.name}")
+            self.bag[f.name] = EmbeddingBag(1 + f.num_oov_buckets + len(values), f.embedding_dim, f.combiner,
+                                            name=f"bag_{f.name}")
         for f in self.crossed:
             self.cross[f.name] = layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")
             self.sizes[f.name] = f.hash_buckets
@@ -115,10 +125,13 @@ class WideDeep:
 
     def model(self) -> tf.keras.Model:
         """The Keras model over the raw columns; it keeps this object as `ATTRIBUTE`."""
-        inputs = {name: tf.keras.Input(shape=(), dtype=self.spec.input_dtype(name), name=name)
+        inputs = {name: tf.keras.Input(shape=self.spec.input_shape(name), dtype=self.spec.input_dtype(name), name=name)
                   for name in self.spec.model_inputs}
         ids = {f.name: self.lookup[f.name](inputs[f.name]) for f in self.categorical}
-        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows),
+        bags = [self.bag[f.name](self.lookup[f.name](self.tokenize[f.name](inputs[f.name]) if f.name in self.tokenize
+                                                     else inputs[f.name])) for f in self.bags]
+        deep = [*bags, *(inputs[f.name] for f in self.vectors)]
+        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows, deep=deep),
                                name=ModelKind.WIDE_DEEP.value)
         setattr(model, ATTRIBUTE, self)  # a plain object: Keras neither tracks nor saves it
         return model
@@ -136,8 +149,9 @@ class WideDeep:
 
     # -- shared ----------------------------------------------------------------------------
 
-    def _head(self, ids: dict[str, Any], columns: dict[str, Any], cross, training: bool | None = None) -> Any:
-        """Everything after the categorical lookups. `columns` holds the numeric inputs."""
+    def _head(self, ids: dict[str, Any], columns: dict[str, Any], cross, training: bool | None = None,
+              deep: list[Any] | None = None) -> Any:
+        """Everything after the categorical lookups. `columns` holds the numeric inputs, `deep` the bags and vectors."""
         f: Feature  # each loop below goes over one kind of feature
         for f in self.bucketized:
             ids[f.name] = self.bucketize[f.name](columns[f.source])
@@ -148,7 +162,7 @@ class WideDeep:
             x = columns[f.name]
             numeric[f.name] = self.reshape[f.name](self.normalize[f.name](x) if f.name in self.normalize else x)
         embedded = {name for names in self.embedded.values() for name in names}
-        deep = [numeric[f.name] for f in self.numeric if f.name not in embedded]
+        deep = [*(deep or []), *(numeric[f.name] for f in self.numeric if f.name not in embedded)]
         for group, names in self.embedded.items():
             x = self.side_by_side[group]([numeric[n] for n in names]) if len(names) > 1 else numeric[names[0]]
             deep.append(self.embed_numeric[group](x))
@@ -188,6 +202,14 @@ class WideDeep:
 def of(model: Any) -> WideDeep | None:
     """The WideDeep a Keras model was built from, or None (a user's model, a loaded one)."""
     return getattr(model, ATTRIBUTE, None)
+
+
+def _vocabulary(vocab: dict[str, list[str]], name: str) -> list[str]:
+    values = vocab.get(name)
+    if not values:
+        raise ValueError(f"features.{name}: the vocabulary is empty or missing; a feature looked up in one needs at "
+                         "least one value (check top_k and min_count)")
+    return values
 
 
 def _bins(stats: dict[str, Any], name: str) -> list[float]:

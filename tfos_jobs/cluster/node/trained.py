@@ -53,5 +53,10 @@ def sample_predictions(model, files: list[str], spec, compression: str, rows: in
     SavedModel can be checked against the model that was actually trained."""
     features, _ = next(iter(reader.make_dataset(files, spec, rows, compression=compression)))
     outputs = model(features, training=False)
-    decode = lambda t: [v.decode() if isinstance(v, bytes) else v for v in t.numpy().tolist()]
-    return SamplePredictions(rows={name: decode(t) for name, t in features.items()}, outputs=outputs.numpy().tolist())
+    return SamplePredictions(rows={name: _decoded(t.numpy().tolist()) for name, t in features.items()},
+                             outputs=outputs.numpy().tolist())
+
+
+def _decoded(values: list) -> list:
+    """Text as str, in a column of scalars or of lists (a list feature's elements): JSON has no bytes."""
+    return [_decoded(v) if isinstance(v, list) else v.decode() if isinstance(v, bytes) else v for v in values]

@@ -29,7 +29,7 @@ from tfos_jobs.data.assemble import assemble
 from tfos_jobs.errors import InputError
 from tfos_jobs.features import stats as stats_mod
 from tfos_jobs.features import vocab as vocab_mod
-from tfos_jobs.features.spec import FeatureSpec, NumericEncoding, NumericFeature
+from tfos_jobs.features.spec import FeatureSpec, ListFeature, NumericEncoding, NumericFeature
 from tfos_jobs.storage import Storage, staging_beside
 from tfos_jobs.tasks import Task
 from tfos_jobs import sessions
@@ -128,9 +128,10 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     """Everything the manifest and the defaults need, in one aggregation job."""
     ok = F.col(columns.REJECT).isNull()
     train = ok & (F.col(columns.SPLIT) == Split.TRAIN)
-    imputable = [f.name for f in spec.features if f.kind in ("numeric", "categorical")]
+    imputable = [f.name for f in spec.features if f.kind in ("numeric", "categorical", "text", "list", "vector")]
     numeric = [f.name for f in spec.numeric]
-    truncating = {f.name: f.max_length for f in spec.categorical if f.max_length is not None}
+    truncating = stats_mod.truncated_aggs(spec.features, ok)
+    lists = [f for f in spec.bags if isinstance(f, ListFeature)]
     row = table.agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.when(~ok, 1).otherwise(0)).alias("rejected"),
@@ -139,8 +140,8 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
         *[F.sum(F.when(ok & (F.col(columns.SPLIT) == split), 1).otherwise(0)).alias(split) for split in ALL_SPLITS],
         F.sum(F.when(ok & stats_mod.any_missing(imputable, numeric), 1).otherwise(0)).alias("rows_imputed"),
         *stats_mod.missing_aggs(imputable, numeric, ok),
-        *[F.sum(F.when(ok & (F.length(F.col(name)) > limit), 1).otherwise(0)).alias(f"{name}__truncated")
-          for name, limit in truncating.items()],
+        *truncating.values(),
+        *stats_mod.dropped_aggs(lists, ok),
         *stats_mod.numeric_aggs(numeric, train),
     ).first()
     assert row is not None  # an aggregation without grouping has one row
@@ -157,6 +158,7 @@ def _profile(table: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
         "rows_imputed": int(row["rows_imputed"] or 0),
         "missing": {c: int(row[f"{c}__missing"] or 0) for c in imputable},
         "truncated": {c: int(row[f"{c}__truncated"] or 0) for c in truncating},
+        "dropped_elements": {f.name: int(row[f"{f.name}__dropped"] or 0) for f in lists},
         "stats": stats_mod.numeric_from_row(row, numeric),
     }
 
@@ -225,5 +227,6 @@ def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, An
                   "path": REJECTS if profile["rejected"] else None},
         imputed={"rows": profile["rows_imputed"], "by_column": profile["missing"]},
         truncated=profile["truncated"],
+        dropped_elements=profile["dropped_elements"] or None,
         vocabulary_sizes={name: len(entries) for name, entries in vocab.items()},
     )

@@ -1,0 +1,149 @@
+"""Texts, lists and vectors in the built-in model and its SavedModel. TensorFlow only, no Spark.
+
+A small binary model is trained once on rows whose label depends on a word of a text, an
+element of a list and a vector's first value; the export takes the raw text, the list padded
+to its `max_length` and the vector."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfos_jobs.config import ModelConfig
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, KeyFeature, Label, ListFeature, NumericFeature,
+                                     TextFeature, VectorFeature)
+from tfos_jobs.features.text import PAD
+from tfos_jobs.model.builder import build_model, compile_model
+from tfos_jobs.model.export import export_saved_model, load_signature
+
+SPEC = FeatureSpec((
+    KeyFeature("id"),
+    TextFeature("review", max_tokens=6, ngrams=2, embedding_dim=4),
+    ListFeature("tags", max_length=3, embedding_dim=3, combiner="sum"),
+    VectorFeature("item_vec", dim=2),
+    CategoricalFeature("shop", embedding_dim=2),
+    NumericFeature("price", default=0.0),
+    Label("y", task="binary"),
+)).check()
+WORDS = ["great", "awful", "fine", "okay", "box", "arrived", "late", "fast"]
+VOCAB = {"review": [*WORDS, "great box"], "tags": ["gift", "sale", "new"], "shop": ["a", "b"]}
+STATS = {"price": {"count": 800, "mean": 10.0, "std": 5.0, "min": 0.0, "max": 20.0}}
+SMALL = ModelConfig(first_layer_size=16, num_layers=2, scale_factor=0.5)
+
+
+def make_rows(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Label 1: "great" in the review, or "gift" among the tags, or a large first vector value."""
+    rng = np.random.default_rng(seed)
+    reviews, tags, y = [], [], []
+    vec = rng.normal(0, 1, (n, 2)).astype(np.float32)
+    for i in range(n):
+        words = list(rng.choice(WORDS[1:], rng.integers(1, 5)))
+        good = rng.random() < 0.3
+        if good:
+            words.insert(int(rng.integers(0, len(words))), "GREAT!")
+        reviews.append(" ".join(words))
+        row_tags = list(rng.choice(["sale", "new", "gift"], rng.integers(0, 4), replace=False))
+        tags.append((row_tags + [PAD] * 3)[:3])
+        y.append(int(good or "gift" in row_tags or vec[i, 0] > 1.2))
+    return {"review": np.array(reviews, dtype=object), "tags": np.array(tags, dtype=object), "item_vec": vec,
+            "shop": rng.choice(np.array(["a", "b"], dtype=object), n), "price": rng.uniform(0, 20, n).astype(np.float32),
+            "y": np.array(y, np.int64)}
+
+
+def inputs(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v for k, v in rows.items() if k != "y"}
+
+
+def train() -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(3)
+    rows = make_rows(1600)
+    model = compile_model(build_model(SPEC, VOCAB, STATS, SMALL), SPEC, "adam", 0.03)
+    model.fit(inputs(rows), rows["y"], batch_size=64, epochs=8, verbose=0)
+    return model
+
+
+def export(model: tf.keras.Model, root: Path) -> Path:
+    """The model as `tfos train` leaves it: `root/model/saved_model`, beside its dataset's `_meta/`."""
+    root = root / "dataset"
+    (root / "_meta" / "vocab").mkdir(parents=True)
+    manifest = {"splits": {"train": {"records": 1600}}}
+    for name, text in {"feature_spec.json": SPEC.to_json(), "stats.json": json.dumps(STATS),
+                       "manifest.json": json.dumps(manifest)}.items():
+        (root / "_meta" / name).write_text(text)
+    for name, values in VOCAB.items():
+        (root / "_meta" / "vocab" / f"{name}.txt").write_text("\n".join(values) + "\n")
+    meta = DatasetMeta(str(root), SPEC, STATS, manifest, VOCAB)
+    return Path(export_saved_model(model, meta, str(root.parent / "model" / "saved_model")))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return train()
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory) -> Path:
+    return export(trained, tmp_path_factory.mktemp("bags"))
+
+
+def test_the_model_learns_from_words_elements_and_vectors(trained):
+    rows = make_rows(600, seed=9)
+    p = trained.predict(inputs(rows), batch_size=256, verbose=0)[:, 0]
+    assert float(np.mean((p >= 0.5) == rows["y"])) > 0.9
+    probe = {k: np.repeat(v[:1], 4, axis=0) for k, v in inputs(rows).items()}
+    probe["review"] = np.array(["box arrived late", "Box arrived LATE, GREAT", "great", "¡GREAT!"], dtype=object)
+    probe["tags"] = np.array([["sale", PAD, PAD]] * 4, dtype=object)
+    probe["item_vec"] = np.zeros((4, 2), np.float32)
+    q = trained.predict(probe, verbose=0)[:, 0]
+    assert q[0] < 0.5 < min(q[1:])
+    assert q[2] == pytest.approx(q[3], abs=1e-6)  # the same tokens, whatever the case and the punctuation
+
+
+def test_the_savedmodel_takes_raw_text_padded_lists_and_vectors(trained, exported):
+    rows = make_rows(300, seed=5)
+    serve = load_signature(str(exported))
+    args = serve.structured_input_signature[1]
+    assert (args["review"].shape.as_list(), args["review"].dtype) == ([None], tf.string)
+    assert (args["tags"].shape.as_list(), args["tags"].dtype) == ([None, 3], tf.string)
+    assert (args["item_vec"].shape.as_list(), args["item_vec"].dtype) == ([None, 2], tf.float32)
+    out = serve(**{k: tf.constant(v) for k, v in inputs(rows).items() if k in SPEC.model_inputs})
+    expected = trained.predict(inputs(rows), batch_size=128, verbose=0)[:, 0]
+    np.testing.assert_allclose(out["probability"].numpy(), expected, atol=1e-6)
+    assert contract.CODES_SIGNATURE not in tf.saved_model.load(str(exported)).signatures  # codes stand for one value a row
+    assert sorted(os.listdir(exported / "assets" / "vocab")) == ["review.txt", "shop.txt", "tags.txt"]
+
+
+def test_predict_examples_reads_lists_of_any_length(trained, exported):
+    rows = make_rows(50, seed=7)
+    examples = []
+    for i in range(50):
+        tags = [t for t in rows["tags"][i] if t != PAD] + (["new", "sale"] if i % 5 == 0 else [])  # longer: cut
+        feats = {"review": tf.train.Feature(bytes_list=tf.train.BytesList(value=[rows["review"][i].encode()])),
+                 "tags": tf.train.Feature(bytes_list=tf.train.BytesList(value=[t.encode() for t in tags])),
+                 "item_vec": tf.train.Feature(float_list=tf.train.FloatList(value=rows["item_vec"][i].tolist())),
+                 "shop": tf.train.Feature(bytes_list=tf.train.BytesList(value=[rows["shop"][i].encode()])),
+                 "price": tf.train.Feature(float_list=tf.train.FloatList(value=[float(rows["price"][i])]))}
+        examples.append(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+        rows["tags"][i] = (tags + [PAD] * 3)[:3]
+    out = load_signature(str(exported), contract.EXAMPLES_SIGNATURE)(examples=tf.constant(examples))
+    expected = trained.predict(inputs(rows), batch_size=128, verbose=0)[:, 0]
+    np.testing.assert_allclose(out["probability"].numpy(), expected, atol=1e-6)
+
+
+def test_a_dry_build_checks_a_model_of_texts_lists_and_vectors():
+    from tfos_jobs.config import ModelConfig as Model
+    from tfos_jobs.model.builder import check_build, placeholder_batch
+
+    batch = placeholder_batch(SPEC, SPEC.model_inputs)
+    assert batch["tags"].shape == (2, 3) and batch["tags"].numpy()[0].tolist() == [b"tags_0", b"", b""]
+    assert batch["item_vec"].shape == (2, 2) and batch["review"].shape == (2,)
+    check_build(model_cfg=Model(), spec=SPEC)  # the built-in model over them builds and runs on the placeholders
