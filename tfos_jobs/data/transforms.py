@@ -105,10 +105,12 @@ def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> 
 
 def vectors_as_arrays(df: DataFrame, spec: FeatureSpec) -> DataFrame:
     """Spark ML Vector columns of vector features as array<double> (in the JVM), as the other vectors come."""
+    types = sources.column_types(df) if spec.vectors else {}
+    ml = [v.name for v in spec.vectors if types.get(v.name) == "vector"]
+    if not ml:  # nothing to convert (and a Connect client refuses an empty withColumns)
+        return df
     from pyspark.ml.functions import vector_to_array
 
-    types = sources.column_types(df)
-    ml = [v.name for v in spec.vectors if types.get(v.name) == "vector"]
     return df.withColumns({name: vector_to_array(F.col(name)) for name in ml})
 
 
