@@ -2,7 +2,8 @@
 
 Three Spark sessions, one after the other, in this one process:
   1. `local[2]`: generate the 1x and 16x data sets, prepare both (P5), cut sensor windows at two
-     sizes (P10) and from a wide table against a narrow one (P17), write the prepared
+     sizes (P10) and from a wide table against a narrow one (P17), prepare, train and score a
+     table with a text column (P19; alone, `--only P19`), write the prepared
      records three ways (P1, P2), and read them with tf.data in this driver (input pipeline);
   2. `local-cluster[4,1,MB]`: TFoS needs one executor per TF node; the `local` baseline
      trains in this driver while the executors idle, against TF clusters of 1, 2 and 3
@@ -27,8 +28,8 @@ from __future__ import annotations
 from typing import Callable
 
 from benchmarks.context import Bench, Run
-from benchmarks.stages import (data, hundredfold, node_inputs, recovery, serving, sql_endpoint, streaming, training,
-                               writes)
+from benchmarks.stages import (data, hundredfold, node_inputs, recovery, serving, sql_endpoint, streaming, texts,
+                               training, writes)
 from tfos_jobs.jobs.serve import sql_server
 
 
@@ -37,6 +38,7 @@ P15 = "P15 tfos stream"
 P16 = "P16 node inputs at any file size"
 P17 = "P17 wide sensor tables"
 P18 = "P18 a lost executor"
+P19 = "P19 a text column"
 TRAINING = "P3 P6 P7 P8 training and scaling"
 
 
@@ -63,10 +65,11 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         return _after_data(bench, only, ("1x",), bench.tfos_master, None, TRAINING, lambda: training.training(bench))
     if only == "P18":
         return _after_data(bench, only, ("1x",), recovery.MASTER, None, P18, lambda: recovery.recovery(bench))
-    if only == "P17":
+    if only in ("P17", "P19"):  # each makes its own data
+        alone = {"P17": (P17, lambda: data.wide_tables(bench)), "P19": (P19, lambda: texts.texts(bench))}
         try:
             bench.session(bench.spark_master)
-            bench.stage(P17, lambda: data.wide_tables(bench))
+            bench.stage(*alone[only])
         finally:
             bench.stop()
         return bench.run
@@ -82,6 +85,7 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
         bench.stage("P5 prepare at 1x and 16x", lambda: data.prepare_scaling(bench))
         bench.stage("P10 sensor windows at 1x and 16x", lambda: data.windowing_scaling(bench))
         bench.stage(P17, lambda: data.wide_tables(bench))
+        bench.stage(P19, lambda: texts.texts(bench))
         bench.stage("P1 P2 record writes", lambda: writes.writes(bench))
         bench.stage("input pipeline", lambda: writes.input_pipeline(bench))
         bench.session(bench.tfos_master)

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec
+from tfos_jobs.features.spec import CategoricalFeature, FeatureSpec, TextFeature
 
 
 def numpy_inputs(frame: pd.DataFrame, spec: FeatureSpec) -> dict[str, np.ndarray]:
@@ -98,12 +98,14 @@ def make_noop(task: str) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
 
 def spark_predict_batch_udf(export_dir: str, spec: FeatureSpec, batch_size: int) -> Any:
     """`predict_batch_udf` over the model's inputs (as columns, in spec order) for a binary or
-    multiclass census model, returning the same struct as the package's UDF."""
+    multiclass model of categorical, numeric and text inputs, returning the same struct as the
+    package's UDF."""
     from pyspark.ml.functions import predict_batch_udf
 
     names = spec.model_inputs
-    defaults = {n: spec.get(n).default for n in names}
-    categorical = {f.name for f in spec.categorical}
+    texts = {f.name for f in spec.features if isinstance(f, TextFeature)}
+    defaults = {n: "" if n in texts else getattr(spec.get(n), "default") for n in names}
+    categorical = {f.name for f in spec.categorical} | texts
     task = contract.task_of(spec)
 
     def make_predict_fn() -> Callable[..., dict[str, np.ndarray]]:

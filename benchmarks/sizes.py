@@ -35,6 +35,8 @@ class Sizes:
     p16_small_mb: int  # P16b: the same, on the small side
     p18_steps: int  # P18: steps per epoch, long enough for several step checkpoints in each
     p18_batch: int  # P18: examples per worker per step
+    p19_rows: int  # P19: rows of the table with a text column
+    p19_batch: int  # P19: training batch; the prediction function's batches are 10 times larger
 
     @property
     def big_people(self) -> int:
@@ -45,9 +47,11 @@ FULL = Sizes(people=25_000, scale=16, events_per_person=10.0, repeats=3, train_r
              train_epochs=3, train_steps=200, train_batch=0, ps_batch=4096, scaling_workers=(1, 2, 3), profile_steps=60,
              input_records=819_200, write_rounds=4, fleet_assets=25, fleet_steps=4_000,
              p14_people=2_000, p14_events_per_person=2.0, p15_rows=200_000, p15_rate=1_500.0, p15_seconds=45.0,
-             p16_large_mb=1536, p16_small_mb=50, p18_steps=1500, p18_batch=128)
+             p16_large_mb=1536, p16_small_mb=50, p18_steps=1500, p18_batch=128, p19_rows=300_000,
+             p19_batch=1024)
 SMOKE = Sizes(people=300, scale=16, events_per_person=1.0, repeats=1, train_repeats=1, serving_repeats=1, warmup=False,
               train_epochs=2, train_steps=4, train_batch=64, ps_batch=64, scaling_workers=(1, 2), profile_steps=4,
               input_records=256, write_rounds=1, fleet_assets=2, fleet_steps=400,
               p14_people=200, p14_events_per_person=1.0, p15_rows=2_000, p15_rate=200.0, p15_seconds=9.0,
-              p16_large_mb=48, p16_small_mb=8, p18_steps=300, p18_batch=32)
+              p16_large_mb=48, p16_small_mb=8, p18_steps=300, p18_batch=32, p19_rows=3_000,
+              p19_batch=64)

@@ -63,6 +63,8 @@ class Scorer:
         self.fn = signatures[contract.SERVING_SIGNATURE]
         # A wide & deep model takes the categorical columns as distinct values + codes itself.
         self.codes_fn = signatures[contract.CODES_SIGNATURE] if contract.CODES_SIGNATURE in signatures else None
+        # ... and its texts as tokens: each tokenized once, in the batch's graph, which counts the tokens too
+        self.tokens_fn = signatures[contract.TOKENS_SIGNATURE] if contract.TOKENS_SIGNATURE in signatures else None
         self.spec: FeatureSpec = read_spec(export_dir)
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
@@ -84,15 +86,15 @@ class Scorer:
         self._graph = self._batch_graph(tf)
 
     def _batch_graph(self, tf: Any) -> Any:
-        """The batch's whole TensorFlow work as one function of four tensors, one per kind of column: binding a
-        function's arguments costs Python per argument, on every batch. With the model's `serving_codes` the categorical
-        columns stay codes into their distinct values (lookups and crosses run once per distinct value); otherwise they
-        are expanded into one string per row for `serving_default`."""
-        from tfos_jobs.features.text import graph_tokens, graph_words
+        """The batch's whole TensorFlow work as one function of a tensor per kind of column: binding a function's
+        arguments costs Python per argument, on every batch. With the model's `serving_codes` the categorical columns
+        stay codes into their distinct values (lookups and crosses run once per distinct value); otherwise they are
+        expanded into one string per row for `serving_default`, or for `serving_tokens` with the texts' tokens."""
+        from tfos_jobs.features.text import graph_words, tokens_of_words
 
         cats, nums, seqs, texts, lists, vectors = (self.categorical, self.numeric, self.sequences, self.texts,
                                                    self.lists, self.vectors)
-        fn, codes_fn = self.fn, self.codes_fn
+        fn, codes_fn, tokens_fn = self.fn, self.codes_fn, self.tokens_fn
         # A text's tokens are counted where they are made, in the graph: 0 is no token, 1 the one OOV id.
         lookups = [tf.keras.layers.StringLookup(vocabulary=self.vocab[f.name].to_pylist(), mask_token=PAD,
                                                 num_oov_indices=1) for f in texts]
@@ -108,10 +110,12 @@ class Scorer:
         ], autograph=False)
         def run(strings: Any, codes: Any, numbers: Any, windows: Any, text: Any, elements: Any, vector: Any
                 ) -> dict[str, Any]:
-            counted = {}
+            counted, tokens = {}, {}
             for f, column, lookup in zip(texts, tf.unstack(text, len(texts)), lookups):
-                cut = tf.reduce_sum(tf.cast(graph_words(column).row_lengths() > f.max_tokens, tf.int64))
-                unseen = tf.reduce_sum(tf.cast(lookup(graph_tokens(column, f)) == 1, tf.int64))
+                made = graph_words(column)
+                tokens[f.name] = tokens_of_words(made, f)
+                cut = tf.reduce_sum(tf.cast(made.row_lengths() > f.max_tokens, tf.int64))
+                unseen = tf.reduce_sum(tf.cast(lookup(tokens[f.name]) == 1, tf.int64))
                 counted.update({contract.count_key(contract.COUNT_TRUNCATED, f.name): cut,
                                 contract.count_key(contract.COUNT_UNSEEN, f.name): unseen})
             if codes_fn is not None:
@@ -120,9 +124,11 @@ class Scorer:
             inputs = dict(zip((f.name for f in cats), tf.unstack(tf.gather(strings, codes), len(cats))))
             inputs.update(zip((f.name for f in nums), tf.unstack(numbers, len(nums))))
             inputs.update(zip((f.name for f in seqs), tf.unstack(windows, len(seqs))))
-            inputs.update(zip((f.name for f in texts), tf.unstack(text, len(texts))))
             inputs.update((f.name, x[:, :f.max_length]) for f, x in zip(lists, tf.unstack(elements, len(lists))))
             inputs.update((f.name, x[:, :f.dim]) for f, x in zip(vectors, tf.unstack(vector, len(vectors))))
+            if tokens_fn is not None:
+                return {**tokens_fn(**inputs, **tokens), **counted}
+            inputs.update(zip((f.name for f in texts), tf.unstack(text, len(texts))))
             return {**fn(**inputs), **counted}
 
         return run
@@ -144,7 +150,7 @@ class Scorer:
         return dict(zip(self.inputs, args))
 
     def feeds(self, cols: dict[str, pa.Array], counts: dict[str, int]) -> tuple[np.ndarray, ...]:
-        """Columns -> the graph's four inputs, straight from Arrow buffers. A categorical column
+        """Columns -> the graph's inputs, straight from Arrow buffers. A categorical column
         goes as its distinct values and a code per row: its nulls, truncation and vocabulary
         checks then touch only the distinct values. Numeric nulls are counted and filled here."""
         rows = len(next(iter(cols.values())))

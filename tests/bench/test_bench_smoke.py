@@ -18,8 +18,9 @@ P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
 P15 = ("P15a", "P15b", "P15c")
 P16 = ("P16a", "P16b")
 P18 = ("P18a", "P18b", "P18c")
+P19 = ("P19a", "P19b", "P19c")
 ROWS = ("P1", "P2", "P3", "P4", "P4f", "P5a", "P5b", "P6", "P7", "P8", "P9", "P10", "P12", "P13", *P14, *P15, *P16, "P17",
-        *P18)
+        *P18, *P19)
 NUMBER = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 pytestmark = pytest.mark.slow  # minutes each: every stage of the bench (or P14, P15 or P16 alone), at tiny sizes
 
@@ -145,3 +146,13 @@ def test_p18_runs_alone_and_reports_only_itself(tmp_path):
     assert stdout.count("relaunching the TF cluster") == 2  # one killed run per checkpoint setting
     assert re.search(rf"epoch checkpoints only \(.*\): the next training step {NUMBER} s after the loss", text), text
     assert re.search(rf"\| P18b \|.*\| {NUMBER} steps \| ≤ 500 steps \|", text), text
+
+
+def test_p19_runs_alone_and_reports_only_itself(tmp_path):
+    """A table with a text column: prepare and training with it against without it, and the
+    prediction function on raw texts against predict_batch_udf on the same model."""
+    stdout, text = bench(tmp_path, "--only", "P19")
+    assert "== P19 a text column" in stdout and "== P3" not in stdout
+    assert_rows(text, P19)
+    assert re.search(r"\| P19 rows \| 3,000 rows: a review", text), text
+    assert "training local on" in stdout  # both models trained: the UDF scores the one with the text

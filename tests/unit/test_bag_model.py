@@ -122,6 +122,19 @@ def test_the_savedmodel_takes_raw_text_padded_lists_and_vectors(trained, exporte
     assert sorted(os.listdir(exported / "assets" / "vocab")) == ["review.txt", "shop.txt", "tags.txt"]
 
 
+def test_serving_tokens_takes_the_texts_tokens_and_answers_as_serving_default(exported):
+    from tfos_jobs.features.text import graph_tokens
+
+    rows = {k: v for k, v in inputs(make_rows(300, seed=6)).items() if k in SPEC.model_inputs}
+    tokens_fn = load_signature(str(exported), contract.TOKENS_SIGNATURE)
+    review = SPEC.get("review")
+    assert tokens_fn.structured_input_signature[1]["review"].shape.as_list() == [None, review.width()]
+    by_tokens = tokens_fn(**{k: tf.constant(v) for k, v in rows.items() if k != "review"},
+                          review=graph_tokens(tf.constant(rows["review"]), review))
+    by_text = load_signature(str(exported))(**{k: tf.constant(v) for k, v in rows.items()})
+    np.testing.assert_array_equal(by_tokens["probability"].numpy(), by_text["probability"].numpy())
+
+
 def test_predict_examples_reads_lists_of_any_length(trained, exported):
     rows = make_rows(50, seed=7)
     examples = []

@@ -25,6 +25,9 @@ EXAMPLES_INPUT = "examples"  # the input of EXAMPLES_SIGNATURE
 # [len(spec.numeric), rows] float32, nulls filled. Both in spec order. Other models lack it.
 CODES_SIGNATURE = "serving_codes"
 CODES_STRINGS, CODES_CODES, CODES_NUMBERS = "strings", "codes", "numbers"
+# A built-in model with text inputs: SERVING_SIGNATURE's inputs, but each text as its tokens, [rows, width] strings
+# (`features.text.graph_tokens`), so a caller that made the words (Spark, in the JVM) skips the graph's tokenizer.
+TOKENS_SIGNATURE = "serving_tokens"
 
 # Output fields.
 PROBABILITY = "probability"  # binary: P(positive); multiclass: the top class's probability

@@ -61,8 +61,14 @@ def graph_words(texts: Any) -> Any:
 
 def graph_tokens(texts: Any, f: TextFeature) -> Any:
     """[rows, f.width()] string tensor: each row's tokens (as `spark_tokens`), then `PAD`."""
+    return tokens_of_words(graph_words(texts), f)
+
+
+def tokens_of_words(words: Any, f: TextFeature) -> Any:
+    """`graph_tokens` of texts whose words are made (ragged [rows, None], as `graph_words` or `spark_words` make them):
+    the first `max_tokens`, their pairs with `ngrams` = 2, then `PAD`."""
     import tensorflow as tf
 
-    words = graph_words(texts)[:, :f.max_tokens]
+    words = words[:, :f.max_tokens]
     tokens = words if f.ngrams == 1 else tf.concat([words, tf.strings.ngrams(words, 2, separator=" ")], axis=1)
     return tokens.to_tensor(default_value=PAD, shape=[None, f.width()])

@@ -21,7 +21,7 @@ from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts.dataset import MANIFEST, META, SPEC, STATS, VOCAB
 from tfos_jobs.contracts.metrics import Anomaly
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.features.spec import FeatureSpec
+from tfos_jobs.features.spec import FeatureSpec, TextFeature
 from tfos_jobs.tasks import Task
 
 if TYPE_CHECKING:
@@ -64,6 +64,14 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly
             return head(layers.from_codes(strings, codes, numbers))
 
         signatures[contract.CODES_SIGNATURE] = serving_codes.get_concrete_function()
+    texts = {f.name: f.width() for f in spec.bags if isinstance(f, TextFeature)}
+    if layers is not None and texts:
+        @tf.function(input_signature=[tf.TensorSpec([None, texts[n]] if n in texts else [None, *spec.input_shape(n)],
+                                                    spec.input_dtype(n), name=n) for n in names])
+        def serving_tokens(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
+            return head(layers.from_tokens(dict(zip(names, columns))))
+
+        signatures[contract.TOKENS_SIGNATURE] = serving_tokens.get_concrete_function()
     return signatures
 
 
