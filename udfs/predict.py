@@ -22,7 +22,7 @@ from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, ListFeature, NumericFeature, SequenceFeature,
                                      TextFeature, VectorFeature)
 from tfos_jobs.features.text import PAD
-from udfs import arrow_inputs
+from udfs import arrow_inputs, text_ids
 from tfos_jobs.tf_import import tensorflow
 
 if TYPE_CHECKING:
@@ -63,8 +63,6 @@ class Scorer:
         self.fn = signatures[contract.SERVING_SIGNATURE]
         # A wide & deep model takes the categorical columns as distinct values + codes itself.
         self.codes_fn = signatures[contract.CODES_SIGNATURE] if contract.CODES_SIGNATURE in signatures else None
-        # ... and its texts as tokens: each tokenized once, in the batch's graph, which counts the tokens too
-        self.tokens_fn = signatures[contract.TOKENS_SIGNATURE] if contract.TOKENS_SIGNATURE in signatures else None
         self.spec: FeatureSpec = read_spec(export_dir)
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
@@ -78,6 +76,10 @@ class Scorer:
         self.vectors = [f for f in self.features if isinstance(f, VectorFeature)]
         self.list_width = max((f.max_length for f in self.lists), default=0)  # the lists' tensor: the longest's width
         self.vector_width = max((f.dim for f in self.vectors), default=0)
+        # ... and its texts as token ids, made from the Arrow buffers (`udfs.text_ids`) instead of by its tokenizer
+        takes_ids = contract.IDS_SIGNATURE in signatures and all(text_ids.takes_ids(f) for f in self.texts)
+        self.ids_fn = signatures[contract.IDS_SIGNATURE] if takes_ids else None
+        self.text_width = max((f.width() for f in self.texts), default=0)
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.with_vocabulary}
         self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
@@ -89,33 +91,34 @@ class Scorer:
         """The batch's whole TensorFlow work as one function of a tensor per kind of column: binding a function's
         arguments costs Python per argument, on every batch. With the model's `serving_codes` the categorical columns
         stay codes into their distinct values (lookups and crosses run once per distinct value); otherwise they are
-        expanded into one string per row for `serving_default`, or for `serving_tokens` with the texts' tokens."""
+        expanded into one string per row for `serving_default`, or for `serving_ids` with the texts' token ids (then
+        made and counted beforehand; otherwise here, by the model's rule)."""
         from tfos_jobs.features.text import graph_words, tokens_of_words
 
         cats, nums, seqs, texts, lists, vectors = (self.categorical, self.numeric, self.sequences, self.texts,
                                                    self.lists, self.vectors)
-        fn, codes_fn, tokens_fn = self.fn, self.codes_fn, self.tokens_fn
+        fn, codes_fn, ids_fn = self.fn, self.codes_fn, self.ids_fn
         # A text's tokens are counted where they are made, in the graph: 0 is no token, 1 the one OOV id.
         lookups = [tf.keras.layers.StringLookup(vocabulary=self.vocab[f.name].to_pylist(), mask_token=PAD,
-                                                num_oov_indices=1) for f in texts]
+                                                num_oov_indices=1) for f in texts] if ids_fn is None else []
 
         @tf.function(input_signature=[
             tf.TensorSpec([None], tf.string),  # every categorical column's distinct values, one column after another
             tf.TensorSpec([len(cats), None], tf.int32),  # per categorical column and row: an index into them
             tf.TensorSpec([len(nums), None], tf.float32),  # per numeric column and row: its value, nulls filled
             tf.TensorSpec([len(seqs), None, self.window], tf.float32),  # per sequence column and row: a window
-            tf.TensorSpec([len(texts), None], tf.string),  # per text column and row: the text, nulls as ""
+            tf.TensorSpec([len(texts), None], tf.string) if ids_fn is None  # per text column and row: the text, or
+            else tf.TensorSpec([len(texts), None, self.text_width], tf.int64),  # ... its token ids (0 after them)
             tf.TensorSpec([len(lists), None, self.list_width], tf.string),  # per list: its elements, PAD after
             tf.TensorSpec([len(vectors), None, self.vector_width], tf.float32),  # per vector column: the vectors
         ], autograph=False)
         def run(strings: Any, codes: Any, numbers: Any, windows: Any, text: Any, elements: Any, vector: Any
                 ) -> dict[str, Any]:
-            counted, tokens = {}, {}
+            counted = {}
             for f, column, lookup in zip(texts, tf.unstack(text, len(texts)), lookups):
-                made = graph_words(column)
-                tokens[f.name] = tokens_of_words(made, f)
-                cut = tf.reduce_sum(tf.cast(made.row_lengths() > f.max_tokens, tf.int64))
-                unseen = tf.reduce_sum(tf.cast(lookup(tokens[f.name]) == 1, tf.int64))
+                words = graph_words(column)
+                cut = tf.reduce_sum(tf.cast(words.row_lengths() > f.max_tokens, tf.int64))
+                unseen = tf.reduce_sum(tf.cast(lookup(tokens_of_words(words, f)) == 1, tf.int64))
                 counted.update({contract.count_key(contract.COUNT_TRUNCATED, f.name): cut,
                                 contract.count_key(contract.COUNT_UNSEEN, f.name): unseen})
             if codes_fn is not None:
@@ -126,8 +129,8 @@ class Scorer:
             inputs.update(zip((f.name for f in seqs), tf.unstack(windows, len(seqs))))
             inputs.update((f.name, x[:, :f.max_length]) for f, x in zip(lists, tf.unstack(elements, len(lists))))
             inputs.update((f.name, x[:, :f.dim]) for f, x in zip(vectors, tf.unstack(vector, len(vectors))))
-            if tokens_fn is not None:
-                return {**tokens_fn(**inputs, **tokens), **counted}
+            if ids_fn is not None:
+                return ids_fn(**inputs, **{f.name: x[:, :f.width()] for f, x in zip(texts, tf.unstack(text, len(texts)))})
             inputs.update(zip((f.name for f in texts), tf.unstack(text, len(texts))))
             return {**fn(**inputs), **counted}
 
@@ -165,6 +168,9 @@ class Scorer:
             name = f.name
             if isinstance(f, SequenceFeature):
                 windows.append(arrow_inputs.windows(name, column, self.window))
+            elif isinstance(f, TextFeature) and self.ids_fn is not None:
+                ids = text_ids.text_ids(f, column, self.vocab[name], counts)
+                texts.append(np.pad(ids, ((0, 0), (0, self.text_width - ids.shape[1]))))
             elif isinstance(f, TextFeature):
                 texts.append(arrow_inputs.texts(name, column, counts))
             elif isinstance(f, ListFeature):
@@ -200,7 +206,7 @@ class Scorer:
     def __call__(self, batch: Any, counts: dict[str, int]) -> pa.Array:
         cols = self.columns(batch)
         out = self._graph(*self.feeds(cols, counts))
-        for f in self.texts:
+        for f in self.texts if self.ids_fn is None else ():  # counted in the graph
             for kind in (contract.COUNT_TRUNCATED, contract.COUNT_UNSEEN):
                 arrow_inputs.count(counts, contract.count_key(kind, f.name), int(out[contract.count_key(kind, f.name)]))
         arrow_inputs.count(counts, contract.COUNT_ROWS, len(next(iter(cols.values()))))

@@ -122,17 +122,19 @@ def test_the_savedmodel_takes_raw_text_padded_lists_and_vectors(trained, exporte
     assert sorted(os.listdir(exported / "assets" / "vocab")) == ["review.txt", "shop.txt", "tags.txt"]
 
 
-def test_serving_tokens_takes_the_texts_tokens_and_answers_as_serving_default(exported):
-    from tfos_jobs.features.text import graph_tokens
+def test_serving_ids_takes_the_texts_token_ids_and_answers_as_serving_default(exported):
+    from tfos_jobs.features.text import PAD, graph_tokens
 
     rows = {k: v for k, v in inputs(make_rows(300, seed=6)).items() if k in SPEC.model_inputs}
-    tokens_fn = load_signature(str(exported), contract.TOKENS_SIGNATURE)
+    ids_fn = load_signature(str(exported), contract.IDS_SIGNATURE)
     review = SPEC.get("review")
-    assert tokens_fn.structured_input_signature[1]["review"].shape.as_list() == [None, review.width()]
-    by_tokens = tokens_fn(**{k: tf.constant(v) for k, v in rows.items() if k != "review"},
-                          review=graph_tokens(tf.constant(rows["review"]), review))
+    assert ids_fn.structured_input_signature[1]["review"].shape.as_list() == [None, review.width()]
+    vocab = (exported / "assets" / "vocab" / "review.txt").read_text().splitlines()
+    lookup = tf.keras.layers.StringLookup(vocabulary=vocab, mask_token=PAD, num_oov_indices=1)  # 0 pad, 1 unseen
+    by_ids = ids_fn(**{k: tf.constant(v) for k, v in rows.items() if k != "review"},
+                    review=lookup(graph_tokens(tf.constant(rows["review"]), review)))
     by_text = load_signature(str(exported))(**{k: tf.constant(v) for k, v in rows.items()})
-    np.testing.assert_array_equal(by_tokens["probability"].numpy(), by_text["probability"].numpy())
+    np.testing.assert_array_equal(by_ids["probability"].numpy(), by_text["probability"].numpy())
 
 
 def test_predict_examples_reads_lists_of_any_length(trained, exported):

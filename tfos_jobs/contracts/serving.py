@@ -25,9 +25,10 @@ EXAMPLES_INPUT = "examples"  # the input of EXAMPLES_SIGNATURE
 # [len(spec.numeric), rows] float32, nulls filled. Both in spec order. Other models lack it.
 CODES_SIGNATURE = "serving_codes"
 CODES_STRINGS, CODES_CODES, CODES_NUMBERS = "strings", "codes", "numbers"
-# A built-in model with text inputs: SERVING_SIGNATURE's inputs, but each text as its tokens, [rows, width] strings
-# (`features.text.graph_tokens`), so a caller that made the words (Spark, in the JVM) skips the graph's tokenizer.
-TOKENS_SIGNATURE = "serving_tokens"
+# A built-in model with text inputs: SERVING_SIGNATURE's inputs, but each text as its token ids, [rows, width] int64
+# (`features.text.graph_tokens` looked up in the text's vocabulary: 0 padding, 1 unseen, 2 + the vocabulary's line),
+# so that a caller that tokenized (the prediction function, from Arrow buffers) skips the graph's tokenizer.
+IDS_SIGNATURE = "serving_ids"
 
 # Output fields.
 PROBABILITY = "probability"  # binary: P(positive); multiclass: the top class's probability

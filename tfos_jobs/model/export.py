@@ -66,12 +66,13 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly
         signatures[contract.CODES_SIGNATURE] = serving_codes.get_concrete_function()
     texts = {f.name: f.width() for f in spec.bags if isinstance(f, TextFeature)}
     if layers is not None and texts:
-        @tf.function(input_signature=[tf.TensorSpec([None, texts[n]] if n in texts else [None, *spec.input_shape(n)],
-                                                    spec.input_dtype(n), name=n) for n in names])
-        def serving_tokens(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
-            return head(layers.from_tokens(dict(zip(names, columns))))
+        @tf.function(input_signature=[tf.TensorSpec([None, texts[n]], tf.int64, name=n) if n in texts else
+                                      tf.TensorSpec([None, *spec.input_shape(n)], spec.input_dtype(n), name=n)
+                                      for n in names])
+        def serving_ids(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
+            return head(layers.from_ids(dict(zip(names, columns))))
 
-        signatures[contract.TOKENS_SIGNATURE] = serving_tokens.get_concrete_function()
+        signatures[contract.IDS_SIGNATURE] = serving_ids.get_concrete_function()
     return signatures
 
 

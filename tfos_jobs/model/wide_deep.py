@@ -147,13 +147,12 @@ class WideDeep:
         columns = dict(zip((f.name for f in self.numeric), tf.unstack(numbers, len(self.numeric))))
         return self._head(ids, columns, self._cross_distinct, training=False)
 
-    def from_tokens(self, columns: dict[str, tf.Tensor]) -> tf.Tensor:
-        """The model's output for the raw columns with each text given as its tokens, [rows, width] strings
-        (`features.text.graph_tokens`): the same layers as `model()` after its tokenizer
-        (`contracts.serving.TOKENS_SIGNATURE`)."""
+    def from_ids(self, columns: dict[str, tf.Tensor]) -> tf.Tensor:
+        """The model's output for the raw columns with each text given as its token ids, [rows, width] int64
+        (`contracts.serving.IDS_SIGNATURE`): the same layers as `model()` after its tokenizer and the texts' lookups."""
         ids = {f.name: self.lookup[f.name](columns[f.name]) for f in self.categorical}
-        deep = [*(self.bag[f.name](self.lookup[f.name](columns[f.name])) for f in self.bags),
-                *(columns[f.name] for f in self.vectors)]
+        deep = [*(self.bag[f.name](columns[f.name] if f.name in self.tokenize else self.lookup[f.name](columns[f.name]))
+                  for f in self.bags), *(columns[f.name] for f in self.vectors)]
         return self._head(ids, columns, self._cross_rows, training=False, deep=deep)
 
     # -- shared ----------------------------------------------------------------------------
