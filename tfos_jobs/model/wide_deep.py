@@ -102,18 +102,7 @@ class WideDeep:
                                                       mask_token=PAD, name=f"lookup_{f.name}")
             self.bag[f.name] = EmbeddingBag(1 + f.num_oov_buckets + len(values), f.embedding_dim, f.combiner,
                                             name=f"bag_{f.name}")
-        self.bag_cross: dict[str, str] = {}  # per cross of a text or list: that bag (the spec allows one)
-        self.wide_bag: dict[str, Any] = {}
-        for f in self.crossed:
-            bag = next((c for c in f.columns if c in self.bag), None)
-            if bag is None:
-                self.cross[f.name] = layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")
-                self.sizes[f.name] = f.hash_buckets
-            else:  # several ids a row: their weights summed by a table of its own, id 0 none
-                self.bag_cross[f.name] = bag
-                self.cross[f.name] = BagCross(f.hash_buckets, name=f"cross_{f.name}")
-                self.wide_bag[f.name] = EmbeddingBag(1 + f.hash_buckets, units, "sum", embeddings_initializer="zeros",
-                                                     name=f"wide_{f.name}")
+        self._crosses(units)
         self.by_width: dict[int, list[str]] = {}  # embedding width -> categorical features, in spec order
         for f in self.categorical:
             self.by_width.setdefault(f.embedding_dim, []).append(f.name)
@@ -130,6 +119,22 @@ class WideDeep:
         self.add = layers.Add(name="logits")
         activations: dict[str, str] = {Task.BINARY: "sigmoid", Task.MULTICLASS: "softmax", Task.REGRESSION: "linear"}
         self.activation = layers.Activation(activations[spec.label.task], name=MODEL_OUTPUT[spec.label.task])
+
+    def _crosses(self, units: int) -> None:
+        """A cross of ids: one id a row, a row of the wide table. A cross with a text or list: several a row, their
+        weights summed by a table of its own (`units` wide, id 0 none)."""
+        self.bag_cross: dict[str, str] = {}  # per cross of a text or list: that bag (the spec allows one)
+        self.wide_bag: dict[str, Any] = {}
+        for f in self.crossed:
+            bag = next((c for c in f.columns if c in self.bag), None)
+            if bag is None:
+                self.cross[f.name] = tf.keras.layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")
+                self.sizes[f.name] = f.hash_buckets
+            else:
+                self.bag_cross[f.name] = bag
+                self.cross[f.name] = BagCross(f.hash_buckets, name=f"cross_{f.name}")
+                self.wide_bag[f.name] = EmbeddingBag(1 + f.hash_buckets, units, "sum", embeddings_initializer="zeros",
+                                                     name=f"wide_{f.name}")
 
     # -- the two ways in -------------------------------------------------------------------
 
