@@ -56,7 +56,8 @@ class WideDeep:
         self.crossed: list[CrossedFeature] = list(spec.of_kind("crossed"))
         self.lookup: dict[str, Any] = {}
         self.bucketize: dict[str, Any] = {}
-        self.normalize, self.reshape, self.cross = {}, {}, {}
+        self.normalize, self.reshape = {}, {}
+        self.cross: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}  # per categorical, bucketized and crossed feature: how many ids
         f: Feature  # each loop below goes over one kind of feature, or all of them
         for f in self.numeric:
