@@ -11,6 +11,8 @@ classic session (`--master local-cluster[...]`). Each step prints one JSON line:
   ps        parameter-server training: a chief, a worker and a parameter server
   sweep     two single-process trials, in parallel
   stream    the people's rows replayed into Kafka, scored by `api.stream` as they arrive
+  bags      a table of texts, lists, a vector and a hashed id the client holds: prepared, trained (one
+            process), scored in SQL with `struct(*)`
   jvm       whether this process has a JVM (a gateway, or a java child process)
 """
 from __future__ import annotations
@@ -31,7 +33,8 @@ from tfos_jobs.contracts.prediction import SUMMARY_FILE
 
 PEOPLE = 4000
 KEY = "person_id"
-STEPS = ("data", "prepare", "train", "sql", "predict", "ps", "sweep", "stream", "jvm")
+STEPS = ("data", "prepare", "train", "sql", "predict", "ps", "sweep", "stream", "bags", "jvm")
+BAG_ROWS, BAG_SCORED = 1500, 200
 
 
 _last = [time.monotonic()]
@@ -127,6 +130,8 @@ def main(argv: list[str]) -> int:
                  best_model=best_model and (work / "sweep" / "best" / "saved_model" / "saved_model.pb").exists())
         if "stream" in steps and args.kafka:
             stream_step(spark, cfg, work, args.kafka)
+        if "bags" in steps:
+            bags_step(spark, work)
     finally:
         if "jvm" in steps:
             from pyspark import SparkContext
@@ -193,6 +198,25 @@ def stream_step(spark, cfg, work: Path, bootstrap: str) -> None:
     scored = spark.read.parquet(str(work / "stream" / "scores")).select(KEY).distinct().count()
     emit("stream", sent=sent, scored=summary.scored, distinct=scored, batches=summary.batches,
          stopped_by=summary.stopped_by)
+
+
+def bags_step(spark, work: Path) -> None:
+    """The table of tests/spark/test_kinds_pipeline.py, made in this process (`table(BAG_SCORED, seed=2)` scored)."""
+    from tests.spark.test_kinds_pipeline import SCHEMA, SPEC, table
+    from tfos_jobs import api
+    from tfos_jobs.config import ModelConfig, TrainConfig
+
+    rows = spark.createDataFrame(table(BAG_ROWS, seed=1), SCHEMA)
+    manifest = api.prepare(spark, spec=SPEC, tables={"rows": rows}, output=str(work / "bags-dataset"),
+                           log=lambda _: None)
+    settings = TrainConfig(strategy="local", epochs=3, batch_size=64, learning_rate=0.01, tensorboard=False,
+                           model=ModelConfig(first_layer_size=16, num_layers=2))
+    result = api.train(spark, dataset=manifest, model_dir=str(work / "bags-model"), config=settings, log=lambda _: None)
+    api.register(spark, name="predict_kinds", model=result)
+    spark.createDataFrame(table(BAG_SCORED, seed=2), SCHEMA).createOrReplaceTempView("client_kinds")
+    scored = spark.sql("SELECT id, predict_kinds(struct(*)) AS p FROM client_kinds").collect()
+    emit("bags", vocabularies=sorted(manifest.vocabulary_sizes), saved_model=result.saved_model,
+         probabilities={r["id"]: r["p"]["probability"] for r in scored})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.connect.client import PEOPLE
+from tests.connect.client import BAG_SCORED, PEOPLE, STEPS
 from tests.connect.conftest import MASTER
 
 pytestmark = pytest.mark.kafka
@@ -41,7 +41,8 @@ def run_client(tmp_path: Path, *args: str) -> dict[str, dict]:
 @pytest.mark.parametrize("mode", ["connect", pytest.param("classic", marks=pytest.mark.slow)])
 def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_session(mode, request, kafka, tmp_path):
     where = ["--url", request.getfixturevalue("connect_server")] if mode == "connect" else ["--master", MASTER]
-    steps = run_client(tmp_path, *where, "--kafka", kafka.bootstrap)
+    steps = run_client(tmp_path, *where, "--kafka", kafka.bootstrap,
+                       "--steps", ",".join(s for s in STEPS if s != "bags"))
 
     assert steps["data"]["counts"]["people"] == PEOPLE
     assert sum(steps["prepare"]["splits"].values()) == PEOPLE
@@ -72,3 +73,27 @@ def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_sess
 
     if mode == "connect":
         assert steps["jvm"] == {"gateway": False, "java_children": []}
+
+
+def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_connect_client(connect_server, tmp_path):
+    """A client without a JVM holds a table of texts, lists, a vector and a hashed id: it prepares it, trains on it (one
+    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tests.spark.test_kinds_pipeline import table
+
+    steps = run_client(tmp_path, "--url", connect_server, "--steps", "bags,jvm")
+    bags = steps["bags"]
+    assert bags["vocabularies"] == ["clicked", "review", "tags"]  # the hashed id has none
+    got = {int(k): p for k, p in bags["probabilities"].items()}
+    rows = table(BAG_SCORED, seed=2)
+    assert sorted(got) == [r[0] for r in rows]
+    pad = lambda values, width: (list(map(str, values)) + [""] * width)[:width]  # noqa: E731
+    serve = tf.saved_model.load(bags["saved_model"].removeprefix("file:")).signatures["serving_default"]
+    expected = serve(review=tf.constant([r[1] for r in rows]), tags=tf.constant([pad(r[2], 4) for r in rows]),
+                     clicked=tf.constant([pad(r[3], 3) for r in rows]),
+                     emb=tf.constant([r[4] for r in rows], tf.float32),
+                     user=tf.constant([r[5] for r in rows]))["probability"].numpy()
+    np.testing.assert_allclose([got[r[0]] for r in rows], expected, atol=1e-6)
+    assert steps["jvm"] == {"gateway": False, "java_children": []}

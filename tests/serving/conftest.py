@@ -38,6 +38,15 @@ def setup(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def bag_model(tmp_path_factory):
+    """A model of a text, a list, a vector, a categorical and a number (tests/unit/test_bag_model.py's), exported
+    beside its dataset's `_meta/`: its model directory."""
+    from tests.unit.test_bag_model import export, train
+
+    return export(train(), tmp_path_factory.mktemp("bag-model")).parent
+
+
+@pytest.fixture(scope="session")
 def second_model(spark, setup, tmp_path_factory):
     """Another model of the same spec (one epoch, another seed): different numbers, for swaps."""
     cfg, _, _ = setup

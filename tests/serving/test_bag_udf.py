@@ -10,8 +10,6 @@ from pyspark.errors import AnalysisException
 import udfs
 from tfos_jobs.features.text import PAD
 
-from tests.unit.test_bag_model import SPEC, export, train
-
 ROWS = [  # id, review, tags, item_vec, shop, price
     (1, "Great box, arrived fast", ["gift", "sale"], [0.5, -1.0], "a", 3.0),
     (2, None, None, None, None, None),
@@ -19,11 +17,6 @@ ROWS = [  # id, review, tags, item_vec, shop, price
     (4, "ÇAFÉ déjà-vu!!! unheard", [], [0.0, 0.0], "c", 7.5),
     (5, "", ["mystery", "gift"], [1.5, 1.5], "a", 19.0),
 ]
-
-
-@pytest.fixture(scope="module")
-def bag_model(tmp_path_factory):
-    return export(train(), tmp_path_factory.mktemp("bag-udf")).parent  # the model directory
 
 
 def as_stored(rows) -> dict[str, np.ndarray]:
@@ -68,3 +61,17 @@ def test_a_list_given_as_a_string_is_refused_at_analysis(spark, bag_model):
     with pytest.raises(AnalysisException, match=r"'tags'\) \(list feature\) has type string, expected one of: "
                                                  r"array<string>, array<byte>"):
         df.select(p("review", "tags", "item_vec", "shop", "price")).collect()
+
+
+@pytest.mark.parametrize("column, given, expected", [
+    ("review", "array('great', 'box')", r"'review'\) \(text feature\) has type array<string>, expected one of: string"),
+    ("item_vec", "'0.5,-1.0'", r"'item_vec'\) \(vector feature\) has type string, expected one of: array<byte>, "
+                               r"array<short>, array<integer>, array<long>, array<float>, array<double>, array<decimal>"),
+])
+def test_a_text_or_a_vector_of_the_wrong_type_is_refused_at_analysis_naming_the_types_it_takes(
+        spark, bag_model, column, given, expected):
+    udfs.register(spark, "predict_bags_checked", str(bag_model))
+    args = {"review": "'great box'", "tags": "array('gift')", "item_vec": "array(0.5D, -1.0D)", "shop": "'a'",
+            "price": "3.0D", column: given}
+    with pytest.raises(AnalysisException, match=expected):
+        spark.sql(f"SELECT predict_bags_checked({', '.join(args.values())})").collect()

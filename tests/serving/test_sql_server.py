@@ -32,6 +32,7 @@ BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
 PASSWORD = "correct-horse-battery-staple"  # beeline splits arguments on spaces
 FUNCTION = "predict_income"
 PINNED = "predict_income_pinned"  # a second function, on the first model throughout
+BAGS = "predict_bags"  # a third, on a model of a text, a list and a vector (conftest.bag_model)
 
 
 def free_port() -> int:
@@ -101,12 +102,12 @@ def beeline(url: str, statement: str, password: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def server(setup, tmp_path_factory):
+def server(setup, bag_model, tmp_path_factory):
     """On every interface with a password (clients connect over 127.0.0.1)."""
     cfg, model, _ = setup
     root = tmp_path_factory.mktemp("serve-sql")
     config_file = root / "serve.toml"
-    write_config(config_file, model, model, bind="0.0.0.0")
+    write_config(config_file, model, model, bind="0.0.0.0", more={BAGS: bag_model})
     overrides = ["spark.master=local[2]", "spark.app_name=tfos-serve-sql-test",
                  *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
     srv = Server(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD})
@@ -118,10 +119,11 @@ def server(setup, tmp_path_factory):
         assert code == 0, "\n".join(srv.seen[-40:])
 
 
-def write_config(path: Path, model: Path, pinned: Path | None = None, bind: str = "127.0.0.1") -> None:
+def write_config(path: Path, model: Path, pinned: Path | None = None, bind: str = "127.0.0.1",
+                 more: dict[str, Path] | None = None) -> None:
     """A password-checked server where FUNCTION serves `model` (and PINNED keeps serving `pinned`
-    beside it)."""
-    functions = {FUNCTION: model, **({PINNED: pinned} if pinned else {})}
+    beside it, and `more` functions their models)."""
+    functions = {FUNCTION: model, **({PINNED: pinned} if pinned else {}), **(more or {})}
     path.write_text(f'extends = "{CENSUS}"\n\n[serve_sql]\nbind = "{bind}"\nauth = "password"\n\n[serve_sql.functions]\n'
                     + "".join(f'{name} = "{served}"\n' for name, served in functions.items()))
 
@@ -161,7 +163,7 @@ def test_beeline_and_dbapi_give_tfos_sqls_numbers(spark, setup, server):
         if status.get(FUNCTION) == scored or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert status == {FUNCTION: scored, PINNED: 0}
+    assert status == {FUNCTION: scored, PINNED: 0, BAGS: 0}
 
 
 def test_a_wrong_call_gets_one_message_and_runs_no_task(server):
@@ -179,6 +181,42 @@ def test_a_wrong_call_gets_one_message_and_runs_no_task(server):
     assert "Traceback" not in message and "PythonException" not in message and len(message.splitlines()) == 1
     after = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}", PASSWORD))
     assert after == before
+
+
+def sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, list):
+        return f"array({', '.join(map(sql_literal, value))})"
+    if isinstance(value, float):
+        return f"{value!r}D"
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+def test_texts_lists_and_vectors_over_jdbc_score_as_the_savedmodel(server, bag_model):
+    """A JDBC/ODBC client passes a text, an array of strings and an array of numbers, over a table (`struct(*)`) and as
+    literals (`array('gift', 'sale')`, decimals as SQL writes them), and gets the SavedModel's numbers; a list given
+    as a string is refused when the query is analysed, naming the feature and the types it takes."""
+    import numpy as np
+    import tensorflow as tf
+    from pyhive.exc import OperationalError
+
+    from tests.serving.test_bag_udf import ROWS, as_stored
+
+    srv, _ = server
+    values = ", ".join(f"({', '.join(map(sql_literal, row))})" for row in ROWS)
+    table = f"(SELECT * FROM VALUES {values} AS t(id, review, tags, item_vec, shop, price))"
+    got = dict(dbapi(srv.port, f"SELECT id, {BAGS}(struct(*)).probability FROM {table}", PASSWORD))
+    [(literal,)] = dbapi(srv.port, f"SELECT {BAGS}('Great box, arrived fast', array('gift', 'sale'), array(0.5, -1.0), "
+                                   "'a', 3.0).probability", PASSWORD)
+    serve = tf.saved_model.load(str(bag_model / "saved_model")).signatures["serving_default"]
+    expected = serve(**{k: tf.constant(v) for k, v in as_stored(ROWS).items()})["probability"].numpy()
+    np.testing.assert_allclose([got[r[0]] for r in ROWS], expected, atol=1e-6)
+    assert literal == pytest.approx(float(expected[0]), abs=1e-6)  # ROWS[0] written as literals
+    with pytest.raises(OperationalError) as refused:
+        dbapi(srv.port, f"SELECT {BAGS}('great', 'gift,sale', array(0.5, -1.0), 'a', 3.0)", PASSWORD)
+    message = refused.value.args[0].status.errorMessage
+    assert "argument 2 ('tags') (list feature) has type string, expected one of: array<string>" in message, message
 
 
 def test_wrong_password_is_rejected_right_one_admitted(server):
@@ -227,7 +265,7 @@ def hive_login(port: int, user: str, password: str) -> None:
 
 
 @pytest.mark.slow  # trains a second model
-def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, server, second_model):
+def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, server, second_model, bag_model):
     srv, config_file = server
     first, inputs = in_process(spark, setup, setup[1])
     first_rows = sorted(first.collect())
@@ -249,7 +287,7 @@ def test_a_swapped_model_serves_the_next_query_and_no_query_fails(spark, setup, 
     try:
         while not results and not errors:
             time.sleep(0.5)
-        write_config(config_file, second_model, setup[1], bind="0.0.0.0")
+        write_config(config_file, second_model, setup[1], bind="0.0.0.0", more={BAGS: bag_model})
         srv.proc.send_signal(signal.SIGHUP)
         line = srv.wait_for(contract.RELOADED)
         assert line.startswith(f"{contract.RELOADED} {FUNCTION}:") and str(second_model) in line  # only it changed

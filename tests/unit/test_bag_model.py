@@ -19,8 +19,8 @@ import tensorflow as tf
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data.dataset import DatasetMeta
-from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, KeyFeature, Label, ListFeature, NumericFeature,
-                                     TextFeature, VectorFeature)
+from tfos_jobs.features.spec import (CategoricalFeature, CrossedFeature, FeatureSpec, KeyFeature, Label, ListFeature,
+                                     NumericFeature, TextFeature, VectorFeature)
 from tfos_jobs.features.text import PAD
 from tfos_jobs.model.builder import build_model, compile_model
 from tfos_jobs.model.export import export_saved_model, load_signature
@@ -71,17 +71,17 @@ def train() -> tf.keras.Model:
     return model
 
 
-def export(model: tf.keras.Model, root: Path) -> Path:
+def export(model: tf.keras.Model, root: Path, spec: FeatureSpec = SPEC) -> Path:
     """The model as `tfos train` leaves it: `root/model/saved_model`, beside its dataset's `_meta/`."""
     root = root / "dataset"
     (root / "_meta" / "vocab").mkdir(parents=True)
     manifest = {"splits": {"train": {"records": 1600}}}
-    for name, text in {"feature_spec.json": SPEC.to_json(), "stats.json": json.dumps(STATS),
+    for name, text in {"feature_spec.json": spec.to_json(), "stats.json": json.dumps(STATS),
                        "manifest.json": json.dumps(manifest)}.items():
         (root / "_meta" / name).write_text(text)
     for name, values in VOCAB.items():
         (root / "_meta" / "vocab" / f"{name}.txt").write_text("\n".join(values) + "\n")
-    meta = DatasetMeta(str(root), SPEC, STATS, manifest, VOCAB)
+    meta = DatasetMeta(str(root), spec, STATS, manifest, VOCAB)
     return Path(export_saved_model(model, meta, str(root.parent / "model" / "saved_model")))
 
 
@@ -162,3 +162,62 @@ def test_a_dry_build_checks_a_model_of_texts_lists_and_vectors():
     assert batch["tags"].shape == (2, 3) and batch["tags"].numpy()[0].tolist() == [b"tags_0", b"", b""]
     assert batch["item_vec"].shape == (2, 2) and batch["review"].shape == (2,)
     check_build(model_cfg=Model(), spec=SPEC)  # the built-in model over them builds and runs on the placeholders
+
+
+CROSSED = FeatureSpec((*SPEC.features[:-1], CrossedFeature("review_x_shop", ("review", "shop"), hash_buckets=1000),
+                       SPEC.label)).check()
+
+
+def test_a_cross_of_a_text_and_a_category_adds_the_weight_of_each_token_in_that_category(tmp_path):
+    from tfos_jobs.model import wide_deep
+
+    tf.keras.utils.set_random_seed(4)
+    model = build_model(CROSSED, VOCAB, STATS, SMALL)
+    layers = wide_deep.of(model)
+    logits = tf.keras.Model(model.inputs, model.get_layer("logits").output)
+    probe = {k: np.repeat(v[:1], 4, axis=0) for k, v in inputs(make_rows(1)).items()}
+    probe["review"] = np.array(["great box", "Great, GREAT!", "box", "great box"], dtype=object)
+    probe["shop"] = np.array(["a", "a", "a", "b"], dtype=object)
+    before = logits(probe).numpy()[:, 0]
+    np.testing.assert_array_equal(model.get_layer("wide_review_x_shop").get_weights()[0], 0.0)  # starts at zero
+    great, shop_a = layers.lookup["review"](tf.constant([["great"]])), layers.lookup["shop"](tf.constant(["a"]))
+    bucket = int(layers.cross["review_x_shop"]([great, shop_a])[0, 0])
+    weights = np.zeros((1001, 1), np.float32)
+    weights[bucket] = 5.0  # only ("great", "a") weighs
+    model.get_layer("wide_review_x_shop").set_weights([weights])
+    shift = logits(probe).numpy()[:, 0] - before
+    # "great" once and twice in shop a (its pairs "great box", "great great" are other tokens), not in "box", nor in b
+    np.testing.assert_allclose(shift, [5.0, 10.0, 0.0, 0.0], atol=1e-5)
+
+    exported = export(model, tmp_path, CROSSED)
+    out = load_signature(str(exported))(**{k: tf.constant(v) for k, v in probe.items() if k in CROSSED.model_inputs})
+    np.testing.assert_allclose(out["probability"].numpy(), model.predict(probe, verbose=0)[:, 0], atol=1e-6)
+    by_ids = load_signature(str(exported), contract.IDS_SIGNATURE)(  # the cross reads the ids the caller gives
+        **{k: tf.constant(v) for k, v in probe.items() if k in CROSSED.model_inputs and k != "review"},
+        review=layers.lookup["review"](layers.tokenize["review"](tf.constant(probe["review"]))))
+    np.testing.assert_array_equal(by_ids["probability"].numpy(), out["probability"].numpy())
+
+
+def test_a_label_of_a_token_in_a_category_is_learned_through_the_cross():
+    """y: "great" in shop a, or "awful" in shop b; the deep part alone would need to learn the interaction."""
+    rows = make_rows(1600, seed=11)
+    rows["review"] = np.array([r.replace("GREAT!", "awful") if i % 2 else r for i, r in enumerate(rows["review"])],
+                              dtype=object)
+    words = [set(r.lower().replace("!", "").split()) for r in rows["review"]]
+    rows["y"] = np.array([int(("great" in w and s == "a") or ("awful" in w and s == "b"))
+                          for w, s in zip(words, rows["shop"])], np.int64)
+    tf.keras.utils.set_random_seed(5)
+    model = compile_model(build_model(CROSSED, VOCAB, STATS, SMALL), CROSSED, "adam", 0.03)
+    model.fit(inputs(rows), rows["y"], batch_size=64, epochs=4, verbose=0)
+    wide = model.get_layer("wide_review_x_shop").get_weights()[0]
+    assert np.abs(wide).max() > 0.1  # trained: the crossed ids reached the loss
+    test = {k: v[:400] for k, v in rows.items()}
+    p = model.predict(inputs(test), verbose=0)[:, 0]
+    assert float(np.mean((p >= 0.5) == test["y"])) > 0.9
+
+
+def test_a_cross_takes_one_text_or_list_not_two():
+    spec = FeatureSpec((*SPEC.features, CrossedFeature("both", ("review", "tags")),
+                        CrossedFeature("tags_x_shop", ("tags", "shop"))))
+    errors = spec.errors()
+    assert len(errors) == 1 and errors[0].startswith("features.both.columns: crosses 'review' and 'tags'"), errors

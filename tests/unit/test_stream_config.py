@@ -31,3 +31,20 @@ def test_a_bad_stream_setting_is_refused_naming_its_key(override, message):
     with pytest.raises(ConfigError) as err:
         config.load(FLEET, [override])
     assert message in str(err.value)
+
+
+def test_events_hold_a_text_as_a_string_a_list_and_a_vector_as_arrays_whatever_the_table_stores():
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType
+
+    from tfos_jobs.features.spec import (FeatureSpec, KeyFeature, Label, ListFeature, NumericFeature, TextFeature,
+                                         VectorFeature)
+    from tfos_jobs.jobs.stream.driver.events import json_type
+
+    spec = FeatureSpec((KeyFeature("id"), TextFeature("review"), ListFeature("tags"), ListFeature("clicked"),
+                        VectorFeature("emb", dim=2), NumericFeature("price"), Label("y")))
+    assert json_type(spec, "review", StringType()) == StringType()
+    assert json_type(spec, "tags", StringType()) == ArrayType(StringType())  # a CSV's column, say
+    assert json_type(spec, "clicked", ArrayType(LongType())) == ArrayType(LongType())
+    assert json_type(spec, "emb", VectorUDT()) == ArrayType(DoubleType())
+    assert json_type(spec, "price", DoubleType()) == DoubleType() and json_type(spec, "other", LongType()) == LongType()

@@ -141,7 +141,8 @@ def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamS
 
     Returns
     -------
-    StreamSummary : micro-batches, events, scored, quarantined by reason, alerts, model versions.
+    StreamSummary : micro-batches, events, scored, quarantined by reason, alerts, the prediction function's counters,
+    model versions.
 
     Raises
     ------

@@ -55,6 +55,7 @@ SCORED = "scored"
 QUARANTINED = "quarantined"
 QUARANTINED_BY_REASON = "quarantined_by_reason"
 ALERTS = "alerts"
+COUNTS = "counts"  # the prediction function's counters (`contracts.serving`: rows, nulls filled, cut, unseen)
 WATERMARK = "watermark"
 SKIPPED = "skipped"  # the micro-batch was written before a restart: nothing written again
 

@@ -87,7 +87,10 @@ class CategoricalFeature:
 
 @dataclass(frozen=True)
 class CrossedFeature:
-    """A hashed cross of categorical features, for the wide (linear) part of a model."""
+    """A hashed cross of categorical (or bucketized) features, for the wide (linear) part of a model. One of them may be
+    a text or a list: each of its tokens (elements) is crossed with the others' values, and the wide part sums their
+    weights (a word that means one thing in one category and another elsewhere). Two are refused: every token of one
+    with every token of the other makes width x width ids a row, mostly noise (`ngrams` pairs neighbouring words)."""
 
     name: str
     columns: tuple[str, ...]

@@ -25,6 +25,9 @@ __all__ = ["FEATURE_KINDS", "SPARK_TYPES", "WINDOW_END", "WINDOW_START", "Bag", 
 # The kinds a model reads, and those stored in the records (the time column is read, then windows are cut).
 _INPUTS = ("numeric", "categorical", "sequence", "text", "list", "vector")
 _STORED = ("key", "numeric", "categorical", "label", "time", "sequence", "text", "list", "vector")
+# What a cross may name: ids, one a row, and at most one bag (several a row, each crossed with the others).
+_BAGS = ("text", "list")
+_CROSSABLE = ("categorical", "bucketized", *_BAGS)
 FORMAT_VERSION = 1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
@@ -147,8 +150,12 @@ class FeatureSpec:
                 if len(f.columns) < 2:
                     errs.append(f"{where}.columns: a cross needs at least two features, got {list(f.columns)}")
                 for c in f.columns:
-                    if kinds.get(c) not in ("categorical", "bucketized"):
-                        errs.append(f"{where}.columns: {c!r} is not a categorical or bucketized feature")
+                    if kinds.get(c) not in _CROSSABLE:
+                        errs.append(f"{where}.columns: {c!r} is not a categorical, bucketized, text or list feature")
+                bags = [c for c in f.columns if kinds.get(c) in _BAGS]
+                if len(bags) > 1:  # a row's every token of one with every token of the other: width x width ids
+                    errs.append(f"{where}.columns: crosses {' and '.join(map(repr, bags))}; a cross takes one text or "
+                                "list (each token crossed with the other values), not two (for pairs of words: ngrams)")
                 if f.hash_buckets < 1:
                     errs.append(f"{where}.hash_buckets: must be >= 1, got {f.hash_buckets}")
             elif isinstance(f, (TextFeature, ListFeature)):

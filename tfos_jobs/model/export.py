@@ -46,7 +46,9 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly
     def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(dict(zip(names, columns)), training=False))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)])
+    # Not converted by autograph: it has no control flow on tensors, and autograph once handed the spec's `get` the
+    # converted code of another of its methods while a stream's model was exported (a TypeError, training lost).
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)], autograph=False)
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(model(spec.dense_lists(tf.io.parse_example(examples, parse_spec)), training=False))
 

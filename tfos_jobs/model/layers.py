@@ -60,15 +60,17 @@ class SharedEmbedding(tf.keras.layers.Layer):
 @tf.keras.utils.register_keras_serializable(package="tfos")
 class EmbeddingBag(tf.keras.layers.Layer):
     """A row's several ids ([batch, width] int, 0 where there is none: `features.text.PAD`) as one [batch, dim] vector,
-    the mean or the sum of their embeddings; a row without ids gets zeros. A text's tokens, a list's elements."""
+    the mean or the sum of their embeddings; a row without ids gets zeros. A text's tokens, a list's elements; with
+    `embeddings_initializer` "zeros" and `dim` the output units, the wide part's weights of a cross with a bag."""
 
-    def __init__(self, size: int, dim: int, combiner: str = "mean", **kwargs):
+    def __init__(self, size: int, dim: int, combiner: str = "mean", embeddings_initializer: str = "uniform", **kwargs):
         super().__init__(**kwargs)
         self.size, self.dim, self.combiner = int(size), int(dim), combiner
+        self.embeddings_initializer = embeddings_initializer
 
     def build(self, input_shape) -> None:
-        self.embeddings = self.add_weight(name="embeddings", shape=(self.size, self.dim), initializer="uniform",
-                                          trainable=True)
+        self.embeddings = self.add_weight(name="embeddings", shape=(self.size, self.dim),
+                                          initializer=self.embeddings_initializer, trainable=True)
         super().build(input_shape)
 
     def call(self, ids: tf.Tensor) -> tf.Tensor:
@@ -77,7 +79,31 @@ class EmbeddingBag(tf.keras.layers.Layer):
         return total if self.combiner == "sum" else total / tf.maximum(tf.reduce_sum(present, axis=1), 1.0)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "size": self.size, "dim": self.dim, "combiner": self.combiner}
+        return {**super().get_config(), "size": self.size, "dim": self.dim, "combiner": self.combiner,
+                "embeddings_initializer": self.embeddings_initializer}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class BagCross(tf.keras.layers.Layer):
+    """The cross of a bag's ids ([batch, width], 0 where there is none) with other features' ids ([batch] each): each
+    token or element crossed with the row's other values, hashed into `num_bins` as `HashedCrossing` hashes a cross of
+    single ids, as [batch, width] ids shifted by one, 0 where the bag has none (what `EmbeddingBag` leaves out)."""
+
+    def __init__(self, num_bins: int, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.num_bins = int(num_bins)
+
+    def call(self, inputs: Sequence[tf.Tensor]) -> tf.Tensor:
+        bag, *others = inputs
+        bag = tf.cast(bag, tf.int64)
+        # One pair a row of [batch * width, 1] columns, crossed by the op `HashedCrossing` calls on [batch, 1] ones.
+        pairs = [tf.reshape(x, [-1, 1]) for x in
+                 (bag, *(tf.broadcast_to(tf.cast(o, tf.int64)[:, tf.newaxis], tf.shape(bag)) for o in others))]
+        crossed = tf.reshape(tf.sparse.to_dense(tf.sparse.cross_hashed(pairs, self.num_bins)), tf.shape(bag))
+        return tf.where(bag > 0, crossed + 1, tf.zeros_like(crossed))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "num_bins": self.num_bins}
 
 
 @tf.keras.utils.register_keras_serializable(package="tfos")

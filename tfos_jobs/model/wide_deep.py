@@ -24,8 +24,8 @@ from tfos_jobs.features.spec import (BucketizedFeature, CategoricalFeature, Cros
                                      NumericEncoding, NumericFeature, TextFeature)
 from tfos_jobs.features.text import PAD
 from tfos_jobs.contracts.dataset import STATS, STATS_BINS
-from tfos_jobs.model.layers import (EmbeddingBag, PeriodicEmbeddings, PiecewiseLinearEmbeddings, SharedEmbedding,
-                                   Tokenize)
+from tfos_jobs.model.layers import (BagCross, EmbeddingBag, PeriodicEmbeddings, PiecewiseLinearEmbeddings,
+                                   SharedEmbedding, Tokenize)
 from tfos_jobs.tasks import ModelKind, Task
 
 ATTRIBUTE = "tfos_wide_deep"  # the WideDeep behind a Keras model `model()` built
@@ -41,7 +41,8 @@ class WideDeep:
     two logits are added.
 
     Texts and lists enter the deep part as bags (`EmbeddingBag`: the mean or sum of their tokens' or elements'
-    embeddings), vectors as they are. The id tables are few variables, not one per feature (`SharedEmbedding`): all
+    embeddings), vectors as they are. A cross that names a text or a list crosses each of its tokens or elements with
+    the row's other values (`BagCross`); the wide part sums the weights of those ids. The id tables are few variables, not one per feature (`SharedEmbedding`): all
     wide weights in one, the deep embeddings in one per embedding width (a bag has its own). A distributed step's cost grows with the number of variables it moves, not
     with their size, at this model's scale."""
 
@@ -55,7 +56,8 @@ class WideDeep:
         self.crossed: list[CrossedFeature] = list(spec.of_kind("crossed"))
         self.lookup: dict[str, Any] = {}
         self.bucketize: dict[str, Any] = {}
-        self.normalize, self.reshape, self.cross = {}, {}, {}
+        self.normalize, self.reshape = {}, {}
+        self.cross: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}  # per categorical, bucketized and crossed feature: how many ids
         f: Feature  # each loop below goes over one kind of feature, or all of them
         for f in self.numeric:
@@ -101,9 +103,7 @@ class WideDeep:
                                                       mask_token=PAD, name=f"lookup_{f.name}")
             self.bag[f.name] = EmbeddingBag(1 + f.num_oov_buckets + len(values), f.embedding_dim, f.combiner,
                                             name=f"bag_{f.name}")
-        for f in self.crossed:
-            self.cross[f.name] = layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")
-            self.sizes[f.name] = f.hash_buckets
+        self._crosses(units)
         self.by_width: dict[int, list[str]] = {}  # embedding width -> categorical features, in spec order
         for f in self.categorical:
             self.by_width.setdefault(f.embedding_dim, []).append(f.name)
@@ -121,6 +121,22 @@ class WideDeep:
         activations: dict[str, str] = {Task.BINARY: "sigmoid", Task.MULTICLASS: "softmax", Task.REGRESSION: "linear"}
         self.activation = layers.Activation(activations[spec.label.task], name=MODEL_OUTPUT[spec.label.task])
 
+    def _crosses(self, units: int) -> None:
+        """A cross of ids: one id a row, a row of the wide table. A cross with a text or list: several a row, their
+        weights summed by a table of its own (`units` wide, id 0 none)."""
+        self.bag_cross: dict[str, str] = {}  # per cross of a text or list: that bag (the spec allows one)
+        self.wide_bag: dict[str, Any] = {}
+        for f in self.crossed:
+            bag = next((c for c in f.columns if c in self.bag), None)
+            if bag is None:
+                self.cross[f.name] = tf.keras.layers.HashedCrossing(num_bins=f.hash_buckets, name=f"cross_{f.name}")
+                self.sizes[f.name] = f.hash_buckets
+            else:
+                self.bag_cross[f.name] = bag
+                self.cross[f.name] = BagCross(f.hash_buckets, name=f"cross_{f.name}")
+                self.wide_bag[f.name] = EmbeddingBag(1 + f.hash_buckets, units, "sum", embeddings_initializer="zeros",
+                                                     name=f"wide_{f.name}")
+
     # -- the two ways in -------------------------------------------------------------------
 
     def model(self) -> tf.keras.Model:
@@ -128,11 +144,11 @@ class WideDeep:
         inputs = {name: tf.keras.Input(shape=self.spec.input_shape(name), dtype=self.spec.input_dtype(name), name=name)
                   for name in self.spec.model_inputs}
         ids = {f.name: self.lookup[f.name](inputs[f.name]) for f in self.categorical}
-        bags = [self.bag[f.name](self.lookup[f.name](self.tokenize[f.name](inputs[f.name]) if f.name in self.tokenize
-                                                     else inputs[f.name])) for f in self.bags]
-        deep = [*bags, *(inputs[f.name] for f in self.vectors)]
-        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows, deep=deep),
-                               name=ModelKind.WIDE_DEEP.value)
+        bag_ids = {f.name: self.lookup[f.name](self.tokenize[f.name](inputs[f.name]) if f.name in self.tokenize
+                                               else inputs[f.name]) for f in self.bags}
+        deep = [*(self.bag[f.name](bag_ids[f.name]) for f in self.bags), *(inputs[f.name] for f in self.vectors)]
+        model = tf.keras.Model(inputs=inputs, outputs=self._head(ids, inputs, self._cross_rows, deep=deep,
+                                                                 bag_ids=bag_ids), name=ModelKind.WIDE_DEEP.value)
         setattr(model, ATTRIBUTE, self)  # a plain object: Keras neither tracks nor saves it
         return model
 
@@ -151,20 +167,23 @@ class WideDeep:
         """The model's output for the raw columns with each text given as its token ids, [rows, width] int64
         (`contracts.serving.IDS_SIGNATURE`): the same layers as `model()` after its tokenizer and the texts' lookups."""
         ids = {f.name: self.lookup[f.name](columns[f.name]) for f in self.categorical}
-        deep = [*(self.bag[f.name](columns[f.name] if f.name in self.tokenize else self.lookup[f.name](columns[f.name]))
-                  for f in self.bags), *(columns[f.name] for f in self.vectors)]
-        return self._head(ids, columns, self._cross_rows, training=False, deep=deep)
+        bag_ids = {f.name: columns[f.name] if f.name in self.tokenize else self.lookup[f.name](columns[f.name])
+                   for f in self.bags}
+        deep = [*(self.bag[f.name](bag_ids[f.name]) for f in self.bags), *(columns[f.name] for f in self.vectors)]
+        return self._head(ids, columns, self._cross_rows, training=False, deep=deep, bag_ids=bag_ids)
 
     # -- shared ----------------------------------------------------------------------------
 
     def _head(self, ids: dict[str, Any], columns: dict[str, Any], cross, training: bool | None = None,
-              deep: list[Any] | None = None) -> Any:
-        """Everything after the categorical lookups. `columns` holds the numeric inputs, `deep` the bags and vectors."""
+              deep: list[Any] | None = None, bag_ids: dict[str, Any] | None = None) -> Any:
+        """Everything after the lookups. `columns` holds the numeric inputs, `deep` the bags and vectors, `bag_ids` the
+        bags' ids (by name), for their crosses."""
         f: Feature  # each loop below goes over one kind of feature
         for f in self.bucketized:
             ids[f.name] = self.bucketize[f.name](columns[f.source])
         for f in self.crossed:  # after the others: a cross may be listed before its components
-            ids[f.name] = cross(f, [ids[c] for c in f.columns])
+            if f.name not in self.bag_cross:
+                ids[f.name] = cross(f, [ids[c] for c in f.columns])
         numeric = {}
         for f in self.numeric:
             x = columns[f.name]
@@ -181,8 +200,15 @@ class WideDeep:
             if dropout is not None:
                 x = dropout(x, training=training)
         logits = self.deep_logits(x)
-        if self.wide is not None:  # the sum of one weight (per output unit) per active id; the bias is deep_logits'
-            logits = self.add([logits, self.wide([ids[n] for n in self.sizes])])
+        # The wide part: the sum of one weight (per output unit) per active id; the bias is deep_logits'.
+        wide = [self.wide([ids[n] for n in self.sizes])] if self.wide is not None else []
+        for f in self.crossed:
+            if f.name in self.bag_cross:
+                bag = self.bag_cross[f.name]
+                crossed = self.cross[f.name]([(bag_ids or {})[bag], *(ids[c] for c in f.columns if c != bag)])
+                wide.append(self.wide_bag[f.name](crossed))
+        if wide:
+            logits = self.add([logits, *wide])
         return self.activation(logits)
 
     def _cross_rows(self, f: Any, parts: list[Any]) -> Any:

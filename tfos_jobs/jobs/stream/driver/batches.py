@@ -108,6 +108,7 @@ class BatchReport:
     model_version: str = ""
     skipped: bool = False
     messages: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # the prediction function's counters (`contracts.serving`)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -183,9 +184,10 @@ class Batches:
         source, df = df, df if counts is not None else df.observe(counted, *self._count_columns(df))
         if not scores_done and (counts is None or counts[SCORABLE]):
             udf = self.slot.current(batch, df.sparkSession, report.messages.append)
-            scored = prediction_output.Tally(self._scored(df.where(reason.isNull()), udf))
+            observed: list[Observation] = []  # the function's counters, as `tfos predict` observes them
+            scored = prediction_output.Tally(self._scored(df.where(reason.isNull()), udf, observed))
             staging = self.scores.stage(scored.df, batch)
-            report.scored = scored.rows
+            report.scored, report.counts = scored.rows, udf.counts_of(observed[0])
             if report.scored:
                 report.model_version = udf.version
                 if self.config.stream.output_topic or self.spec.is_sequence:  # sent on, or alerted on
@@ -215,7 +217,7 @@ class Batches:
         assert row is not None  # a global aggregation has one row
         return {k: int(v or 0) for k, v in row.asDict().items()}
 
-    def _scored(self, table: DataFrame, udf: PredictionUdf) -> DataFrame:
+    def _scored(self, table: DataFrame, udf: PredictionUdf, observed: list[Observation]) -> DataFrame:
         arrived = F.timestamp_millis(F.col(contract.EVENT_TIMESTAMP)).alias(contract.EVENT_TIMESTAMP)
         tags = [F.lit(udf.version).alias(contract.MODEL_VERSION), arrived,
                 F.current_timestamp().alias(contract.SCORED_AT)]
@@ -224,10 +226,10 @@ class Batches:
                                                                             contract.RAW, contract.READING_TIME)])
             windows = windows.withColumns({WINDOW_START: F.timestamp_seconds(WINDOW_START),
                                            WINDOW_END: F.timestamp_seconds(WINDOW_END)})
-            scored = with_predictions(windows, udf)
+            scored = with_predictions(windows, udf, observed)
             fields = [c for c in scored.columns if c != contract.EVENT_TIMESTAMP]
             return scored.select(*fields, *tags)
-        scored = with_predictions(table, udf)
+        scored = with_predictions(table, udf, observed)
         picked = prediction_output.selected(scored, table.columns, self.spec, self.config.predict.keep, ())
         return scored.select(*picked.columns, *tags)
 

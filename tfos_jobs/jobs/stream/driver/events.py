@@ -2,16 +2,17 @@
 with the columns the events hold, and those that cannot be scored marked with the reason.
 
 An event's columns are typed by `stream.schema` (DDL) or, without it, as the spec reads them: sensor readings as key,
-time and sensors; rows as the columns of `prepare.main`, since events are the rows that table would get. A value that is
-not a JSON object, or holds a value of the wrong type, is `malformed`; one without the key (or, for readings, without
-the time) is `missing_key` (`missing_time`). Nothing is filtered here: the reason travels with the event.
+time and sensors; rows as the columns of `prepare.main`, since events are the rows that table would get, but a text is a
+string, a list an array and a vector an array of numbers, as JSON holds them, whatever the table stores them as. A value
+that is not a JSON object, or holds a value of the wrong type, is `malformed`; one without the key (or, for readings,
+without the time) is `missing_key` (`missing_time`). Nothing is filtered here: the reason travels with the event.
 """
 from __future__ import annotations
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, DoubleType, StringType, StructField, StructType
 
 from tfos_jobs.config import Config
 from tfos_jobs.contracts import stream as contract
@@ -45,7 +46,21 @@ def schema(spark: SparkSession, config: Config, spec: FeatureSpec) -> StructType
         assert isinstance(readings, StructType)  # a column list parses as one
         return readings
     main = config.prepare.main
-    return sources.read(spark, main, config.sources[main]).schema
+    table = sources.read(spark, main, config.sources[main]).schema
+    return StructType([StructField(c.name, json_type(spec, c.name, c.dataType), c.nullable) for c in table.fields])
+
+
+def json_type(spec: FeatureSpec, column: str, stored: DataType) -> DataType:
+    """How an event's JSON holds the main table's `column`: as the table types it, but for a text (a string), a list
+    (an array: the table's, or of strings) and a vector (an array: the table's, or of numbers where it stores an ML
+    Vector, a struct in JSON)."""
+    kinds = {f.name: f.kind for f in (*spec.bags, *spec.vectors)}
+    kind = kinds.get(column)
+    if kind == "text":
+        return StringType()
+    if kind in ("list", "vector") and not isinstance(stored, ArrayType):
+        return ArrayType(StringType() if kind == "list" else DoubleType())
+    return stored
 
 
 def read(spark: SparkSession, config: Config) -> DataFrame:

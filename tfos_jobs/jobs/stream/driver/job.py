@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from tfos_jobs.config import Config
+from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.serving.error_lines import PYTHON_ERROR_LINE, error_line
@@ -44,6 +45,7 @@ class StreamSummary:
     scored: int = 0
     quarantined: dict[str, int] = field(default_factory=dict)
     alerts: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # the prediction function's counters, summed
     model_versions: list[str] = field(default_factory=list)
     seconds: float = 0.0
     stopped_by: str = ""
@@ -180,6 +182,8 @@ def _report(progress: StreamingQueryProgress, report: BatchReport, summary: Stre
     summary.alerts += report.alerts
     for r, n in report.quarantined.items():
         summary.quarantined[r] = summary.quarantined.get(r, 0) + n
+    for k, n in report.counts.items():
+        summary.counts[k] = summary.counts.get(k, 0) + n
     if report.model_version and report.model_version not in summary.model_versions:
         summary.model_versions.append(report.model_version)
     for message in report.messages:
@@ -225,6 +229,7 @@ def progress_line(progress: StreamingQueryProgress, report: BatchReport) -> dict
         contract.QUARANTINED: sum(report.quarantined.values()),
         contract.QUARANTINED_BY_REASON: report.quarantined,
         contract.ALERTS: report.alerts,
+        contract.COUNTS: report.counts,
         contract.MODEL_VERSION: report.model_version,
         contract.SKIPPED: report.skipped,
     }
@@ -236,8 +241,10 @@ def describe(line: dict[str, Any]) -> str:
         watermark_text = f", watermark {dt.datetime.fromisoformat(watermark.replace('Z', '+00:00')):%Y-%m-%d %H:%M}"
     skipped = " (written before the restart: skipped)" if line[contract.SKIPPED] else ""
     why = ", ".join(f"{n:,} {r}" for r, n in sorted(line[contract.QUARANTINED_BY_REASON].items()))
+    served = ", ".join(f"{k} {n:,}" for k, n in line[contract.COUNTS].items() if k != serving.COUNT_ROWS)
     return (f"micro-batch {line[contract.BATCH]}: {line[contract.INPUT_ROWS]:,} events "
             f"({line[contract.INPUT_ROWS_PER_SECOND]:,.0f}/s in, {line[contract.PROCESSED_ROWS_PER_SECOND]:,.0f}/s "
             f"processed) in {line[contract.BATCH_MS] / 1000:.1f} s; {line[contract.SCORED]:,} scored, "
             f"{line[contract.QUARANTINED]:,} quarantined{f' ({why})' if why else ''}, {line[contract.ALERTS]:,} alerts; "
-            f"state {line[contract.STATE_ROWS]:,} rows{watermark_text}{skipped}")
+            f"state {line[contract.STATE_ROWS]:,} rows{watermark_text}{skipped}"
+            f"{f'; filled nulls / cut / unseen: {served}' if served else ''}")
