@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 
 import pytest
 from pyspark.sql import functions as F
@@ -14,9 +15,11 @@ from tfos_jobs import api
 from tfos_jobs.config import (ActivityConfig, AggregateConfig, Config, LastValues, LookupConfig, PrepareConfig,
                               SourceConfig)
 from tfos_jobs.config.loading import build_spec
-from tfos_jobs.data import aggregates, transforms
+from tfos_jobs.data import aggregates, synthetic, transforms
 from tfos_jobs.data.columns import ACTIVE_DAYS, EVENT_COUNT
 from tfos_jobs.errors import ConfigError, InputError
+
+from tests.conftest import CENSUS, ROOT, census_overrides
 
 ACT = ActivityConfig(source="events", key="pid")
 AS_OF = dt.date(2026, 1, 1)
@@ -215,3 +218,20 @@ def test_the_dataframe_way_a_lookup_of_aggregates_the_user_built(spark, visits, 
     assert manifest.imputed["by_column"]["recent"] == 20
     assert manifest.vocabulary_sizes["recent"] == 4  # /a /b /c /search
 
+
+def test_the_dataframe_way_on_the_prepare_page_runs(spark, tmp_path):
+    """The page's example as it is, its paths under a temporary directory and census's sources pointed there."""
+    section = (ROOT / "docs" / "prepare.md").read_text().split("## Aggregates you write", 1)[1].split("\n## ", 1)[0]
+    [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    raw = tmp_path / "demo-output" / "raw"
+    synthetic.generate(spark, str(raw), 400, 5.0, 3, "2026-01-01")
+    overrides = census_overrides(raw, tmp_path / "unused", 400)
+    code = example.replace('config.load("conf/census.toml")', f"config.load({str(CENSUS)!r}, {overrides!r})") \
+        .replace('"demo-output/', f'"{tmp_path}/demo-output/')
+    namespace = {"spark": spark}
+    exec(compile(code, "docs/prepare.md", "exec"), namespace)
+    manifest = namespace["manifest"]
+    assert list(manifest.sources) == ["people", "regions", "per_person", "events"]
+    assert manifest.vocabulary_sizes["recent_pages"] == 21  # the embedded pages and /search
+    assert manifest.vocabulary_sizes["queries"] > 10
+    assert (tmp_path / "demo-output" / "dataset-own" / "_meta" / "manifest.json").exists()
