@@ -232,7 +232,7 @@ def _times(rng: np.random.Generator, gap_days: np.ndarray, as_of: str) -> np.nda
 
 def _taste(rng: np.random.Generator, rich: np.ndarray, education_num: np.ndarray) -> np.ndarray:
     """Each person's lean, as one of TASTE_LEVELS levels: the label's and education's a little, mostly noise."""
-    lean = 0.7 * (2.0 * rich - 1.0) + 0.1 * (education_num - 10) + rng.normal(0.0, 0.8, len(rich))
+    lean = 0.3 * (2.0 * rich - 1.0) + 0.05 * (education_num - 10) + rng.normal(0.0, 1.0, len(rich))
     return np.clip(np.round(lean * 2.0), -TASTE_LEVELS, TASTE_LEVELS).astype(np.int64)
 
 
