@@ -1,5 +1,6 @@
-"""Aggregates users write (`[[prepare.aggregates]]`): columns computed per key over a source's rows, one groupBy per
-source, in the JVM, left-joined to the main table by its key feature.
+"""Aggregates users write (`[[prepare.aggregates]]`, one entry per source) and the activity (`[prepare.activity]`):
+columns computed per key over a source's rows, one groupBy per entry, in the JVM, left-joined to the main table by its
+key feature.
 
 `analysed` builds every aggregate lazily and lets Spark analyse it, so a wrong source, key, condition or expression is
 named before any Spark job runs; `join` adds the result to the main table."""
@@ -24,11 +25,11 @@ JOIN_KEY = "__aggregate_key"  # the aggregate's key while it is joined (the main
 
 @dataclass(frozen=True)
 class Aggregated:
-    """An aggregate (`where`: its config key, e.g. "prepare.aggregates[0]") and its rows, one per key, not yet
+    """An aggregate (`setting`: its config key, e.g. "prepare.aggregates[0]") and its rows, one per key, not yet
     computed, from the source's rows as `read`; a key without rows gets 0 in the columns `zeros` names, null in the
     others."""
 
-    where: str
+    setting: str
     config: AggregateConfig
     rows: DataFrame
     read: DataFrame
