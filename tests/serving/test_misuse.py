@@ -136,7 +136,7 @@ def test_a_notebook_session_scores_with_its_own_python(setup, tmp_path):
                           capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
-    assert out["repr"].startswith("PredictionUdf(name='predict_income', model=") and out["repr"].endswith("inputs=21)")
+    assert out["repr"].startswith("PredictionUdf(name='predict_income', model=") and out["repr"].endswith("inputs=23)")
     n, p = out["scored"].split()
     assert int(n) == 40 and 0 < float(p) < 1
     assert out["refused"] == "True"
