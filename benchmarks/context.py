@@ -22,6 +22,7 @@ from benchmarks.harness import Figure, Log, Result, Sample, interleave
 from benchmarks.sizes import Sizes
 from tfos_jobs.config import Config
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.topology import examples_per_step
 
 
@@ -45,11 +46,24 @@ class Run:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
+def one_value_a_row(config: Config) -> Config:
+    """`config` without its texts, lists and vectors (and the aggregates' columns only they use): the scoring stages
+    compare the UDF with baselines that take one value a row (`serving_codes`, predict_batch_udf, MLflow's spark_udf)."""
+    kept = tuple(f for f in config.features.features if f.kind not in ("text", "list", "vector"))
+    names = {f.name for f in kept}
+    aggregates = tuple(dataclasses.replace(a, columns={n: e for n, e in a.columns.items() if n in names})
+                       for a in config.prepare.aggregates)
+    return dataclasses.replace(config, features=FeatureSpec(kept).check(), prepare=dataclasses.replace(
+        config.prepare, aggregates=tuple(a for a in aggregates if a.columns)))
+
+
 def bench_config(config: Config, sizes: Sizes, work: str, scale: str) -> Config:
-    """`config` pointed at the bench's own data under `work`: raw tables, dataset, model."""
+    """`config` pointed at the bench's own data under `work`: raw tables, dataset, model; one value a row."""
+    config = one_value_a_row(config)
     root = config.synthetic.output.rstrip("/")
     prep = config.prepare
-    needed = [prep.main, *(lk.source for lk in prep.lookups), *([prep.activity.source] if prep.activity else [])]
+    needed = [prep.main, *(lk.source for lk in prep.lookups), *([prep.activity.source] if prep.activity else []),
+              *(a.source for a in prep.aggregates)]
     for name in needed:
         path = config.sources[name].path or ""
         if not (path == root or path.startswith(root + "/")):

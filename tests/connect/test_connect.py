@@ -55,7 +55,7 @@ def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_sess
     assert all(0.0 <= p <= 1.0 for p in sql["probabilities"]) and len(set(sql["probabilities"])) > 10
     assert set(sql["labels"]) <= {"<=50K", ">50K"}
     assert "predict_income" in sql["refused"] and "the struct lacks" not in sql["refused"], sql["refused"]
-    assert "21 arguments" in sql["refused"] or "argument" in sql["refused"]
+    assert "23 arguments" in sql["refused"] or "argument" in sql["refused"]
 
     predict = steps["predict"]
     assert predict["exit"] == 0, predict["stderr"]

@@ -50,7 +50,7 @@ def test_tfos_sql_ends_a_wrong_call_with_one_error_line_and_no_task(setup, tmp_p
     errors = [line for line in lines if line.startswith("tfos sql: error:")]
     assert errors == [lines[-1]]
     assert "the struct lacks feature(s) fnlwgt, education, education_num" in errors[0]
-    assert "predict_income takes the features as 21 arguments in this order: age, workclass" in errors[0]
+    assert "predict_income takes the features as 23 arguments in this order: age, workclass" in errors[0]
     assert "Traceback" not in stderr and "TID" not in stderr and "Lost task" not in stderr
 
 
@@ -62,10 +62,11 @@ def test_tfos_sql_names_a_wrong_count_and_a_wrong_type_in_one_line(spark, setup)
         sql.run(spark, cfg, "SELECT 1;\nSELECT 2;\n"
                 "SELECT predict_income(education, workclass, fnlwgt, age, education_num, marital_status, occupation, "
                 "relationship, race, sex, capital_gain, capital_loss, hours_per_week, native_country, region, "
-                "income_group, gdp_per_capita, event_count, active_days, ctr, days_since_last) FROM features",
+                "income_group, gdp_per_capita, event_count, active_days, ctr, days_since_last, recent_pages, queries) "
+                "FROM features",
                 model=str(model), log=lambda _: None)
     assert "\n" not in str(count.value) and "\n" not in str(kind.value)
-    assert "it was given 2 argument(s). predict_income takes the features as 21 arguments" in str(count.value)
+    assert "it was given 2 argument(s). predict_income takes the features as 23 arguments" in str(count.value)
     assert str(kind.value).startswith("statement 3 of 3: ")
     assert ("argument 1 ('age') (numeric feature) has type string, expected one of: byte, short, integer, long, "
             "float, double, decimal, void.") in str(kind.value)
@@ -135,7 +136,7 @@ def test_a_notebook_session_scores_with_its_own_python(setup, tmp_path):
                           capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
-    assert out["repr"].startswith("PredictionUdf(name='predict_income', model=") and out["repr"].endswith("inputs=21)")
+    assert out["repr"].startswith("PredictionUdf(name='predict_income', model=") and out["repr"].endswith("inputs=23)")
     n, p = out["scored"].split()
     assert int(n) == 40 and 0 < float(p) < 1
     assert out["refused"] == "True"

@@ -177,7 +177,7 @@ def test_a_wrong_call_gets_one_message_and_runs_no_task(server):
         dbapi(srv.port, f"SELECT {FUNCTION}(struct(age, workclass)) FROM {sql.FEATURES_VIEW}", PASSWORD)
     message = refused.value.args[0].status.errorMessage
     assert "the struct lacks feature(s) fnlwgt, education" in message
-    assert f"{FUNCTION} takes the features as 21 arguments in this order: age, workclass" in message
+    assert f"{FUNCTION} takes the features as 23 arguments in this order: age, workclass" in message
     assert "Traceback" not in message and "PythonException" not in message and len(message.splitlines()) == 1
     after = dict(dbapi(srv.port, f"SELECT {contract.FUNCTION}, {contract.ROWS} FROM {contract.STATUS_VIEW}", PASSWORD))
     assert after == before

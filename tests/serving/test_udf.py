@@ -19,17 +19,27 @@ from tfos_jobs.contracts.serving import COUNT_ROWS, COUNTED
 from tfos_jobs.jobs.serve import predict as predict_job
 from tfos_jobs.jobs.serve import sql
 from tfos_jobs.errors import ConfigError, InputError, OutputExistsError
+from tfos_jobs.features.spec import ListFeature
+from tfos_jobs.features.text import PAD
 
 from tests.conftest import CENSUS, ROOT, census_overrides
 from tests.serving.conftest import PEOPLE
 
 
 
+def stored(spec, name: str, value):
+    """A value as the SavedModel takes it: a list padded to its max_length, a text as it is, a number as a float."""
+    feature = spec.get(name)
+    if isinstance(feature, ListFeature):
+        return ([str(v) for v in value if v is not None and v != ""] + [PAD] * feature.max_length)[:feature.max_length]
+    return value if isinstance(value, str) else float(value)
+
+
 def in_process(model_dir: Path, rows: dict[str, list]) -> np.ndarray:
     import tensorflow as tf
 
     fn = tf.saved_model.load(str(model_dir / "saved_model")).signatures["serving_default"]
-    inputs = {k: tf.constant(v, dtype=tf.string if isinstance(v[0], str) else tf.float32) for k, v in rows.items()}
+    inputs = {k: tf.constant(v, dtype=tf.float32 if isinstance(v[0], float) else tf.string) for k, v in rows.items()}
     return fn(**inputs)["probability"].numpy()
 
 
@@ -39,7 +49,7 @@ def test_udf_equals_the_savedmodel_called_in_process(spark, setup):
     assert (p.spec.get("capital_gain").encoding, p.spec.get("age").encoding) == ("periodic", "piecewise_linear")
     complete = features.dropna(subset=list(p.spec.model_inputs)).limit(400)
     scored = complete.select(*p.spec.model_inputs, p().alias("p")).collect()
-    rows = {name: [r[name] if isinstance(r[name], str) else float(r[name]) for r in scored] for name in p.spec.model_inputs}
+    rows = {name: [stored(p.spec, name, r[name]) for r in scored] for name in p.spec.model_inputs}
     expected = in_process(model, rows)
     got = np.array([r.p.probability for r in scored])
     assert len(got) == 400
@@ -48,7 +58,8 @@ def test_udf_equals_the_savedmodel_called_in_process(spark, setup):
     assert all((r.p.probability >= 0.5) == (r.p.label == ">50K") for r in scored)
     from udfs.predict import Scorer
 
-    assert Scorer(p.local_dir).codes_fn is not None  # wide & deep: it scored through serving_codes
+    # census's list and text: codes stand for one value a row, so it scored through serving_default
+    assert p.spec.bags and Scorer(p.local_dir).codes_fn is None
 
 
 def test_sql_positional_arguments_and_struct_agree(spark, setup):
@@ -194,9 +205,9 @@ def test_wrong_calls_fail_when_the_query_is_analysed_before_any_job(spark, setup
             bad.select(p())
         features.limit(5).createOrReplaceTempView("few")
         with pytest.raises(AnalysisException, match="it was given 2 argument\\(s\\). predict_bad takes the features "
-                                                    "as 21 arguments in this order: age, workclass"):
+                                                    "as 23 arguments in this order: age, workclass"):
             spark.sql("SELECT predict_bad(age, workclass) FROM few")
-        with pytest.raises(AnalysisException, match="the struct lacks feature\\(s\\) fnlwgt, education, [^;]*, days_since_last; "
+        with pytest.raises(AnalysisException, match="the struct lacks feature\\(s\\) fnlwgt, education, [^;]*, days_since_last, recent_pages, queries; "
                                                     "its field 'age' \\(numeric feature\\) has type string"):
             spark.sql("SELECT predict_bad(struct(CAST(age AS STRING) AS age, workclass)) FROM few")
         assert sc.statusTracker().getJobIdsForGroup("wrong-calls") == []

@@ -76,13 +76,20 @@ def test_plain_tensorflow_reads_records_with_only_the_spec_json(prepared):
 
     _, out, manifest = prepared
     columns = json.loads((out / "_meta" / "feature_spec.json").read_text())["records"]
-    parse_spec = {name: tf.io.FixedLenFeature(c["shape"], tf.as_dtype(c["dtype"])) for name, c in columns.items()}
+
+    def feature(c):  # a list's shape is [null]: as many elements as the record holds
+        dtype = tf.as_dtype(c["dtype"])
+        return tf.io.RaggedFeature(dtype) if c["shape"] == [None] else tf.io.FixedLenFeature(c["shape"], dtype)
+
+    parse_spec = {name: feature(c) for name, c in columns.items()}
     files = sorted(str(p) for p in (out / "eval").glob("part-*"))
     batch = next(iter(tf.data.TFRecordDataset(files).batch(64).map(lambda s: tf.io.parse_example(s, parse_spec))))
     assert set(batch) == set(columns)
     assert batch["age"].dtype == tf.float32 and batch["education"].dtype == tf.string
     assert set(batch["income"].numpy()) <= {0, 1}
-    assert all(v.shape == (64,) for v in batch.values())
+    assert batch["recent_pages"].dtype == tf.string and batch["recent_pages"].shape[0] == 64
+    assert 0 < max(len(pages) for pages in batch["recent_pages"].to_list()) <= 10  # census keeps the last 10 pages
+    assert all(v.shape == (64,) for name, v in batch.items() if name != "recent_pages")
 
 
 def test_reader_shards_files_per_worker(prepared):

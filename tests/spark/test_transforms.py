@@ -1,76 +1,13 @@
-"""Joins, aggregations, split and rejects against hand-computed expectations."""
-import datetime as dt
-
+"""Lookup joins, split and rejects against hand-computed expectations (aggregates: test_aggregates.py)."""
 import pytest
-from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.config import SplitConfig
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data import transforms
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, KeyFeature, Label, ListFeature, NumericFeature,
                                      TextFeature, VectorFeature)
-
-ACT = ActivityConfig(source="events", key="pid")
-AS_OF = dt.date(2026, 1, 1)
-
-
-def ts(s: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(s)
-
-
-@pytest.fixture(scope="module")
-def events(spark):
-    rows = [
-        (1, ts("2025-12-01 10:00:00"), "impression"),
-        (1, ts("2025-12-01 11:00:00"), "click"),
-        (1, ts("2025-12-20 09:00:00"), "impression"),
-        (1, ts("2025-12-30 23:59:59"), "impression"),
-        (2, ts("2025-11-02 08:00:00"), "click"),          # clicks but no impressions: ctr undefined
-        (2, ts("2026-01-03 08:00:00"), "impression"),     # after as_of: excluded
-        (None, ts("2025-12-05 08:00:00"), "impression"),  # no key: excluded
-        (3, None, "impression"),                          # no timestamp: excluded
-    ]
-    return spark.createDataFrame(rows, "pid long, ts timestamp, event_type string")
-
-
-def test_activity_aggregates_match_hand_computation(spark, events):
-    usable, _ = transforms.activity_window(events, ACT, AS_OF)
-    got = transforms.aggregate_activity(usable, ACT, AS_OF)
-    expected = spark.createDataFrame(
-        [(1, 4, 3, 1 / 3, 2), (2, 1, 1, None, 60)],
-        "pid long, event_count long, active_days long, ctr double, days_since_last long",
-    )
-    assertDataFrameEqual(got, expected)
-
-
-def test_activity_window_counts_what_it_leaves_out(events):
-    _, usable = transforms.activity_window(events, ACT, AS_OF)
-    excluded = events.agg(F.sum(F.when(usable, 0).otherwise(1))).first()[0]
-    assert excluded == 3
-
-
-def test_people_join_regions_and_activity(spark, events):
-    people = spark.createDataFrame(
-        [(1, "US", 30), (2, "DE", 40), (3, "XX", 50), (4, None, 60)],
-        "pid long, country string, age int",
-    )
-    regions = spark.createDataFrame([("US", "NA", 65.0), ("DE", "EU", 46.0)], "code string, region string, gdp double")
-    joined = transforms.join_lookup(people, regions, "country", "code", "regions")
-    usable, _ = transforms.activity_window(events, ACT, AS_OF)
-    joined = transforms.join_activity(joined, transforms.aggregate_activity(usable, ACT, AS_OF), "pid", "pid")
-    expected = spark.createDataFrame(
-        [
-            (1, "US", 30, "NA", 65.0, 4, 3, 1 / 3, 2),
-            (2, "DE", 40, "EU", 46.0, 1, 1, None, 60),
-            (3, "XX", 50, None, None, 0, 0, None, None),
-            (4, None, 60, None, None, 0, 0, None, None),
-        ],
-        "pid long, country string, age int, region string, gdp double, event_count long, "
-        "active_days long, ctr double, days_since_last long",
-    )
-    assertDataFrameEqual(joined, expected)
 
 
 def test_lookup_column_clash_and_duplicate_keys(spark):

@@ -158,3 +158,54 @@ def test_tf_ports_need_a_second_port_per_node_only_for_the_gradient_mesh():
     gathered = config.load(CENSUS, ["train.tf_ports=39100-39101", "train.gradient_exchange=all_gather"]).train
     assert (gathered.tf_ports, gathered.workers) == ("39100-39101", 2)
     assert config.load(CENSUS, ["train.tf_ports=39100-39103"]).train.gradient_exchange == "auto"
+
+
+def test_census_aggregates_load_as_sql_expressions_and_last_values():
+    [agg] = config.load(CENSUS).prepare.aggregates
+    assert (agg.source, agg.key, agg.where) == ("events", "person_id", "ts < TIMESTAMP'2026-01-01 00:00:00'")
+    assert agg.columns["recent_pages"] == config.LastValues(last="page", order_by="ts", n=10)
+    assert agg.columns["queries"].startswith("concat_ws(' ', ")
+
+
+def aggregate_errors(entries: list[dict]) -> str:
+    """The ConfigError of census with `entries` as its aggregates."""
+    raw = config.read_config_file(CENSUS)
+    raw["prepare"]["aggregates"] = entries
+    with pytest.raises(ConfigError) as err:
+        config.from_dict(raw)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([{"source": "clicks", "key": "person_id", "columns": {"n": "count(1)"}}],
+     "prepare.aggregates[0].source: 'clicks' is not a source; sources: people, regions, events"),
+    ([{"source": "events", "key": "person_id", "columns": {}}], "prepare.aggregates[0].columns: give at least one"),
+    ([{"source": "events", "key": "person_id", "columns": {"n": " "}}], "prepare.aggregates[0].columns.n: an empty"),
+    ([{"source": "events", "key": "person_id", "columns": {"pages": {"last": "page", "order_by": "ts", "n": 0}}}],
+     "prepare.aggregates[0].columns.pages.n: must be >= 1, got 0"),
+    ([{"source": "events", "key": "person_id", "columns": {"pages": {"last": "page"}}}],
+     "prepare.aggregates[0].columns.pages: {'last': 'page'} does not fit"),
+    ([{"source": "events", "key": "person_id", "columns": {"n": "count(1)"}},
+      {"source": "regions", "key": "country", "columns": {"n": "count(1)"}}],
+     "prepare.aggregates[1].columns.n: also a column of prepare.aggregates[0]; give it another name"),
+    ([{"source": "events", "key": "person_id", "columns": {"n": "count(1)"}},
+      {"source": "events", "key": "person_id", "columns": {"m": "count(1)"}, "where": "page = '/home'"}],
+     "prepare.aggregates[1].source: 'events' has an entry already (prepare.aggregates[0]): one entry, one groupBy per "
+     "source; a column of other rows takes `FILTER (WHERE ...)`"),
+    ([{"source": "events", "key": "person_id", "columns": {"person_id": "max(person_id)"}}],
+     "prepare.aggregates[0].columns.person_id: also a column of the main table's key"),
+    ([{"source": "events", "key": "person_id", "column": {"n": "count(1)"}}],
+     "prepare.aggregates[0].column: unknown key; allowed keys: source, key, columns, where"),
+])
+def test_aggregates_are_checked_before_spark_starts(entries, message):
+    assert message in aggregate_errors(entries)
+
+
+def test_aggregates_need_a_key_feature_to_join_on():
+    raw = config.read_config_file(CENSUS)
+    raw["prepare"]["aggregates"] = [{"source": "events", "key": "person_id", "columns": {"n": "count(1)"}}]
+    raw["prepare"]["split"] = {"mode": "column", "column": "part"}
+    raw["prepare"].pop("activity")
+    raw["features"]["person_id"] = {"kind": "numeric"}
+    with pytest.raises(ConfigError, match="prepare.aggregates: joining aggregates needs a feature with kind = \"key\""):
+        config.from_dict(raw)

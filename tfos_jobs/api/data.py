@@ -120,9 +120,11 @@ def prepare(spark: SparkSession, *, output: str, spec: FeatureSpec | Table | Non
     and return its manifest.
 
     The rows come from `tables`, DataFrames the caller holds, by source name, and from the sources of `config` (a
-    `tfos_jobs.config.load(...)` result) for the names not given; with `config`, its `[prepare]` joins, activity and
-    split apply. `spec`: a `FeatureSpec` or the `[features]` table as a dict, else the config's. Without a config the
-    table named `main` (or the only one) is the rows, split as `split` says (default: a hash of the key, 20% eval).
+    `tfos_jobs.config.load(...)` result) for the names not given; with `config`, its `[prepare]` joins, activity,
+    aggregates and split apply, and a table of aggregates built as a DataFrame joins through a lookup of its name
+    (docs/prepare.md, "Aggregates you write"). `spec`: a `FeatureSpec` or the `[features]` table as a dict, else the
+    config's. Without a config the table named `main` (or the only one) is the rows, split as `split` says (default: a
+    hash of the key, 20% eval).
 
     Returns
     -------

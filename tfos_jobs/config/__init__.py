@@ -15,7 +15,8 @@ from typing import Any, Mapping, Sequence
 from tfos_jobs.config.demo_data import FleetConfig, SyntheticConfig
 from tfos_jobs.config.loading import apply_override, build, build_spec, is_url, read_config_file, read_toml, set_value
 from tfos_jobs.config.predict import PredictConfig
-from tfos_jobs.config.prepare import ActivityConfig, LookupConfig, PrepareConfig, SplitConfig
+from tfos_jobs.config.prepare import (ActivityConfig, AggregateConfig, LastValues, LookupConfig, PrepareConfig,
+                                      SplitConfig)
 from tfos_jobs.config.sources import FILE_FORMATS, SOURCE_FORMATS, SourceConfig
 from tfos_jobs.config.spark import SparkConfig
 from tfos_jobs.config.serve_sql import ServeSqlConfig
@@ -26,7 +27,7 @@ from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
 
 __all__ = [
-    "ActivityConfig", "Config", "ElasticConfig", "FILE_FORMATS", "FleetConfig", "LookupConfig", "ModelConfig", "PredictConfig",
+    "ActivityConfig", "AggregateConfig", "Config", "ElasticConfig", "FILE_FORMATS", "FleetConfig", "LastValues", "LookupConfig", "ModelConfig", "PredictConfig",
     "PrepareConfig", "SOURCE_FORMATS", "ServeSqlConfig", "SourceConfig", "SparkConfig", "SplitConfig", "StreamConfig", "SyntheticConfig", "TrackingConfig",
     "TrainConfig", "apply_override", "from_dict", "is_url", "load", "parse_ports", "read_config_file", "read_toml",
     "set_value", "to_dict", "validate",

@@ -32,6 +32,40 @@ class ActivityConfig:
 
 
 @dataclass(frozen=True)
+class LastValues:
+    """The last `n` non-null values of column `last`, ordered by `order_by` (oldest first): a list feature such as a
+    person's last pages, without the SQL it takes to say it."""
+
+    last: str
+    order_by: str
+    n: int = 10
+
+
+@dataclass(frozen=True)
+class AggregateConfig:
+    """Columns computed per key over the rows of a source (one groupBy, in the JVM) and left-joined to the main table by
+    its key feature: a key without rows gets nulls, which the spec imputes and counts. Each column is a Spark SQL
+    aggregate expression (`count(query)`, `concat_ws(' ', collect_list(query))`) or the last values of a column;
+    `where`, a SQL condition on the source's rows, keeps later rows out (a cut-off date, so no future leaks in)."""
+
+    source: str
+    key: str
+    columns: Mapping[str, Union[str, LastValues]]
+    where: Union[str, None] = None
+
+    def errors(self, where: str, sources: Mapping[str, SourceConfig]) -> list[str]:
+        errs = unknown(sources, f"{where}.source", self.source)
+        if not self.columns:
+            errs.append(f"{where}.columns: give at least one column (name = \"a SQL aggregate expression\")")
+        for name, column in self.columns.items():
+            if isinstance(column, LastValues) and column.n < 1:
+                errs.append(f"{where}.columns.{name}.n: must be >= 1, got {column.n}")
+            elif isinstance(column, str) and not column.strip():
+                errs.append(f"{where}.columns.{name}: an empty expression")
+        return errs
+
+
+@dataclass(frozen=True)
 class SplitConfig:
     """Train/eval split: by a hash of the key column, by a column holding "train", "eval" or "test" (a held-out split),
     or by time (sensor windows). `eval_from_train`: the eval split is drawn by the key's hash, at `eval_fraction`, from
@@ -102,6 +136,7 @@ class PrepareConfig:
     union: tuple[str, ...] = ()  # more sources with main's columns (e.g. the same table in another format), appended
     lookups: tuple[LookupConfig, ...] = ()
     activity: Union[ActivityConfig, None] = None
+    aggregates: tuple[AggregateConfig, ...] = ()
     split: SplitConfig = SplitConfig()
     files_per_split: int = 8
     compression: Literal["none", "gzip"] = "none"
@@ -125,11 +160,35 @@ class PrepareConfig:
                     errs.append(f"prepare.activity.as_of: {act.as_of!r} is not an ISO date (YYYY-MM-DD)")
             if spec.key is None:
                 errs.append("prepare.activity: joining activity needs a feature with kind = \"key\"")
+        errs += self._aggregate_errors(sources, spec)
         errs += self.split.errors(spec)
         if self.files_per_split < 1:
             errs.append(f"prepare.files_per_split: must be >= 1, got {self.files_per_split}")
         if not self.output:
             errs.append("prepare.output: must not be empty")
-        if spec.is_sequence and (self.lookups or self.activity is not None):
-            errs.append("prepare: lookups and activity apply to row features, not to sequence windows")
+        if spec.is_sequence and (self.lookups or self.activity is not None or self.aggregates):
+            errs.append("prepare: lookups, activity and aggregates apply to row features, not to sequence windows")
+        return errs
+
+    def _aggregate_errors(self, sources: Mapping[str, SourceConfig], spec: FeatureSpec) -> list[str]:
+        """Each entry's own problems, then the column names: one owner each (the main table's key, another aggregate);
+        the main table's other columns are known once the sources are read (`data.aggregates`)."""
+        errs: list[str] = []
+        owner: dict[str, str] = {}
+        if spec.key is not None:
+            owner[spec.key.name] = "the main table's key"
+        entry: dict[str, str] = {}
+        for i, agg in enumerate(self.aggregates):
+            where = f"prepare.aggregates[{i}]"
+            errs += agg.errors(where, sources)
+            if agg.source in entry:
+                errs.append(f"{where}.source: {agg.source!r} has an entry already ({entry[agg.source]}): one entry, "
+                            "one groupBy per source; a column of other rows takes `FILTER (WHERE ...)`")
+            entry.setdefault(agg.source, where)
+            for name in agg.columns:
+                if name in owner:
+                    errs.append(f"{where}.columns.{name}: also a column of {owner[name]}; give it another name")
+                owner.setdefault(name, where)
+        if self.aggregates and spec.key is None:
+            errs.append("prepare.aggregates: joining aggregates needs a feature with kind = \"key\"")
         return errs

@@ -1,4 +1,4 @@
-"""The prepare job's input: the main source joined with its lookups and activity aggregates.
+"""The prepare job's input: the main source joined with its lookups, its activity and the aggregates users write.
 
 One lazy table holding every stored feature, checked against the spec before any Spark job runs. Prepare writes it;
 `tfos predict` and `tfos sql` score it, so serving is fed exactly as training was."""
@@ -10,9 +10,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tfos_jobs import sessions
-from tfos_jobs.config import Config
-from tfos_jobs.data import columns, sources, transforms
+from tfos_jobs.config import Config, LookupConfig
+from tfos_jobs.data import aggregates, columns, sources, transforms
 from tfos_jobs.errors import InputError
 
 TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz", "date")
@@ -23,18 +22,22 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
     """Read, check and join the sources into one lazy table holding every stored feature.
 
     For prediction only the model's inputs are required, and every column is kept. `main` stands for the main source's
-    rows (a stream of them): no action runs on it, and the static sides it is joined with (lookups, the activity
-    aggregate) are computed once and cached, not again for every micro-batch."""
+    rows (a stream of them): no action runs on it, and the static sides it is joined with (lookups, the
+    aggregates) are computed once and cached, not again for every micro-batch."""
     prep, spec = config.prepare, config.features
     main_src = config.sources[prep.main]
     table = sources.read(spark, prep.main, main_src) if main is None else main
     source_rows: dict[str, dict[str, Any]] = {prep.main: {"location": main_src.location()}}
     provided = {c: prep.main for c in table.columns}
-    for lk in prep.lookups:
+    lookups = [(lk, _lookup(spark, config, lk, table)) for lk in prep.lookups]
+    for lk, lookup in lookups:
+        provided.update({c: lk.source for c in lookup.columns if c != lk.right_on})
+    events = _events(spark, config) if prep.activity is not None else None
+    if prep.activity is not None:
+        provided.update({c: prep.activity.source for c in columns.ACTIVITY_COLUMNS})
+    written = aggregates.analysed(spark, config, provided)  # every expression checked before the first job
+    for lk, lookup in lookups:
         src = config.sources[lk.source]
-        lookup = sources.read(spark, lk.source, src)
-        sources.require_columns(lk.source, src, lookup, {lk.right_on: ()})
-        sources.require_columns(prep.main, main_src, table, {lk.left_on: ()})
         dupes = transforms.duplicate_keys(lookup, lk.right_on)
         if dupes:
             raise InputError(
@@ -44,36 +47,15 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
         if main is not None:
             lookup = lookup.cache()
         table = transforms.join_lookup(table, lookup, lk.left_on, lk.right_on, lk.source)
-        provided.update({c: lk.source for c in lookup.columns if c != lk.right_on})
         source_rows[lk.source] = {"location": src.location(), "rows": lookup.count()}
-    if prep.activity is not None:
-        act = prep.activity
-        src = config.sources[act.source]
-        events = sources.read(spark, act.source, src)
-        sources.require_columns(act.source, src, events, {
-            act.key: (), act.timestamp: TIMESTAMP_TYPES, act.event_column: ("string",),
-        })
-        as_of = _as_of(events, act)
-        usable, cond = transforms.activity_window(events, act, as_of)
-        counts = events.agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(cond, 0).otherwise(1)).alias("excluded")).first()
-        assert counts is not None  # an aggregate without groups has one row
-        source_rows[act.source] = {
-            "location": src.location(), "rows": counts["rows"], "excluded": int(counts["excluded"] or 0),
-            "excluded_reason": f"null key or timestamp, or on/after as_of {as_of.isoformat()}",
-            "as_of": as_of.isoformat(),
-        }
+    for agg in ([_activity(config, events, source_rows)] if events is not None else []) + written:
         key = spec.key
-        assert key is not None  # activity joins on it (PrepareConfig.errors)
-        aggregated = transforms.aggregate_activity(usable, act, as_of)
-        if main is not None:
-            # Kept as the join wants it: each micro-batch then shuffles only its own rows, into
-            # one partition per core at most (one wave of tasks and of output files, not
-            # spark.sql.shuffle.partitions of them for a micro-batch's few rows).
-            partitions = min(int(spark.conf.get("spark.sql.shuffle.partitions") or 200),
-                             sessions.default_parallelism(spark))
-            aggregated = aggregated.repartition(partitions, act.key).sortWithinPartitions(act.key).cache()
-        table = transforms.join_activity(table, aggregated, key.name, act.key)
-        provided.update({c: act.source for c in columns.ACTIVITY_COLUMNS})
+        assert key is not None  # aggregates join on it (PrepareConfig.errors)
+        rows = agg.rows if main is None else aggregates.for_stream(spark, agg.rows, agg.config.key)
+        table = aggregates.join(table, rows, key.name, agg.config.key, agg.zeros)
+        provided.update({c: agg.config.source for c in agg.config.columns})
+        if agg.config.source not in source_rows:  # the activity's counts, when it reads the same source
+            source_rows[agg.config.source] = {"location": config.sources[agg.config.source].location(), **agg.counts()}
 
     errors = spec.input_type_errors(sources.column_types(table), spec.model_inputs if for_prediction else None)
     if errors:
@@ -90,6 +72,43 @@ def assemble(spark: SparkSession, config: Config, *, for_prediction: bool = Fals
     if columns.CORRUPT in table.columns:
         keep += [columns.CORRUPT, columns.SOURCE_FILE]
     return transforms.vectors_as_arrays(table.select(*dict.fromkeys(keep)), spec), source_rows
+
+
+def _lookup(spark: SparkSession, config: Config, lk: LookupConfig, table: DataFrame) -> DataFrame:
+    """A lookup source read, its key and the main table's checked (no Spark job)."""
+    src, main_src = config.sources[lk.source], config.sources[config.prepare.main]
+    lookup = sources.read(spark, lk.source, src)
+    sources.require_columns(lk.source, src, lookup, {lk.right_on: ()})
+    sources.require_columns(config.prepare.main, main_src, table, {lk.left_on: ()})
+    return lookup
+
+
+def _events(spark: SparkSession, config: Config) -> DataFrame:
+    """The activity source read, its columns checked (no Spark job)."""
+    act = config.prepare.activity
+    assert act is not None  # called for a config with activity
+    src = config.sources[act.source]
+    events = sources.read(spark, act.source, src)
+    sources.require_columns(act.source, src, events, {
+        act.key: (), act.timestamp: TIMESTAMP_TYPES, act.event_column: ("string",),
+    })
+    return events
+
+
+def _activity(config: Config, events: DataFrame, source_rows: dict[str, dict[str, Any]]) -> aggregates.Aggregated:
+    """`[prepare.activity]` as an aggregate; the events it leaves out are counted in the source's entry."""
+    act = config.prepare.activity
+    assert act is not None  # called for a config with activity
+    as_of = _as_of(events, act)
+    agg = aggregates.activity(act, as_of)
+    assert agg.where is not None  # the activity's window
+    activity = aggregates.Aggregated("prepare.activity", agg, aggregates.grouped(events.where(agg.where), agg,
+                                     "prepare.activity"), events, zeros=(columns.EVENT_COUNT, columns.ACTIVE_DAYS))
+    source_rows[act.source] = {
+        "location": config.sources[act.source].location(), **activity.counts(),
+        "excluded_reason": f"null key or timestamp, or on/after as_of {as_of.isoformat()}", "as_of": as_of.isoformat(),
+    }
+    return activity
 
 
 def _as_of(events: DataFrame, act) -> dt.date:

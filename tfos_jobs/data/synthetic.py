@@ -2,8 +2,8 @@
 
 `people` has the UCI Adult columns with realistic marginals (and missing values where the real data has "?"), and an
 income label drawn from a logistic model of them, so a model can beat the base rate clearly. `regions` maps each country
-to attributes; `events` is an activity log of impressions and clicks, ~`events_per_person` per person, that carries a
-little signal too.
+to attributes; `events` is an activity log of impressions and clicks (each on a page), ~`events_per_person` per person,
+and of searches (their text in `query`), that carries a little signal too.
 
 Rows are generated in fixed-size chunks, each from its own seed, so the data is identical whatever the number of Spark
 partitions or executors."""
@@ -78,12 +78,37 @@ WORKCLASS_EFFECT = {"Self-emp-inc": 0.75, "Federal-gov": 0.60, "Local-gov": 0.10
 MISSING_WORK = 0.056  # share of rows whose workclass and occupation are unknown ("?" in UCI Adult)
 MISSING_COUNTRY = 0.018
 
+# Pages people visit and the words they search for: value: (share, lean), the lean tilting the share by each person's
+# taste level (-TASTE_LEVELS..TASTE_LEVELS), which leans on income a little.
+TASTE_LEVELS = 4
+SEARCH_SHARE = 0.25  # searches per person, as a share of events_per_person
+SEARCH_PAGE = "/search"
+PAGES = {
+    "/home": (0.20, 0.0), "/news": (0.12, 0.1), "/sports": (0.08, -0.2), "/weather": (0.07, -0.1),
+    "/jobs/search": (0.07, -0.5), "/deals/coupons": (0.07, -0.6), "/games": (0.06, -0.5), "/recipes": (0.04, -0.1),
+    "/health": (0.04, 0.0), "/cars/used": (0.04, -0.3), "/realestate/rent": (0.04, -0.4),
+    "/education/courses": (0.03, 0.2), "/finance/markets": (0.05, 0.9), "/finance/retirement": (0.04, 0.8),
+    "/travel/flights": (0.05, 0.6), "/travel/hotels": (0.04, 0.5), "/cars/new": (0.03, 0.6),
+    "/realestate/buy": (0.03, 0.8), "/shopping/luxury": (0.02, 1.0), "/careers/executive": (0.02, 1.2),
+}
+QUERY_WORDS = {
+    "cheap": (0.05, -0.8), "free": (0.05, -0.7), "coupon": (0.03, -0.9), "jobs": (0.04, -0.6), "hiring": (0.03, -0.5),
+    "near": (0.06, -0.2), "me": (0.06, -0.2), "best": (0.06, 0.1), "how": (0.05, 0.0), "to": (0.05, 0.0),
+    "weather": (0.03, 0.0), "news": (0.03, 0.0), "recipe": (0.03, -0.1), "used": (0.02, -0.5), "car": (0.03, 0.0),
+    "rent": (0.02, -0.5), "apartment": (0.02, -0.3), "mortgage": (0.02, 0.6), "rates": (0.02, 0.5),
+    "stocks": (0.02, 0.9), "index": (0.02, 0.7), "fund": (0.02, 0.8), "retirement": (0.02, 0.8), "tax": (0.02, 0.5),
+    "planning": (0.02, 0.5), "luxury": (0.01, 1.0), "hotel": (0.02, 0.5), "flights": (0.02, 0.6),
+    "business": (0.02, 0.7), "wine": (0.01, 0.6), "golf": (0.01, 0.9), "kids": (0.03, 0.0), "school": (0.03, 0.1),
+    "football": (0.03, -0.2), "scores": (0.02, -0.2), "lottery": (0.02, -0.9), "payday": (0.01, -1.2),
+    "loan": (0.02, -0.6), "insurance": (0.02, 0.3),
+}
+
 PEOPLE_SCHEMA = (
     "person_id BIGINT, age INT, workclass STRING, fnlwgt INT, education STRING, education_num INT, "
     "marital_status STRING, occupation STRING, relationship STRING, race STRING, sex STRING, "
     "capital_gain INT, capital_loss INT, hours_per_week INT, native_country STRING, income STRING"
 )
-EVENTS_SCHEMA = "person_id BIGINT, ts TIMESTAMP, event_type STRING"
+EVENTS_SCHEMA = "person_id BIGINT, ts TIMESTAMP, event_type STRING, page STRING, query STRING"
 REGIONS_SCHEMA = "country STRING, region STRING, income_group STRING, gdp_per_capita DOUBLE"
 
 
@@ -172,24 +197,65 @@ def people_chunk(chunk: int, n_people: int, seed: int) -> pd.DataFrame:
 
 
 def events_chunk(chunk: int, n_people: int, seed: int, per_person: float, as_of: str) -> pd.DataFrame:
-    """The activity log of one chunk of people: recency and click rate lean a little on income."""
+    """The activity log of one chunk of people: recency and click rate lean a little on income, and so do the pages
+    people visit and the words of their searches (a share of `per_person` more events, of type "search")."""
     people = people_chunk(chunk, n_people, seed)
     rng = np.random.default_rng([seed, chunk, 1])
     rich = (people["income"] == ">50K").to_numpy()
     counts = rng.poisson(per_person, len(people))
     owner = np.repeat(np.arange(len(people)), counts)
-    gap_days = rng.exponential(np.where(rich, 3.0, 8.0))[owner]
-    span = np.maximum(WINDOW_DAYS - gap_days, 0.0)
-    seconds = (gap_days + rng.random(len(owner)) * span) * 86_400.0
-    end = np.datetime64(dt.date.fromisoformat(as_of), "s")
-    ts = end - np.ceil(seconds).astype("timedelta64[s]")
-    edu = people["education_num"].to_numpy()[owner]
-    p_click = 1.0 / (1.0 + np.exp(-(-2.3 + 0.5 * rich[owner] + 0.05 * (edu - 10))))
+    gap = rng.exponential(np.where(rich, 3.0, 8.0))
+    ts = _times(rng, gap[owner], as_of)
+    edu = people["education_num"].to_numpy()
+    p_click = 1.0 / (1.0 + np.exp(-(-2.3 + 0.5 * rich[owner] + 0.05 * (edu[owner] - 10))))
+    event_type = np.where(rng.random(len(owner)) < p_click, "click", "impression")
+    # pages and searches from a stream of their own: the columns above stay as they were
+    taste_rng = np.random.default_rng([seed, chunk, 2])
+    taste = _taste(taste_rng, rich, edu)
+    searcher = np.repeat(np.arange(len(people)), taste_rng.poisson(per_person * SEARCH_SHARE, len(people)))
+    owners = np.concatenate([owner, searcher])
     return pd.DataFrame({
-        "person_id": people["person_id"].to_numpy()[owner],
-        "ts": ts.astype("datetime64[us]"),
-        "event_type": np.where(rng.random(len(owner)) < p_click, "click", "impression"),
+        "person_id": people["person_id"].to_numpy()[owners],
+        "ts": np.concatenate([ts, _times(taste_rng, gap[searcher], as_of)]).astype("datetime64[us]"),
+        "event_type": np.concatenate([event_type, np.full(len(searcher), "search", dtype=object)]),
+        "page": np.concatenate([_pick(taste_rng, PAGES, taste[owner]), np.full(len(searcher), SEARCH_PAGE)]),
+        "query": np.concatenate([np.full(len(owner), None), _queries(taste_rng, taste[searcher])]),
     })
+
+
+def _times(rng: np.random.Generator, gap_days: np.ndarray, as_of: str) -> np.ndarray:
+    """Event times in the WINDOW_DAYS before `as_of`, none later than each event's owner's gap."""
+    span = np.maximum(WINDOW_DAYS - gap_days, 0.0)
+    seconds = (gap_days + rng.random(len(gap_days)) * span) * 86_400.0
+    return np.datetime64(dt.date.fromisoformat(as_of), "s") - np.ceil(seconds).astype("timedelta64[s]")
+
+
+def _taste(rng: np.random.Generator, rich: np.ndarray, education_num: np.ndarray) -> np.ndarray:
+    """Each person's lean, as one of TASTE_LEVELS levels: the label's and education's a little, mostly noise."""
+    lean = 0.3 * (2.0 * rich - 1.0) + 0.05 * (education_num - 10) + rng.normal(0.0, 1.0, len(rich))
+    return np.clip(np.round(lean * 2.0), -TASTE_LEVELS, TASTE_LEVELS).astype(np.int64)
+
+
+def _pick(rng: np.random.Generator, table: dict[str, tuple[float, float]], taste: np.ndarray) -> np.ndarray:
+    """One value of `table` (value: share, lean) per row, drawn with shares tilted by the row's taste level."""
+    share, lean = map(np.array, zip(*table.values()))
+    u = rng.random(len(taste))
+    codes = np.empty(len(taste), dtype=np.int64)
+    for level in range(-TASTE_LEVELS, TASTE_LEVELS + 1):
+        rows = taste == level
+        cum = np.cumsum(share * np.exp(lean * level / 2.0))
+        codes[rows] = np.searchsorted(cum / cum[-1], u[rows], side="right")
+    return np.asarray(list(table), dtype=object)[np.minimum(codes, len(table) - 1)]
+
+
+def _queries(rng: np.random.Generator, taste: np.ndarray) -> np.ndarray:
+    """A search text of 2 to 4 words per row, the words drawn as pages are."""
+    words = _pick(rng, QUERY_WORDS, np.repeat(taste, 4)).reshape(-1, 4)
+    lengths = rng.integers(2, 5, len(taste))
+    text = words[:, 0] + " " + words[:, 1]
+    for k in (2, 3):
+        text = np.where(lengths > k, text + " " + words[:, k], text)
+    return text
 
 
 def regions_frame() -> pd.DataFrame:

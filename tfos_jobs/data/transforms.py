@@ -1,19 +1,18 @@
-"""The relational part of preparation: joins, activity aggregates, rejects, imputation.
+"""The relational part of preparation: lookup joins, rejects, imputation (aggregates: `data.aggregates`).
 
 Each function returns a lazy DataFrame or Column; the driver decides when jobs run."""
 from __future__ import annotations
 
-import datetime as dt
 from typing import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from tfos_jobs.config import ActivityConfig, SplitConfig
+from tfos_jobs.config import SplitConfig
 from tfos_jobs.contracts.dataset import ALL_SPLITS
 from tfos_jobs.data import sources
 from tfos_jobs.data import split as split_mod
-from tfos_jobs.data.columns import ACTIVE_DAYS, CORRUPT, CTR, DAYS_SINCE_LAST, EVENT_COUNT
+from tfos_jobs.data.columns import CORRUPT
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import (SPARK_TYPES, CategoricalFeature, FeatureSpec, KeyFeature, Label, ListFeature,
                                      NumericFeature, TextFeature, VectorFeature)
@@ -36,37 +35,6 @@ def duplicate_keys(lookup: DataFrame, key: str, limit: int = 5) -> list:
     """Keys that appear more than once: a lookup with them would multiply rows of the main table."""
     dupes = lookup.groupBy(key).count().where("count > 1").limit(limit).collect()
     return [r[key] for r in dupes]
-
-
-def activity_window(events: DataFrame, act: ActivityConfig, as_of: dt.date) -> tuple[DataFrame, Column]:
-    """Events usable for features (key and timestamp set, strictly before `as_of`), and the
-    condition that selects them, so the driver can count what was left out."""
-    usable = (
-        F.col(act.key).isNotNull()
-        & F.col(act.timestamp).isNotNull()
-        & (F.col(act.timestamp) < F.lit(as_of).cast("timestamp"))
-    )
-    return events.where(usable), usable
-
-
-def aggregate_activity(events: DataFrame, act: ActivityConfig, as_of: dt.date) -> DataFrame:
-    """Per key: number of events, distinct active days, clicks per impression, days since last event."""
-    kind = F.col(act.event_column)
-    clicks = F.sum(F.when(kind == act.click_value, 1).otherwise(0))
-    impressions = F.sum(F.when(kind == act.impression_value, 1).otherwise(0))
-    return events.groupBy(act.key).agg(
-        F.count(F.lit(1)).cast("long").alias(EVENT_COUNT),
-        F.countDistinct(F.to_date(act.timestamp)).cast("long").alias(ACTIVE_DAYS),
-        (clicks / F.when(impressions > 0, impressions)).cast("double").alias(CTR),
-        F.datediff(F.lit(as_of), F.to_date(F.max(act.timestamp))).cast("long").alias(DAYS_SINCE_LAST),
-    )
-
-
-def join_activity(main: DataFrame, activity: DataFrame, main_key: str, act_key: str) -> DataFrame:
-    """People without events have zero events and active days; ctr and recency stay null (imputed)."""
-    activity = activity.withColumnRenamed(act_key, "__activity_key")
-    joined = main.join(activity, main[main_key] == activity["__activity_key"], "left").drop("__activity_key")
-    return joined.fillna(0, subset=[EVENT_COUNT, ACTIVE_DAYS])
 
 
 def reject_reason(spec: FeatureSpec, split: SplitConfig, columns: list[str]) -> Column:

@@ -1,7 +1,7 @@
 """Rows scored by the prediction function: the rows a config describes, checked against the model's inputs, and a table
 with the prediction columns appended (`tfos predict`, `tfos stream`).
 
-The input is the main source joined with its lookups and activity exactly as `prepare` does it (so serving cannot be fed
+The input is the main source joined with its lookups and aggregates exactly as `prepare` does it (so serving cannot be fed
 differently from training), or any configured source that already holds the feature columns."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Order of work, chosen so that nothing is computed twice and nothing is written half:
   1. read and check every source (schema only, no Spark job yet);
-  2. join lookups, aggregate and join activity, mark split and reject reason; persist;
+  2. join lookups and aggregates (activity's too), mark split and reject reason; persist;
   3. one aggregation pass: counts per split, rejects, missing values, train statistics;
   4. one vocabulary pass over the imputed train rows;
   5. write rejects and records into a staging directory beside the output;

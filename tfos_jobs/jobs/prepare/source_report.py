@@ -83,9 +83,9 @@ def run(spark: SparkSession, config: Config, names: list[str] | None = None, cou
 
 
 def joined_sources(config: Config) -> set[str]:
-    """The sources prepare joins into rows: main, its unions, lookups and activity."""
+    """The sources prepare joins into rows: main, its unions, lookups, activity and aggregates."""
     prep = config.prepare
-    names = {prep.main, *prep.union, *(lk.source for lk in prep.lookups)}
+    names = {prep.main, *prep.union, *(lk.source for lk in prep.lookups), *(a.source for a in prep.aggregates)}
     return names | ({prep.activity.source} if prep.activity else set())
 
 

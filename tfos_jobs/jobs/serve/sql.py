@@ -36,7 +36,7 @@ def statements(text: str) -> list[str]:
 
 def open_views(spark: SparkSession, config: Config, spec) -> list[str]:
     """Each configured source as a view under its own name, plus `features`: the main source joined with its lookups and
-    activity, as the model saw it in training; or, for a model of sensor windows, `windows`."""
+    aggregates, as the model saw it in training; or, for a model of sensor windows, `windows`."""
     views = []
     for name, src in config.sources.items():
         try:

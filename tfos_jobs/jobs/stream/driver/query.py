@@ -1,6 +1,6 @@
 """The streaming query's table, before scoring: what each micro-batch hands to `batches`.
 
-Rows: each event joined with the static tables as `tfos predict` joins its input (the lookups and activity of
+Rows: each event joined with the static tables as `tfos predict` joins its input (the lookups and aggregates of
 `[prepare]`). Sensor readings: cut into windows per asset in Spark's state (`executor.window_state`), watermarked by
 their time. Either way the events that cannot be scored come along, with their reason, in the same table.
 """
