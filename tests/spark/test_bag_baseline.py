@@ -7,6 +7,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from tfos_jobs import api, config
+from tfos_jobs.contracts import serving
 from tfos_jobs.data import bag_baseline as bag
 from tfos_jobs.errors import ConfigError, InputError
 from tfos_jobs.features.kinds import CategoricalFeature, KeyFeature, Label, ListFeature, NumericFeature, TextFeature
@@ -14,6 +15,7 @@ from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.jobs.serve import baseline as job
 
 CLASSES = ("old", "new", "odd")
+predicted_label = serving.predicted(serving.LABEL)
 SPEC = FeatureSpec((KeyFeature("id", dtype="string"), TextFeature("title"), ListFeature("tags"),
                     CategoricalFeature("kind"), NumericFeature("size"),
                     Label("period", task="multiclass", classes=CLASSES)))
@@ -102,7 +104,7 @@ def test_baseline_is_chosen_on_eval_and_scored_on_test_beside_the_model(spark, t
     spark.createDataFrame(rows, SCHEMA).write.parquet(str(tmp_path / "rows.parquet"))
     # a model right on every row but the test rows of class "odd", which it calls "old"
     predicted = [(r[0], "old" if r[5] == "odd" and r[6] == "test" else r[5]) for r in rows]
-    spark.createDataFrame(predicted, "id string, label string").write.parquet(str(tmp_path / "predictions"))
+    spark.createDataFrame(predicted, f"id string, {predicted_label} string").write.parquet(str(tmp_path / "predictions"))
     lines: list[str] = []
     result = api.baseline(spark, config=sample(tmp_path), log=lines.append)
     assert result.rows == {"train": 144, "eval": 48, "test": 48}

@@ -122,7 +122,7 @@ def baseline(spark: SparkSession, *, config: Config, predictions: str | None = N
     Raises
     ------
     ConfigError : a spec without a key or a multiclass label.
-    InputError : predictions that cannot be read or lack the key or `label`; no train or eval row.
+    InputError : predictions that cannot be read or lack the key or `predicted_label`; no train or eval row.
 
     Stable. Example: ``api.baseline(spark, config=config.load("conf/tate.toml")).figures["model"]["test"]``"""
     from tfos_jobs.jobs.serve import baseline as baseline_job

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.ml import Pipeline, PipelineModel
-from pyspark.ml.classification import LogisticRegression
+from pyspark.ml import Pipeline
+from pyspark.ml.classification import LogisticRegression, LogisticRegressionModel
 from pyspark.ml.feature import IDF, CountVectorizer, Imputer, StandardScaler, VectorAssembler
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -60,8 +60,9 @@ def tokens(spec: FeatureSpec) -> Column:
     return F.concat(*bags) if bags else F.array().cast("array<string>")
 
 
-def pipeline(spec: FeatureSpec, reg_param: float) -> Pipeline:
-    """The stages, from the rows with `TOKENS`, `TARGET` and the numeric features as doubles."""
+def featurizer(spec: FeatureSpec) -> Pipeline:
+    """The stages that make `FEATURES` of rows with `TOKENS` and the numeric features as doubles;
+    fitted once, on train, whatever the regParam."""
     numeric = [f.name for f in spec.numeric]
     stages: list = [CountVectorizer(inputCol=TOKENS, outputCol=COUNTS, vocabSize=VOCAB_SIZE),
                     IDF(inputCol=COUNTS, outputCol=WEIGHTED)]
@@ -72,10 +73,13 @@ def pipeline(spec: FeatureSpec, reg_param: float) -> Pipeline:
                    VectorAssembler(inputCols=filled, outputCol=NUMBERS),
                    StandardScaler(inputCol=NUMBERS, outputCol=SCALED, withMean=True, withStd=True)]
         inputs.append(SCALED)
-    stages += [VectorAssembler(inputCols=inputs, outputCol=FEATURES),
-               LogisticRegression(featuresCol=FEATURES, labelCol=TARGET, predictionCol=PREDICTED,
-                                  regParam=reg_param, maxIter=MAX_ITER, family="multinomial")]
-    return Pipeline(stages=stages)
+    return Pipeline(stages=[*stages, VectorAssembler(inputCols=inputs, outputCol=FEATURES)])
+
+
+def classifier(reg_param: float) -> LogisticRegression:
+    """The logistic regression of `FEATURES` and `TARGET`, multinomial."""
+    return LogisticRegression(featuresCol=FEATURES, labelCol=TARGET, predictionCol=PREDICTED, regParam=reg_param,
+                              maxIter=MAX_ITER, family="multinomial")
 
 
 def inputs(rows: DataFrame, spec: FeatureSpec, keep: tuple[str, ...] = ()) -> DataFrame:
@@ -104,11 +108,6 @@ def figures(pairs: DataFrame, truth: str, predicted: str, classes: int) -> Figur
     return Figures(rows, right / rows, sum(f1) / classes)
 
 
-def fit(train: DataFrame, spec: FeatureSpec, reg_param: float) -> PipelineModel:
-    """The pipeline fitted on `train` (rows as `inputs` makes them)."""
-    return pipeline(spec, reg_param).fit(train)
-
-
-def score(model: PipelineModel, rows: DataFrame, spec: FeatureSpec) -> Figures:
-    """`model`'s figures on `rows` (as `inputs` makes them)."""
+def score(model: LogisticRegressionModel, rows: DataFrame, spec: FeatureSpec) -> Figures:
+    """`model`'s figures on `rows` (with `FEATURES` and `TARGET`)."""
     return figures(model.transform(rows), TARGET, PREDICTED, len(spec.label.classes))

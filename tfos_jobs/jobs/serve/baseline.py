@@ -53,7 +53,9 @@ def run(spark: SparkSession, config: Config, predictions: str, log: Callable[[st
     key = spec.key.name
     table, _ = assemble(spark, config)
     labelled = table.withColumn(columns.SPLIT, split_mod.assign(config.prepare.split, key))
-    rows = bag.inputs(labelled, spec, keep=(key, columns.SPLIT)).cache()
+    rows = bag.inputs(labelled, spec, keep=(key, columns.SPLIT))
+    train = rows.where(F.col(columns.SPLIT) == Split.TRAIN.value)
+    rows = bag.featurizer(spec).fit(train).transform(rows).select(key, columns.SPLIT, bag.TARGET, bag.FEATURES).cache()
     try:
         counts = {r[0]: int(r[1]) for r in rows.groupBy(columns.SPLIT).count().collect() if r[0] is not None}
         missing = [s for s in (Split.TRAIN.value, Split.EVAL.value) if not counts.get(s)]
@@ -61,8 +63,8 @@ def run(spark: SparkSession, config: Config, predictions: str, log: Callable[[st
             raise InputError(f"no labelled row is in split(s) {missing} (prepare.split): the baseline needs train and eval")
         scored = [s for s in ALL_SPLITS if s != Split.TRAIN.value and counts.get(s)]
         by_split = {s: rows.where(F.col(columns.SPLIT) == s) for s in ALL_SPLITS}
+        model = _model_rows(spark, predictions, rows, key, spec)  # read (and checked) before the fits
         result = _baseline(by_split, scored, spec, counts, log)
-        model = _model_rows(spark, predictions, rows, key, spec)
         majority = _majority(by_split[Split.TRAIN.value])
         for s in scored:
             result.figures.setdefault(MAJORITY, {})[s] = bag.figures(
@@ -83,7 +85,7 @@ def _baseline(by_split: dict[str, DataFrame], scored: list[str], spec: FeatureSp
     train, held = by_split[Split.TRAIN.value], by_split[Split.EVAL.value]
     on_eval, fitted = {}, {}
     for reg in bag.REG_PARAMS:
-        fitted[reg] = bag.fit(train, spec, reg)
+        fitted[reg] = bag.classifier(reg).fit(train)
         on_eval[reg] = bag.score(fitted[reg], held, spec).accuracy
         log(f"baseline regParam {reg}: eval accuracy {on_eval[reg]:.4f}")
     best = max(bag.REG_PARAMS, key=lambda r: on_eval[r])  # the first of the best on ties
@@ -105,11 +107,12 @@ def _model_rows(spark: SparkSession, predictions: str, rows: DataFrame, key: str
         predicted = spark.read.parquet(predictions)
     except AnalysisException as e:
         raise InputError(f"predictions {predictions!r}: {sources.explain(e)} (write them with tfos predict)") from None
-    missing = [c for c in (key, contract.LABEL) if c not in predicted.columns]
+    label = contract.predicted(contract.LABEL)
+    missing = [c for c in (key, label) if c not in predicted.columns]
     if missing:
         raise InputError(f"predictions {predictions!r} lack column(s) {missing}: write them with tfos predict")
     classes = F.array(*[F.lit(c) for c in spec.label.classes])
-    index = (F.array_position(classes, F.col(contract.LABEL)) - 1).cast("double")
+    index = (F.array_position(classes, F.col(label)) - 1).cast("double")
     return rows.select(key, columns.SPLIT, bag.TARGET).join(
         predicted.select(key, index.alias(MODEL_PREDICTED)), key, "left")
 
