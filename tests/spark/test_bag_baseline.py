@@ -47,11 +47,12 @@ def test_tokens_bag_words_elements_and_values_by_feature_name(spark):
 
 
 def test_figures_are_accuracy_and_unweighted_mean_of_each_class_f1(spark):
-    pairs = spark.createDataFrame([(0.0, 0.0), (0.0, 0.0), (0.0, 1.0), (1.0, 1.0), (2.0, 0.0)], "t double, p double")
+    pairs = spark.createDataFrame([(0.0, 0.0), (0.0, 0.0), (0.0, 1.0), (1.0, 1.0), (2.0, 0.0), (1.0, None)],
+                                  "t double, p double")
     got = bag.figures(pairs, "t", "p", 3)
-    assert got.rows == 5 and got.accuracy == pytest.approx(3 / 5)
-    # F1: class 0 2*2/(3+3); class 1 2*1/(2+1); class 2 never predicted: 0
-    assert got.macro_f1 == pytest.approx((4 / 6 + 2 / 3 + 0.0) / 3)
+    assert got.rows == 6 and got.accuracy == pytest.approx(3 / 6)  # no prediction is a wrong one
+    # F1: class 0 2*2/(3+3); class 1 2*1/(2+2); class 2 never predicted: 0
+    assert got.macro_f1 == pytest.approx((4 / 6 + 2 / 4 + 0.0) / 3)
 
 
 def sample(tmp_path) -> config.Config:

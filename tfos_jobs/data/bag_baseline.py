@@ -91,10 +91,11 @@ def inputs(rows: DataFrame, spec: FeatureSpec, keep: tuple[str, ...] = ()) -> Da
 
 
 def figures(pairs: DataFrame, truth: str, predicted: str, classes: int) -> Figures:
-    """Accuracy and macro F1 of `pairs` (class indices in `truth` and `predicted`), from their
-    confusion counts (classes x classes rows reach the driver)."""
-    counts = {(int(r[0]), int(r[1])): int(r[2])
-              for r in pairs.groupBy(F.col(truth).cast("int"), F.col(predicted).cast("int")).count().collect()}
+    """Accuracy and macro F1 of `pairs` (class indices in `truth` and `predicted`, a null
+    prediction wrong), from their confusion counts (classes x classes rows reach the driver)."""
+    none = F.lit(-1)  # no prediction: wrong, whatever the truth
+    counts = {(int(r[0]), int(r[1])): int(r[2]) for r in pairs.groupBy(
+        F.col(truth).cast("int"), F.coalesce(F.col(predicted).cast("int"), none)).count().collect()}
     rows = sum(counts.values())
     if not rows:
         return Figures(0, float("nan"), float("nan"))

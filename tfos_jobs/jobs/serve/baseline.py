@@ -5,8 +5,8 @@ and beside the majority class, on each split the rows' own split gives.
 The rows are the config's (its `[prepare]` sources and joins, as prepare reads them), each in the
 split prepare puts it in (`prepare.split`; by hash, the nominal boundary). The baseline is fitted on
 train, its `regParam` chosen on eval, and scored once on test; the model's figures come from the
-predictions `tfos predict` wrote (`predict.output`, the key and the predicted `label`), joined to
-the rows by the key. Nothing is written: the figures are printed and returned."""
+predictions `tfos predict` wrote (`predict.output`: the key and `predicted_label`), joined to the
+rows by the key (a row without a prediction counts as wrong). Nothing is written: the figures are printed and returned."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
