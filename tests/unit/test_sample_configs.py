@@ -13,7 +13,7 @@ DOCUMENTED = "\n".join(p.read_text() for p in [*(ROOT / "docs").glob("*.md"), *(
 
 
 def test_every_sample_is_checked():
-    assert {"adult", "census", "census_warehouse", "fleet", "sensors"} <= set(SAMPLES)
+    assert {"adult", "census", "census_warehouse", "fleet", "sensors", "tate"} <= set(SAMPLES)
 
 
 @pytest.mark.parametrize("name", SAMPLES)

@@ -17,6 +17,7 @@ from tfos_jobs.errors import ConfigError, TfosError
 from udfs import PredictionUdf
 
 if TYPE_CHECKING:
+    from tfos_jobs.jobs.serve.baseline import Comparison
     from tfos_jobs.jobs.stream.driver.job import StreamSummary
 
 Log = Callable[[str], None]
@@ -104,6 +105,30 @@ def evaluate(spark: SparkSession, *, config: Config, scores: str | None = None, 
         raise ConfigError(f"{config.predict.model!r} is not an autoencoder of sensor windows: nothing to evaluate")
     return anomaly_report.evaluate(spark, config, spec, scores or config.predict.output,
                                    truth or f"{config.fleet.output}/{ANOMALIES_DIR}", log=log)
+
+
+def baseline(spark: SparkSession, *, config: Config, predictions: str | None = None, log: Log = print) -> "Comparison":
+    """Put a classifier's predictions (`predictions`, default `predict.output`, what `predict` wrote) beside what a
+    data scientist tries first on the same rows and splits: a bag of the texts' words, the lists' elements and the
+    categoricals' values (CountVectorizer, IDF) with the numbers, in a Spark ML logistic regression whose regParam is
+    chosen on eval; and beside the majority class. A model is worth its cost only when it beats them on test: what
+    `tfos baseline` does (docs/prepare.md).
+
+    Returns
+    -------
+    Comparison : rows per split, the regParam kept and each one's eval accuracy, and accuracy and macro F1 of the
+        majority class, the baseline and the model on eval and test.
+
+    Raises
+    ------
+    ConfigError : a spec without a key or a multiclass label.
+    InputError : predictions that cannot be read or lack the key or `predicted_label`; no train or eval row.
+
+    Stable. Example: ``api.baseline(spark, config=config.load("conf/tate.toml")).figures["model"]["test"]``"""
+    from tfos_jobs.jobs.serve import baseline as baseline_job
+
+    config_mod.validate(config)
+    return baseline_job.run(spark, config, predictions or config.predict.output, log=log)
 
 
 def predict(spark: SparkSession, *, config: Config, model: str | TrainResult | ModelDir | None = None,

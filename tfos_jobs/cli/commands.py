@@ -26,6 +26,11 @@ def cmd_evaluate(config: Config, args: Args) -> int:
     return 0
 
 
+def cmd_baseline(config: Config, args: Args) -> int:
+    api.baseline(api.session(config=config), config=config, predictions=args.predictions)
+    return 0
+
+
 def cmd_prepare(config: Config, args: Args) -> int:
     api.prepare(api.session(config=config), config=config, output=config.prepare.output, overwrite=args.overwrite)
     return 0
@@ -105,6 +110,6 @@ def cmd_demo_stream(config: Config, args: Args) -> int:
 
 
 COMMANDS = {"sweep": cmd_sweep, "generate": cmd_generate, "prepare": cmd_prepare, "train": cmd_train, "predict": cmd_predict,
-            "sql": cmd_sql, "serve-sql": cmd_serve_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "sources": cmd_sources,
+            "sql": cmd_sql, "serve-sql": cmd_serve_sql, "demo": cmd_demo, "evaluate": cmd_evaluate, "baseline": cmd_baseline, "sources": cmd_sources,
             "demo-warehouse": cmd_demo_warehouse, "stream": cmd_stream, "replay": cmd_replay,
             "demo-stream": cmd_demo_stream}

@@ -60,6 +60,10 @@ def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     ev.add_argument("--truth", help="table (Parquet) of anomaly intervals: key, start, end, kind "
                                     "(default: the embedded fleet's, under fleet.output)")
     ev.add_argument("--scores", help="scores written by tfos predict (default: predict.output)")
+    base = sub.add_parser("baseline", parents=[common],
+                          help="a classifier's predictions beside a Spark ML bag-of-words logistic regression and the "
+                               "majority class on the same rows: accuracy and macro F1 on eval and test")
+    base.add_argument("--predictions", help="predictions written by tfos predict (default: predict.output)")
     sweep = sub.add_parser("sweep", parents=[common], help="hyperparameter sweep: trials in parallel on the executors")
     sweep.add_argument("--space", required=True, type=resources.config_path,
                        help="the sweep file, e.g. conf/sweep.toml or the shipped sample `sweep`; "

@@ -103,7 +103,7 @@ def pack(output: str | Path, *, compresslevel: int = 1, log: Callable[[str], Non
     root = venv_root()
     output = Path(output).resolve()
     mode = _mode(output.name)
-    if root in output.parents:
+    if root.resolve() in output.parents:  # `output` is resolved: a venv reached through a symlink too
         raise ConfigError(f"pack-env: the archive {str(output)!r} would be written into the venv it packs ({root})")
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(f".{output.name}.partial")
