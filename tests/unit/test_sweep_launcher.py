@@ -38,7 +38,7 @@ def tiny_dataset(root: Path) -> Path:
     files = SplitFiles(100, (("part-00000.tfrecord", 1000),))
     manifest = Manifest(1, "0", "", 0.0, str(root), {}, spec.fingerprint(), {"record_type": "Example",
                         "compression": ""}, {"train": files, "eval": files}, {}, {}, {})
-    dataset.write_meta(Storage(None), f"file:{root}", spec, {}, {f.name: [("a", 1)] for f in spec.categorical},
+    dataset.write_meta(Storage(None), f"file:{root}", spec, {}, {f.name: [("a", 1)] for f in spec.with_vocabulary},
                        manifest)
     return root
 
