@@ -54,8 +54,9 @@ def assert_exported_model_matches_trained(model_dir: Path) -> None:
 
     sample = json.loads((model_dir / "sample_predictions.json").read_text())
     fn = tf.saved_model.load(str(model_dir / "saved_model")).signatures["serving_default"]
-    inputs = {k: tf.constant(v, dtype=tf.string if isinstance(v[0], str) else tf.float32) for k, v in sample["rows"].items()}
-    assert sorted(inputs) == sorted(k for k in fn.structured_input_signature[1])
+    args = fn.structured_input_signature[1]  # strings, numbers, lists of strings padded as the model takes them
+    assert sorted(sample["rows"]) == sorted(args)
+    inputs = {k: tf.constant(v, dtype=args[k].dtype) for k, v in sample["rows"].items()}
     got = fn(**inputs)["probability"].numpy()
     np.testing.assert_allclose(got, np.asarray(sample["outputs"]).reshape(-1), atol=1e-6)
 

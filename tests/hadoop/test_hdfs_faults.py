@@ -190,8 +190,8 @@ def test_a_datanode_lost_while_training_costs_nothing(spark, dfs, hdfs_dataset, 
     storage.download(f"{model}/saved_model", str(tmp_path / "saved_model"))
     sample = json.loads(storage.read_text(f"{model}/sample_predictions.json"))
     fn = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
-    inputs = {k: tf.constant(v, dtype=tf.string if isinstance(v[0], str) else tf.float32)
-              for k, v in sample["rows"].items()}
+    args = fn.structured_input_signature[1]  # strings, numbers, lists of strings padded as the model takes them
+    inputs = {k: tf.constant(v, dtype=args[k].dtype) for k, v in sample["rows"].items()}
     got = fn(**inputs)["probability"].numpy().reshape(-1)
     np.testing.assert_allclose(got, np.asarray(sample["outputs"]).reshape(-1), atol=1e-6)
     assert len(got) > 0 and ((got > 0) & (got < 1)).all() and got.std() > 0.01  # not a constant
