@@ -49,9 +49,10 @@ class Scorer:
 
     Each batch is one call into TensorFlow, a graph of one input per kind of column: the categorical columns as their
     distinct values and codes, the numeric ones with their nulls filled and counted in numpy beforehand (TensorFlow's NaN
-    test of a float64 matrix took longer than all of numpy's work), the windows, the texts (tokenized, and their tokens
-    counted, in the graph), the lists padded as prepare stores them, the vectors. Eager operations one by one cost more Python than the
-    model itself. A label is read from the class id, not from the graph's strings."""
+    test of a float64 matrix took longer than all of numpy's work), the windows, the texts (token ids made from their
+    Arrow buffers, `udfs.text_ids`, for a model with `serving_ids`; else tokenized and counted in the graph), the lists
+    padded as prepare stores them, the vectors. Eager operations one by one cost more Python than the model itself. A
+    label is read from the class id, not from the graph's strings."""
 
     def __init__(self, export_dir: str):
         use_task_gpus()
