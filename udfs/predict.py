@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, ListFeature, NumericFeature, SequenceFeature,
-                                     TextFeature, VectorFeature)
+from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, KeyFeature, ListFeature, NumericFeature,
+                                     SequenceFeature, TextFeature, VectorFeature)
 from tfos_jobs.features.text import PAD
 from udfs import arrow_inputs, text_ids
 from tfos_jobs.tf_import import tensorflow
@@ -68,7 +68,8 @@ class Scorer:
         self.task = contract.task_of(self.spec)
         self.inputs = self.spec.model_inputs
         self.features = [self.spec.get(n) for n in self.inputs]  # looked up once per worker, not per batch
-        self.categorical = [f for f in self.features if isinstance(f, CategoricalFeature)]
+        # Columns of strings: categoricals, and an autoencoder's key (the window's asset)
+        self.categorical = [f for f in self.features if isinstance(f, (CategoricalFeature, KeyFeature))]
         self.sequences = [f for f in self.features if isinstance(f, SequenceFeature)]
         self.numeric = [f for f in self.features if isinstance(f, NumericFeature)]  # the model's other inputs
         self.window = self.spec.time.window if self.sequences else 0  # steps per window of a sequence column
@@ -83,6 +84,8 @@ class Scorer:
         self.text_width = max((f.width() for f in self.texts), default=0)
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.with_vocabulary}
+        if self.sequences and self.spec.key is not None:  # an asset not among the train split's is counted as unseen
+            self.vocab[self.spec.key.name] = pa.array(_trained_assets(export_dir, self.spec), pa.string())
         self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
         classifier = contract.udf_returns_struct(self.task) and self.task != contract.AUTOENCODER
         self.labels = pa.array(contract.class_names(self.spec), pa.string()) if classifier else None
@@ -178,10 +181,10 @@ class Scorer:
                 lists.append(arrow_inputs.elements(f, column, self.vocab[name], self.list_width, counts))
             elif isinstance(f, VectorFeature):
                 vectors.append(arrow_inputs.vectors(f, column, self.vector_width, counts))
-            elif isinstance(f, CategoricalFeature):
-                values, column_codes = arrow_inputs.distinct_strings(name, column, f.default)
+            elif isinstance(f, (CategoricalFeature, KeyFeature)):
+                values, column_codes = arrow_inputs.distinct_strings(name, column, getattr(f, "default", ""))
                 arrow_inputs.count(counts, contract.count_key(contract.COUNT_NULL, name), column.null_count)
-                if f.max_length is not None:
+                if isinstance(f, CategoricalFeature) and f.max_length is not None:
                     long = np.asarray(pc.greater(pc.utf8_length(values), f.max_length))
                     arrow_inputs.count(counts, contract.count_key(contract.COUNT_TRUNCATED, name), arrow_inputs.rows_of(long, column_codes))
                     values = pc.utf8_slice_codeunits(values, 0, f.max_length)
@@ -231,6 +234,17 @@ def _vectors(matrix: np.ndarray) -> pa.Array:
     rows, width = matrix.shape
     offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(matrix).ravel()))
+
+
+def _trained_assets(export_dir: str, spec: FeatureSpec) -> list[str]:
+    """The assets an autoencoder has statistics of (`_meta/stats.json` under the key)."""
+    import json
+
+    from tfos_jobs.contracts.dataset import STATS_PER_ASSET
+
+    assert spec.key is not None  # the caller checked
+    with open(contract.stats_asset(export_dir), encoding="utf-8") as f:
+        return sorted((json.load(f).get(spec.key.name) or {}).get(STATS_PER_ASSET, {}))
 
 
 def _read_lines(path: str) -> list[str]:

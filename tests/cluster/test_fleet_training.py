@@ -58,6 +58,8 @@ def test_two_workers_train_and_export_with_a_threshold(trained):
     assert metrics["strategy"] == "multi_worker_mirrored" and len(metrics["nodes"]) == 2
     assert metrics["epochs"] == 2 and "epoch   2/2" in stdout and "val_loss" in stdout
     assert metrics["anomaly"]["quantile"] == cfg.train.model.anomaly_quantile and metrics["anomaly"]["threshold"] > 0
+    # an asset's own threshold needs 1 / (1 - quantile) of its train windows; here each has about 18
+    assert metrics["anomaly"]["thresholds"] == {}
     assert (model_dir / "learning_curve.png").stat().st_size > 0
 
 
@@ -76,7 +78,9 @@ def test_udf_scores_equal_the_saved_models_outputs(spark, trained):
 
     loaded = tf.saved_model.load(str(model_dir / "saved_model"))
     serving = loaded.signatures[contract.SERVING_SIGNATURE]
-    inputs = {n: tf.constant(np.stack(rows[n].to_list()).astype(np.float32)) for n in spec.model_inputs}
+    sensors = [f.name for f in spec.sequences]
+    inputs = {n: tf.constant(np.stack(rows[n].to_list()).astype(np.float32)) for n in sensors}
+    inputs["asset_id"] = tf.constant(rows["asset_id"].to_list())
     expected = serving(**inputs)
     got = rows["s"]
     np.testing.assert_allclose([s[contract.RECONSTRUCTION_ERROR] for s in got],
@@ -84,9 +88,14 @@ def test_udf_scores_equal_the_saved_models_outputs(spark, trained):
     np.testing.assert_allclose(np.stack([s[contract.LATENT] for s in got]), expected[contract.LATENT].numpy(),
                                rtol=1e-5, atol=1e-6)
     assert [s[contract.IS_ANOMALY] for s in got] == expected[contract.IS_ANOMALY].numpy().tolist()
-    threshold = json.loads((model_dir / "metrics.json").read_text())["anomaly"]["threshold"]
+    anomaly = json.loads((model_dir / "metrics.json").read_text())["anomaly"]
+    thresholds = [anomaly["thresholds"].get(a, anomaly["threshold"]) for a in rows["asset_id"]]
     errors = expected[contract.RECONSTRUCTION_ERROR].numpy()
-    assert (errors > threshold).tolist() == expected[contract.IS_ANOMALY].numpy().tolist()
+    assert (errors > np.array(thresholds)).tolist() == expected[contract.IS_ANOMALY].numpy().tolist()
+    # the split is by asset: windows of an eval asset are of an asset unseen in training, and counted
+    trained_on = json.loads((model_dir / "saved_model" / "assets" / "stats.json").read_text())["asset_id"]["per_asset"]
+    unseen = int((~rows["asset_id"].isin(list(trained_on))).sum())
+    assert 0 < unseen < 100 and udf.counts()[contract.count_key(contract.COUNT_UNSEEN, "asset_id")] == unseen
 
     # the same windows from the prepared SequenceExamples through predict_examples
     records = list(tf.data.TFRecordDataset(sorted(glob.glob(str(Path(cfg.prepare.output) / "train" / "*"))))
@@ -94,7 +103,7 @@ def test_udf_scores_equal_the_saved_models_outputs(spark, trained):
     context, lists = spec.sequence_parse_spec()
     ctx, seq, _ = tf.io.parse_sequence_example(records, context_features=context, sequence_features=lists)
     by_examples = loaded.signatures[contract.EXAMPLES_SIGNATURE](examples=tf.constant(records))
-    by_columns = serving(**{n: seq[n] for n in spec.model_inputs})
+    by_columns = serving(asset_id=ctx["asset_id"], **{n: seq[n] for n in sensors})
     np.testing.assert_allclose(by_examples[contract.RECONSTRUCTION_ERROR].numpy(),
                                by_columns[contract.RECONSTRUCTION_ERROR].numpy(), rtol=1e-6)
     assert len(ctx["asset_id"]) > 0
@@ -110,3 +119,32 @@ def test_a_short_window_is_an_error_naming_the_column(spark, trained):
     short = window_table(spark, cfg, cfg.features).limit(2).withColumn("rpm", F.slice("rpm", 1, 10))
     with pytest.raises(PythonException, match="column 'rpm' \\(sequence feature\\): the model takes windows of 64"):
         short.select(F.expr("score_windows(struct(*))")).collect()
+
+
+def test_an_asset_unseen_in_training_is_scored_with_the_fleets_statistics_and_counted(spark, trained):
+    import tensorflow as tf
+
+    from tfos_jobs.contracts.dataset import STATS_PER_ASSET
+    from udfs import register
+
+    cfg, model_dir, _ = trained
+    stats = json.loads((model_dir / "saved_model" / "assets" / "stats.json").read_text())
+    known = sorted(stats["asset_id"][STATS_PER_ASSET])
+    windows = window_table(spark, cfg, cfg.features).where(F.col("asset_id") == known[0]) \
+        .orderBy("window_start").limit(20)
+    renamed = windows.withColumn("asset_id", F.lit("asset-never-seen")).unionByName(windows).cache()
+    udf = register(spark, "score_windows", str(model_dir), batch_size=64)
+    rows = renamed.select("asset_id", *[f.name for f in cfg.features.sequences],
+                          udf().alias("s")).toPandas()
+    unseen = (rows["asset_id"] == "asset-never-seen").to_numpy()
+    n = int(unseen.sum())
+    assert n >= 10 and udf.counts()[contract.count_key(contract.COUNT_UNSEEN, "asset_id")] == n
+    serving = tf.saved_model.load(str(model_dir / "saved_model")).signatures[contract.SERVING_SIGNATURE]
+    sensors = {f.name: tf.constant(np.stack(rows[f.name][unseen].to_list()).astype(np.float32))
+               for f in cfg.features.sequences}
+    as_fleet = serving(asset_id=tf.constant(["not-in-training"] * n), **sensors)[contract.RECONSTRUCTION_ERROR].numpy()
+    as_itself = serving(asset_id=tf.constant([known[0]] * n), **sensors)[contract.RECONSTRUCTION_ERROR].numpy()
+    got = np.array([s[contract.RECONSTRUCTION_ERROR] for s in rows["s"]])
+    np.testing.assert_allclose(got[unseen], as_fleet, rtol=1e-5)
+    np.testing.assert_allclose(got[~unseen], as_itself, rtol=1e-5)
+    assert not np.allclose(as_fleet, as_itself, rtol=1e-3)  # the asset's own statistics are not the fleet's

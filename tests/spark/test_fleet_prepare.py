@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tfos_jobs import config
+from tfos_jobs.contracts.dataset import STATS_PER_ASSET
 from tfos_jobs.data import fleet
 from tfos_jobs.jobs import prepare
 from tfos_jobs.errors import InputError
@@ -86,13 +87,25 @@ def test_every_window_is_kept_or_counted_and_stats_are_the_train_windows(prepare
     assert w["dropped"] == sum(w["dropped_by_reason"].values())
     assert w["dropped_by_reason"]["gap"] >= 1 and w["dropped_by_reason"]["missing_values"] >= 1
     assert manifest["sources"]["sensors_csv"]["files"] == 2 and manifest["rows"]["rejected"] == 0
-    _, seq = read_with_plain_tensorflow(root / "dataset", "train")
+    ctx, seq = read_with_plain_tensorflow(root / "dataset", "train")
     stats = json.loads((root / "dataset" / "_meta" / "stats.json").read_text())
+    sensors = [f.name for f in fleet_config(root / "raw", root / "dataset").features.sequences]
     for sensor in ("temperature", "rpm"):
         values = seq[sensor].astype(np.float64)
         assert stats[sensor]["count"] == values.size
         assert stats[sensor]["mean"] == pytest.approx(values.mean(), rel=1e-6)
         assert stats[sensor]["std"] == pytest.approx(values.std(), rel=1e-5)
+    # and each asset's own, under the key: the train split's assets, in sensor order
+    per_asset = stats["asset_id"][STATS_PER_ASSET]
+    assets = sorted({a.decode() for a in ctx["asset_id"]})
+    assert sorted(per_asset) == assets and stats["asset_id"]["count"] == len(assets) >= 2
+    for asset in assets:
+        mine = ctx["asset_id"] == asset.encode()
+        for j, sensor in enumerate(sensors):
+            values = seq[sensor][mine].astype(np.float64)
+            assert per_asset[asset]["count"][j] == values.size
+            assert per_asset[asset]["mean"][j] == pytest.approx(values.mean(), rel=1e-6)
+            assert per_asset[asset]["std"][j] == pytest.approx(values.std(), rel=1e-5)
 
 
 ONLY_PARQUET = "prepare.union=[]"

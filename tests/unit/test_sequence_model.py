@@ -8,6 +8,7 @@ a reader of real server metrics needs (a sensor noisy in normal times no longer 
 on a quiet one)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -25,7 +26,9 @@ from tfos_jobs.contracts.metrics import Anomaly
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import compile_model
 from tfos_jobs.model.export import export_saved_model, load_signature
-from tfos_jobs.model.sequence import build_autoencoder, error_quantile, scoring_model, sensor_scale
+from tfos_jobs.contracts.dataset import STATS_PER_ASSET
+from tfos_jobs.features.standardisation import per_asset
+from tfos_jobs.model.sequence import build_autoencoder, error_quantiles, scoring_model, sensor_scale
 
 STEPS, WINDOWS = 16, 256
 SENSORS = ("quiet", "noisy")
@@ -46,11 +49,16 @@ def normal_windows(seed: int, n: int) -> dict[str, np.ndarray]:
     return {"quiet": quiet.astype(np.float32), "noisy": rng.normal(0, 1, (n, STEPS)).astype(np.float32)}
 
 
-def write_windows(path: Path, windows: dict[str, np.ndarray]) -> str:
+def keyed(windows: dict[str, np.ndarray], asset: str = "a") -> dict[str, np.ndarray]:
+    """The model's inputs: the windows and their asset."""
+    return {**windows, "asset_id": np.array([asset] * len(windows["quiet"]))}
+
+
+def write_windows(path: Path, windows: dict[str, np.ndarray], assets: list[str] | None = None) -> str:
     with tf.io.TFRecordWriter(str(path)) as out:
         for i in range(len(windows["quiet"])):
             example = tf.train.SequenceExample()
-            example.context.feature["asset_id"].bytes_list.value.append(b"a")
+            example.context.feature["asset_id"].bytes_list.value.append((assets[i] if assets else "a").encode())
             example.context.feature["window_start"].int64_list.value.append(i * STEPS)
             example.context.feature["window_end"].int64_list.value.append(i * STEPS + STEPS - 1)
             for sensor in SENSORS:
@@ -82,7 +90,7 @@ def trained(tmp_path_factory):
     (root / "_meta" / "manifest.json").write_text(json.dumps(manifest))
     meta = DatasetMeta(str(root), SPEC, stats(train), manifest, {})
     model = compile_model(build_autoencoder(SPEC, {}, meta.stats, CONFIG.train.model), SPEC, "adam", 0.01)
-    model.fit({s: train[s] for s in SENSORS}, np.zeros(WINDOWS), batch_size=32, epochs=25, verbose=0)
+    model.fit(keyed(train), np.zeros(WINDOWS), batch_size=32, epochs=25, verbose=0)
     return model, files, meta, root
 
 
@@ -94,7 +102,7 @@ def test_each_sensor_is_weighed_by_the_inverse_of_its_mean_train_error(trained):
     # and the weights are exactly the inverse mean squared errors of the train windows
     parts = tf.keras.Model(model.inputs, model.get_layer(contract.RECONSTRUCTION_ERROR).input)
     train = normal_windows(1, WINDOWS)
-    reconstruction, target = (t.numpy() for t in parts({s: train[s] for s in SENSORS}))
+    reconstruction, target = (t.numpy() for t in parts(keyed(train)))
     expected = 1.0 / ((reconstruction - target) ** 2).mean(axis=(0, 1))
     np.testing.assert_allclose([scale[s] for s in SENSORS], expected, rtol=1e-3)
 
@@ -109,7 +117,7 @@ def test_a_fault_on_a_quiet_sensor_outscores_the_same_fault_on_a_noisy_one_once_
         hit[sensor][:, STEPS // 2:] += 1.5 * SPEC_STD[sensor]  # the same shift in each sensor's own std
         faults[sensor] = hit
     plain, weighed = scoring_model(model), scoring_model(model, scale)
-    score = {(name, sensor): float(np.median(m(faults[sensor])[contract.RECONSTRUCTION_ERROR].numpy()))
+    score = {(name, sensor): float(np.median(m(keyed(faults[sensor]))[contract.RECONSTRUCTION_ERROR].numpy()))
              for name, m in (("plain", plain), ("weighed", weighed)) for sensor in SENSORS}
     assert score["weighed", "quiet"] > 3 * score["weighed", "noisy"], score
     assert score["plain", "quiet"] < 2 * score["plain", "noisy"], score  # unweighed, the noise hides it
@@ -119,19 +127,75 @@ def test_the_export_serves_the_weighed_error_and_flags_it_above_the_train_quanti
     model, files, meta, root = trained
     scale = sensor_scale(model, files, SPEC, "none")
     scorer = scoring_model(model, scale)
-    threshold = error_quantile(scorer, files, SPEC, "none", 0.9)
-    anomaly = Anomaly(quantile=0.9, threshold=threshold, sensor_scale=dict(zip(SENSORS, scale)))
+    threshold, own = error_quantiles(scorer, files, SPEC, "none", 0.9)
+    assert own == {"a": pytest.approx(threshold)}  # one asset: its quantile is the fleet's
+    anomaly = Anomaly(quantile=0.9, threshold=threshold, thresholds=own, sensor_scale=dict(zip(SENSORS, scale)))
     export = export_saved_model(model, meta, str(root / "export"), anomaly=anomaly)
     windows = normal_windows(3, 40)
     windows["quiet"][:5] += 3.0
-    served = load_signature(export)(**{s: tf.constant(windows[s]) for s in SENSORS})
+    served = load_signature(export)(**{s: tf.constant(v) for s, v in keyed(windows).items()})
     error = served[contract.RECONSTRUCTION_ERROR].numpy()
-    np.testing.assert_allclose(error, scorer(windows)[contract.RECONSTRUCTION_ERROR].numpy(), rtol=1e-4)
+    np.testing.assert_allclose(error, scorer(keyed(windows))[contract.RECONSTRUCTION_ERROR].numpy(), rtol=1e-4)
     assert served[contract.IS_ANOMALY].numpy().tolist() == (error > threshold).tolist()
     assert served[contract.IS_ANOMALY].numpy()[:5].all() and served[contract.IS_ANOMALY].numpy()[5:].mean() < 0.5
     # the train windows' own served errors: about 10 % above the threshold
     train = normal_windows(1, WINDOWS)
-    flagged = float((scorer(train)[contract.RECONSTRUCTION_ERROR].numpy() > threshold).mean())
+    flagged = float((scorer(keyed(train))[contract.RECONSTRUCTION_ERROR].numpy() > threshold).mean())
     assert 0.05 <= flagged <= 0.15, flagged
     assert json.loads(json.dumps(anomaly))["sensor_scale"]["quiet"] == pytest.approx(scale[0])
 
+
+
+TWO_ASSETS = {**{s: {"count": 8, "mean": 5.0, "std": 5.0, "min": 0.0, "max": 12.0} for s in SENSORS},
+              "asset_id": {"count": 2, STATS_PER_ASSET: {"a": {"count": [4, 4], "mean": [0.0, 0.0], "std": [1.0, 1.0]},
+                                                          "b": {"count": [4, 4], "mean": [10.0, 5.0], "std": [2.0, 0.0]}}}}
+
+
+def test_each_asset_is_standardised_by_its_own_train_statistics_and_an_unseen_one_by_the_fleets():
+    assets, means, variances = per_asset(SPEC, TWO_ASSETS)
+    assert assets == ("a", "b")
+    # a's std (1) is below a quarter of the fleet's (5): floored at 1.25; b's noisy sensor, constant in training, too
+    assert means == [[0.0, 0.0], [10.0, 5.0], [5.0, 5.0]]
+    assert variances == [[1.5625, 1.5625], [4.0, 1.5625], [25.0, 25.0]]
+    model = build_autoencoder(SPEC, {}, TWO_ASSETS, CONFIG.train.model)
+    layer = model.get_layer("standardize")
+    window = np.full((3, STEPS, 2), 12.0, np.float32)
+    out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
+    np.testing.assert_allclose(out[:, 0, :], [[12 / 1.25, 12 / 1.25], [1.0, 7 / 1.25], [7 / 5, 7 / 5]], rtol=1e-6)
+    fleet = build_autoencoder(SPEC, {}, TWO_ASSETS, dataclasses.replace(CONFIG.train.model, standardize="fleet"))
+    out = fleet.get_layer("standardize")([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
+    np.testing.assert_allclose(out[:, 0, :], [[7 / 5, 7 / 5]] * 3, rtol=1e-6)
+
+
+def test_the_export_flags_each_window_above_its_own_assets_threshold_and_an_unseen_asset_above_the_fleets(tmp_path):
+    (tmp_path / "_meta" / "vocab").mkdir(parents=True)
+    (tmp_path / "_meta" / "feature_spec.json").write_text(SPEC.to_json())
+    (tmp_path / "_meta" / "stats.json").write_text(json.dumps(TWO_ASSETS))
+    (tmp_path / "_meta" / "manifest.json").write_text(json.dumps({"splits": {"train": {"records": 8}}}))
+    meta = DatasetMeta(str(tmp_path), SPEC, TWO_ASSETS, {"splits": {"train": {"records": 8}}}, {})
+    tf.keras.utils.set_random_seed(3)
+    model = compile_model(build_autoencoder(SPEC, {}, TWO_ASSETS, CONFIG.train.model), SPEC, "adam", 0.01)
+    windows = normal_windows(4, 30)
+    assets = np.array(["a"] * 10 + ["b"] * 10 + ["z"] * 10)
+    error = scoring_model(model)({**windows, "asset_id": assets})[contract.RECONSTRUCTION_ERROR].numpy()
+    low, mid, high = np.quantile(error, [0.2, 0.5, 0.8]).tolist()
+    anomaly = Anomaly(quantile=0.9, threshold=mid, thresholds={"a": low, "b": high}, sensor_scale=None)
+    export = export_saved_model(model, meta, str(tmp_path / "export"), anomaly=anomaly)
+    served = load_signature(export)(**{s: tf.constant(v) for s, v in {**windows, "asset_id": assets}.items()})
+    np.testing.assert_allclose(served[contract.RECONSTRUCTION_ERROR].numpy(), error, rtol=1e-5)
+    expected = error > np.select([assets == "a", assets == "b"], [low, high], mid)
+    assert served[contract.IS_ANOMALY].numpy().tolist() == expected.tolist()
+    assert expected[:10].sum() != (error[:10] > mid).sum() or expected[10:20].sum() != (error[10:20] > mid).sum()
+
+
+def test_an_assets_threshold_needs_enough_of_its_own_train_windows(tmp_path):
+    tf.keras.utils.set_random_seed(5)
+    model = compile_model(build_autoencoder(SPEC, {}, TWO_ASSETS, CONFIG.train.model), SPEC, "adam", 0.01)
+    windows = normal_windows(6, 120)
+    assets = ["a"] * 100 + ["b"] * 20  # 0.99 takes 100 windows: b has too few, and takes the fleet's
+    files = [write_windows(tmp_path / "train.tfrecord", windows, assets)]
+    scorer = scoring_model(model)
+    threshold, own = error_quantiles(scorer, files, SPEC, "none", 0.99)
+    error = scorer({**windows, "asset_id": np.array(assets)})[contract.RECONSTRUCTION_ERROR].numpy()
+    assert threshold == pytest.approx(float(np.quantile(error, 0.99)), rel=1e-5)
+    assert list(own) == ["a"] and own["a"] == pytest.approx(float(np.quantile(error[:100], 0.99)), rel=1e-5)

@@ -91,7 +91,7 @@ def config(features: dict, **train_model) -> object:
 
 def test_a_fleet_spec_needs_no_label_and_describes_its_records():
     spec = config(FLEET_FEATURES).features
-    assert spec.is_sequence and spec.model_inputs == ("temperature",)
+    assert spec.is_sequence and spec.model_inputs == ("asset_id", "temperature")  # the key: per-asset statistics
     records = spec.record_schema()
     assert records["temperature"] == {"dtype": "float32", "shape": [8], "default": None, "part": "feature_list"}
     assert records[WINDOW_START]["part"] == "context" and records["asset_id"]["dtype"] == "string"

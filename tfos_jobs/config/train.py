@@ -79,7 +79,10 @@ class ModelConfig:
     `anomaly_quantile` of the train windows' errors are flagged as anomalies. `error_scale`:
     "per_sensor" weighs each sensor's squared error in the served score by the inverse of its
     mean over the train windows (a sensor noisy in normal times no longer drowns the others);
-    "none" scores the plain mean squared error."""
+    "none" scores the plain mean squared error. `standardize`: "per_asset" standardises each
+    window by its asset's train statistics (an unseen asset by the fleet's), "fleet" by the
+    fleet's; each asset's threshold is the `anomaly_quantile` of its own train windows' errors
+    either way (the fleet's for an asset with too few)."""
 
     kind: str = ModelKind.WIDE_DEEP.value
     first_layer_size: int = 100
@@ -91,6 +94,7 @@ class ModelConfig:
     latent_dim: int = 16
     anomaly_quantile: float = 0.99
     error_scale: Literal["per_sensor", "none"] = "per_sensor"
+    standardize: Literal["per_asset", "fleet"] = "per_asset"
     params: Mapping[str, Any] = ModelParams()
 
     def __post_init__(self) -> None:
@@ -126,6 +130,8 @@ class ModelConfig:
             errs.append(f"train.model.anomaly_quantile: must be between 0 and 1 (exclusive), got {self.anomaly_quantile}")
         if self.error_scale not in ("per_sensor", "none"):
             errs.append(f"train.model.error_scale: must be \"per_sensor\" or \"none\", got {self.error_scale!r}")
+        if self.standardize not in ("per_asset", "fleet"):
+            errs.append(f"train.model.standardize: must be \"per_asset\" or \"fleet\", got {self.standardize!r}")
         errs += param_errors(self.params)
         if self.params and not self.is_user_function:
             errs.append(f"{PARAMS_KEY}: {', '.join(sorted(self.params))}: the built-in model {self.kind!r} takes no "

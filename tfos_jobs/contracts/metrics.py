@@ -74,10 +74,12 @@ class SamplePredictions(TypedDict):
 class Anomaly(TypedDict):
     """A sensor autoencoder's score and threshold: each sensor's weight in the served
     reconstruction error (`sensor_scale`, none when `error_scale = "none"`), and the `quantile`
-    of the train windows' served errors that flags a window."""
+    of the train windows' served errors that flags a window: the fleet's (`threshold`, for an
+    asset not in `thresholds`) and each asset's with enough train windows (`thresholds`)."""
 
     quantile: float
     threshold: float
+    thresholds: dict[str, float]
     sensor_scale: dict[str, float] | None
 
 

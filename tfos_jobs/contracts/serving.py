@@ -72,6 +72,8 @@ def count_keys(spec: "FeatureSpec") -> list[str]:
     names = [f.name for f in (*spec.categorical, *spec.numeric, *spec.bags, *spec.vectors)]
     keys = [COUNT_ROWS, *(count_key(COUNT_NULL, name) for name in names)]
     keys += [count_key(COUNT_UNSEEN, f.name) for f in spec.with_vocabulary]
+    if spec.is_sequence and spec.key is not None:  # a window's asset: null, or not among the train split's
+        keys += [count_key(COUNT_NULL, spec.key.name), count_key(COUNT_UNSEEN, spec.key.name)]
     cut = [*(f for f in spec.categorical if f.max_length is not None), *spec.bags]
     return keys + [count_key(COUNT_TRUNCATED, f.name) for f in cut]
 

@@ -75,7 +75,8 @@ def make_dataset(
 
 def batch_parser(spec: FeatureSpec, with_key: bool = False):
     """A function from a batch of serialized records to {column: tensor}: the model's inputs,
-    the label (row records) and, with `with_key`, the key. A list is [batch, max_length] (`FeatureSpec.dense_lists`).
+    the label (row records) and, with `with_key`, the key (always for windows: an autoencoder reads
+    it, as a string). A list is [batch, max_length] (`FeatureSpec.dense_lists`).
 
     Window records (`tf.SequenceExample`) give each sensor as [batch, window]; they have no
     label: an autoencoder's target is its input."""
@@ -85,12 +86,13 @@ def batch_parser(spec: FeatureSpec, with_key: bool = False):
         context, lists = spec.sequence_parse_spec()
         key = spec.key
         assert key is not None  # a sequence spec's records hold it (sequence_parse_spec needed it too)
-        key_context = {key.name: context[key.name]} if with_key else None
+        sensors = {f.name: lists[f.name] for f in spec.sequences}
 
         def parse_windows(serialized):
-            ctx, seq, _ = tf.io.parse_sequence_example(serialized, context_features=key_context,
-                                                       sequence_features=lists)
-            return {**{n: seq[n] for n in spec.model_inputs}, **(ctx or {})}
+            ctx, seq, _ = tf.io.parse_sequence_example(serialized, context_features={key.name: context[key.name]},
+                                                       sequence_features=sensors)
+            asset = ctx[key.name]
+            return {**seq, key.name: asset if asset.dtype == tf.string else tf.strings.as_string(asset)}
 
         return parse_windows
     columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
@@ -103,7 +105,7 @@ def split_label(spec: FeatureSpec, parsed: dict):
     import tensorflow as tf
 
     if spec.is_sequence:
-        first = parsed[spec.model_inputs[0]]
+        first = parsed[spec.sequences[0].name]
         return parsed, tf.zeros_like(first[:, 0])
     return parsed, parsed.pop(spec.label.name)
 

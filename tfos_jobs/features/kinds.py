@@ -14,7 +14,8 @@ SPARK_TYPES: dict[str, str] = {"int64": "long", "float32": "float", "string": "s
 
 @dataclass(frozen=True)
 class KeyFeature:
-    """An example identifier: written to the records, used for the split, never a model input."""
+    """An example identifier: written to the records, used for the split; an input of an autoencoder
+    alone (a window's asset), never of a model of rows."""
 
     name: str
     dtype: Literal["int64", "string"] = "int64"

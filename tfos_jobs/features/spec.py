@@ -86,8 +86,10 @@ class FeatureSpec:
 
     @property
     def model_inputs(self) -> tuple[str, ...]:
-        """Raw columns a model reads, in spec order: the serving signature's arguments."""
-        return tuple(f.name for f in self.features if f.kind in _INPUTS)
+        """Raw columns a model reads, in spec order: the serving signature's arguments. An
+        autoencoder reads its windows' key too (as a string): its statistics and threshold are per asset."""
+        sequence = self.is_sequence
+        return tuple(f.name for f in self.features if f.kind in _INPUTS or sequence and f.kind == "key")
 
     @property
     def stored_columns(self) -> tuple[str, ...]:

@@ -319,7 +319,7 @@ def placeholder_batch(spec: FeatureSpec, names) -> dict[str, Any]:
     out = {}
     for n in names:
         shape = spec.input_shape(n)
-        if spec.is_sequence:
+        if isinstance(spec.get(n), SequenceFeature):
             out[n] = tf.zeros([DRY_ROWS, spec.time.window], tf.float32)
         elif spec.input_dtype(n) == "string":
             values = tf.constant([f"{n}_0", "unseen"])

@@ -79,35 +79,44 @@ def make_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly
 
 
 def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anomaly | None) -> dict[str, Any]:
-    """An autoencoder's signatures: `serving_default` takes one raw [windows, steps] tensor per sensor,
-    `predict_examples` serialized tf.SequenceExamples; both return the latent vector, the reconstruction error (weighed
-    per sensor as `anomaly` says) and whether it is above its threshold."""
+    """An autoencoder's signatures: `serving_default` takes each window's key (a string) and one raw [windows, steps]
+    tensor per sensor, `predict_examples` serialized tf.SequenceExamples; both return the latent vector, the
+    reconstruction error (weighed per sensor as `anomaly` says) and whether it is above its asset's threshold (the
+    fleet's for an asset without one)."""
     import tensorflow as tf
 
-    from tfos_jobs.model.sequence import scoring_model
+    from tfos_jobs.model.sequence import STANDARDIZE, scoring_model
 
     if anomaly is None:
         raise ValueError("an autoencoder is exported with its anomaly threshold")
-    threshold, weights = anomaly["threshold"], anomaly.get("sensor_scale")
+    weights, own = anomaly.get("sensor_scale"), anomaly.get("thresholds") or {}
     scorer = scoring_model(model, None if weights is None else [weights[f.name] for f in spec.sequences])
-    names, steps = spec.model_inputs, spec.time.window
-    _, lists = spec.sequence_parse_spec()
-    lists = {n: lists[n] for n in names}
+    assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
+    names, steps, key = spec.model_inputs, spec.time.window, spec.key.name
+    standardize = model.get_layer(STANDARDIZE)
+    # Row 0 (an asset the model never saw) and every asset without its own: the fleet's threshold.
+    thresholds = tf.constant([anomaly["threshold"]] + [own.get(a, anomaly["threshold"]) for a in standardize.assets],
+                             tf.float32)
+    context, lists = spec.sequence_parse_spec()
+    lists = {f.name: lists[f.name] for f in spec.sequences}
 
     def head(columns: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         out = scorer(columns, training=False)
         error = tf.cast(out[contract.RECONSTRUCTION_ERROR], tf.float32)
         return {contract.LATENT: tf.cast(out[contract.LATENT], tf.float32), contract.RECONSTRUCTION_ERROR: error,
-                contract.IS_ANOMALY: error > tf.constant(threshold, tf.float32)}
+                contract.IS_ANOMALY: error > tf.gather(thresholds, standardize.rows(columns[key]))}
 
-    @tf.function(input_signature=[tf.TensorSpec([None, steps], tf.float32, name=n) for n in names])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) if n == key else
+                                  tf.TensorSpec([None, steps], tf.float32, name=n) for n in names])
     def serving_default(*columns: tf.Tensor) -> dict[str, tf.Tensor]:
         return head(dict(zip(names, columns)))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=contract.EXAMPLES_INPUT)])
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
-        _, parsed, _ = tf.io.parse_sequence_example(examples, sequence_features=lists)
-        return head({n: tf.ensure_shape(parsed[n], [None, steps]) for n in names})
+        ctx, parsed, _ = tf.io.parse_sequence_example(examples, context_features={key: context[key]},
+                                                      sequence_features=lists)
+        asset = ctx[key] if ctx[key].dtype == tf.string else tf.strings.as_string(ctx[key])
+        return head({key: asset, **{n: tf.ensure_shape(parsed[n], [None, steps]) for n in lists}})
 
     return {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
             contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}

@@ -232,3 +232,36 @@ class ReconstructionError(tf.keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "scale": self.scale}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
+class AssetStandardization(tf.keras.layers.Layer):
+    """[window, key] -> the [batch, steps, sensors] window standardised by its asset's means and
+    variances. Row 0 of `mean` and `variance` is the fleet's, for a key not among `assets`
+    (`rows`); row 1 + i is `assets[i]`'s. Without assets every window takes the fleet's row."""
+
+    def __init__(self, assets: Sequence[str], mean: Sequence[Sequence[float]], variance: Sequence[Sequence[float]],
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        self.assets = [str(a) for a in assets]
+        self.mean = [[float(v) for v in row] for row in mean]
+        self.variance = [[float(v) for v in row] for row in variance]
+        if len(self.mean) != len(self.assets) + 1 or len(self.variance) != len(self.mean):
+            raise ValueError(f"{len(self.assets)} assets need {len(self.assets) + 1} rows of means and variances "
+                             f"(the fleet's first), got {len(self.mean)} and {len(self.variance)}")
+        self._lookup = tf.keras.layers.StringLookup(vocabulary=self.assets, num_oov_indices=1) if self.assets else None
+
+    def rows(self, key: tf.Tensor) -> tf.Tensor:
+        """Each key's row of per-asset constants: 0 for an asset not seen in training."""
+        key = tf.reshape(key, [-1])
+        return tf.zeros_like(key, tf.int64) if self._lookup is None else self._lookup(key)
+
+    def call(self, inputs: Sequence[tf.Tensor]) -> tf.Tensor:
+        x, key = inputs
+        rows = self.rows(key)
+        mean = tf.gather(tf.constant(self.mean, x.dtype), rows)[:, tf.newaxis, :]
+        std = tf.sqrt(tf.maximum(tf.gather(tf.constant(self.variance, x.dtype), rows), 1e-7))[:, tf.newaxis, :]
+        return (x - mean) / std
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "assets": self.assets, "mean": self.mean, "variance": self.variance}

@@ -48,7 +48,8 @@ def with_predictions(table: DataFrame, udf: PredictionUdf, counted: list[Observa
     if not contract.udf_returns_struct(task):
         return scored.withColumnRenamed("__prediction", contract.PREDICTION)
     if task == contract.AUTOENCODER:  # one row per window: its bounds and scores, not its values again
-        keep = [c for c in table.columns if c not in udf.spec.model_inputs]
+        windows = {f.name for f in udf.spec.sequences}
+        keep = [c for c in table.columns if c not in windows]
         return scored.select(*keep, *(F.col(f"__prediction.{field}").alias(field)
                                       for field in contract.UDF_FIELDS[task]))
     return scored.select("*", *(F.col(f"__prediction.{field}").alias(contract.predicted(field))

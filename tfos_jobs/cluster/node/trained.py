@@ -9,16 +9,17 @@ from tfos_jobs.data import reader
 def anomaly(model, train_files: list[str], spec, compression: str, model_cfg, is_chief: bool) -> Anomaly:
     """An autoencoder's sensor weights and threshold, from the train windows (on the chief; the
     other nodes' exports only need the graph's shape)."""
-    from tfos_jobs.model.sequence import error_quantile, scoring_model, sensor_scale
+    from tfos_jobs.model.sequence import error_quantiles, scoring_model, sensor_scale
 
     sensors = [f.name for f in spec.sequences]
     quantile, per_sensor = model_cfg.anomaly_quantile, model_cfg.error_scale == "per_sensor"
     if not is_chief:
-        return Anomaly(quantile=quantile, threshold=0.0, sensor_scale=dict.fromkeys(sensors, 1.0) if per_sensor else None)
+        return Anomaly(quantile=quantile, threshold=0.0, thresholds={},
+                       sensor_scale=dict.fromkeys(sensors, 1.0) if per_sensor else None)
     scale = sensor_scale(model, train_files, spec, compression) if per_sensor else None
     scorer = scoring_model(model, scale)
-    threshold = error_quantile(scorer, train_files, spec, compression, quantile)
-    return Anomaly(quantile=quantile, threshold=threshold,
+    threshold, thresholds = error_quantiles(scorer, train_files, spec, compression, quantile)
+    return Anomaly(quantile=quantile, threshold=threshold, thresholds=thresholds,
                    sensor_scale=dict(zip(sensors, scale)) if scale is not None else None)
 
 

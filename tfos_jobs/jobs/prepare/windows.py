@@ -22,7 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config, SplitConfig
-from tfos_jobs.contracts.dataset import ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, Manifest, Split, SplitFiles
+from tfos_jobs.contracts.dataset import (ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, STATS_PER_ASSET, Manifest, Split,
+                                         SplitFiles)
 from tfos_jobs.data import columns, dataset, sensor_sources, tfrecord, windows
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.errors import InputError
@@ -102,7 +103,7 @@ def _with_split(windows: DataFrame, split: SplitConfig, key: str, eval_below: in
 
 def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, Any]:
     """Rows read and rejected; windows per split and dropped by reason; the first input
-    problem; per sensor count, mean, std, min, max over the train windows (`_sensor_stats`)."""
+    problem; per sensor (and per asset) count, mean, std, min, max over the train windows (`_sensor_stats`)."""
     counts = rows.agg(F.count(F.lit(1)).alias("rows"),
                       F.count(columns.CORRUPT).alias("rejected")).first()
     kept = F.col(columns.DROP_REASON).isNull() & F.col(columns.PROBLEM).isNull()
@@ -117,7 +118,7 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
         aggs.append(F.sum(F.when(F.col(columns.DROP_REASON) == reason, 1).otherwise(0)).alias(f"dropped_{reason}"))
     row = cut.agg(*aggs).first()
     assert counts is not None and row is not None  # an aggregation without grouping has one row
-    stats = _sensor_stats(cut.where(train), [f.name for f in spec.sequences])
+    stats = _sensor_stats(cut.where(train), [f.name for f in spec.sequences], spec.key.name)
     dropped = {r: int(row[f"dropped_{r}"] or 0) for r in DROPPED}
     return {
         "rows": counts["rows"], "rejected": counts["rejected"], "problem": row["problem"],
@@ -127,10 +128,12 @@ def _profile(rows: DataFrame, cut: DataFrame, spec: FeatureSpec) -> dict[str, An
     }
 
 
-def _sensor_stats(windows: DataFrame, sensors: list[str]) -> dict[str, dict[str, Any]]:
-    """Per sensor: count, mean, std, min and max of every value of `windows`. Each task sums its
-    windows with numpy and sends one row; the plan stays the same size whatever the number of
-    sensors (an aggregate of five expressions per sensor grows past what Spark compiles)."""
+def _sensor_stats(windows: DataFrame, sensors: list[str], key: str) -> dict[str, dict[str, Any]]:
+    """Per sensor: count, mean, std, min and max of every value of `windows`; and under the key's
+    name, each asset's count, mean and std per sensor (`STATS_PER_ASSET`). Each
+    task sums its windows per asset with numpy and sends one row per asset; the plan stays the same
+    size whatever the number of sensors (an aggregate of five expressions per sensor grows past
+    what Spark compiles)."""
     d = len(sensors)
 
     def sums(batches: Iterator[Any]) -> Iterator[Any]:
@@ -138,31 +141,48 @@ def _sensor_stats(windows: DataFrame, sensors: list[str]) -> dict[str, dict[str,
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        n, total, squares = np.zeros(d, np.int64), np.zeros(d), np.zeros(d)
-        low, high = np.full(d, np.inf), np.full(d, -np.inf)
+        acc: dict[str, list[Any]] = {}
         for batch in batches:
-            for j in range(d):
-                values = pc.list_flatten(batch.column(j)).to_numpy(zero_copy_only=False).astype(np.float64)
-                if values.size:
-                    n[j] += values.size
-                    total[j] += values.sum()
-                    squares[j] += np.dot(values, values)
-                    low[j], high[j] = min(low[j], values.min()), max(high[j], values.max())
-        yield pa.RecordBatch.from_pydict({"n": [n.tolist()], "total": [total.tolist()], "squares": [squares.tolist()],
-                                          "low": [low.tolist()], "high": [high.tolist()]})
+            assets = batch.column(0).cast(pa.string()).to_numpy(zero_copy_only=False)
+            for asset in np.unique(assets):
+                mine = batch.filter(pa.array(assets == asset))
+                n, total, squares, low, high = acc.setdefault(str(asset), [
+                    np.zeros(d, np.int64), np.zeros(d), np.zeros(d), np.full(d, np.inf), np.full(d, -np.inf)])
+                for j in range(d):
+                    values = pc.list_flatten(mine.column(j + 1)).to_numpy(zero_copy_only=False).astype(np.float64)
+                    if values.size:
+                        n[j] += values.size
+                        total[j] += values.sum()
+                        squares[j] += np.dot(values, values)
+                        low[j], high[j] = min(low[j], values.min()), max(high[j], values.max())
+        names = sorted(acc)
+        yield pa.RecordBatch.from_pydict({"asset": names, **{field: [acc[a][i].tolist() for a in names]
+                                                             for i, field in enumerate(_SUMS)}})
 
-    schema = "n array<long>, total array<double>, squares array<double>, low array<double>, high array<double>"
-    parts = windows.select(*sensors).mapInArrow(sums, schema).collect()
-    stats = {}
-    for j, name in enumerate(sensors):
-        n = sum(int(p["n"][j]) for p in parts)
-        mean = sum(p["total"][j] for p in parts) / n if n else None
-        var = max(sum(p["squares"][j] for p in parts) / n - mean * mean, 0.0) if mean is not None else None
-        low = min((p["low"][j] for p in parts), default=math.inf)
-        high = max((p["high"][j] for p in parts), default=-math.inf)
-        stats[name] = {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
-                       "min": stable(low if n else None), "max": stable(high if n else None)}
+    schema = "asset string, " + ", ".join(f"{field} array<{'long' if field == 'n' else 'double'}>" for field in _SUMS)
+    parts = windows.select(key, *sensors).mapInArrow(sums, schema).collect()
+    by_asset: dict[str, list[Any]] = {}
+    for p in parts:
+        by_asset.setdefault(p["asset"], []).append(p)
+    stats = {name: _moments([p for p in parts], j) for j, name in enumerate(sensors)}
+    stats[key] = {"count": len(by_asset), STATS_PER_ASSET: {
+        asset: {field: [_moments(mine, j)[field] for j in range(d)] for field in ("count", "mean", "std")}
+        for asset, mine in sorted(by_asset.items())}}
     return stats
+
+
+_SUMS = ("n", "total", "squares", "low", "high")  # what a task sends per asset and sensor
+
+
+def _moments(parts: list[Any], j: int) -> dict[str, Any]:
+    """Count, mean, std, min and max of sensor `j` from the tasks' sums."""
+    n = sum(int(p["n"][j]) for p in parts)
+    mean = sum(p["total"][j] for p in parts) / n if n else None
+    var = max(sum(p["squares"][j] for p in parts) / n - mean * mean, 0.0) if mean is not None else None
+    low = min((p["low"][j] for p in parts), default=math.inf)
+    high = max((p["high"][j] for p in parts), default=-math.inf)
+    return {"count": n, "mean": stable(mean), "std": stable(math.sqrt(var) if var is not None else None),
+            "min": stable(low if n else None), "max": stable(high if n else None)}
 
 
 def _manifest(config: Config, spec: FeatureSpec, out: str, profile: dict[str, Any], source_info: dict[str, Any],

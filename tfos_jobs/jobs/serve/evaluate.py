@@ -210,13 +210,13 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataF
     first, last = rows[WINDOW_START].min(), rows[WINDOW_END].max()
     traces: pd.DataFrame = raw.where(F.col(key).isin(assets) & F.col(columns.CORRUPT).isNull()
                                      & F.col(time).between(first, last)) \
-        .select(key, time, *spec.model_inputs).toPandas()
+        .select(key, time, *(f.name for f in spec.sequences)).toPandas()
     fig, axes = plt.subplots(2 * len(assets), 1, figsize=(12, 3.2 * len(assets)), squeeze=False)
     for i, asset in enumerate(assets):
         mine = intervals[intervals[key] == asset]
         scored = rows[rows[key] == asset].sort_values(WINDOW_START)
         lo, hi = scored[WINDOW_START].min(), scored[WINDOW_END].max()
-        sensor = str(mine[SENSOR].iloc[0]) if SENSOR in mine and len(mine) else spec.model_inputs[0]
+        sensor = str(mine[SENSOR].iloc[0]) if SENSOR in mine and len(mine) else spec.sequences[0].name
         trace = traces[(traces[key] == asset) & traces[time].between(lo, hi)].sort_values(time)
         top, bottom = axes[2 * i][0], axes[2 * i + 1][0]
         top.plot(trace[time], trace[sensor], lw=0.6)
