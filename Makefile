@@ -21,7 +21,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 
 K8S_RUN := .cache/k8s-run
 
-.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-asd demo-tate demo-sweep demo-warehouse demo-stream typecheck test test-fast \
+.PHONY: help setup test-servers test-jars adult-data demo demo-fleet demo-asd demo-msl demo-tate demo-sweep demo-warehouse demo-stream typecheck test test-fast \
 	test-all bench clean \
 	image image-tools k8s-tools test-k8s
 
@@ -29,6 +29,7 @@ help:
 	@echo "make demo        set up, generate the default data and run the pipeline into demo-output/"
 	@echo "make demo-fleet  set up and run only the sensor-fleet pipeline into demo-output/fleet/"
 	@echo "make demo-asd    set up and run a real server fleet (data/asd/) under the field's protocol"
+	@echo "make demo-msl    set up and run a second real fleet, NASA's MSL telemetry (data/msl/), the same way"
 	@echo "make demo-tate   set up and run a real table with texts and lists (data/tate/) against a Spark ML baseline"
 	@echo "make demo-sweep  set up and run a hyperparameter sweep on the demo data into demo-output/sweep/"
 	@echo "make demo-warehouse  set up, serve the demo tables from PostgreSQL and Hive, prepare from there"
@@ -102,6 +103,14 @@ demo-asd: setup
 	$(VENV)/bin/tfos train --config conf/asd.toml --overwrite
 	$(VENV)/bin/tfos predict --config conf/asd.toml --overwrite
 	$(VENV)/bin/tfos evaluate --config conf/asd.toml --truth data/asd/asd_truth.parquet
+
+# A second real fleet (data/msl/: 27 telemetry channels of NASA's Curiosity rover, 55 metrics, labelled
+# anomalies): conf/asd.toml with the data swapped, judged the same way (demo-output/msl/).
+demo-msl: setup
+	$(VENV)/bin/tfos prepare --config conf/msl.toml --overwrite
+	$(VENV)/bin/tfos train --config conf/msl.toml --overwrite
+	$(VENV)/bin/tfos predict --config conf/msl.toml --overwrite
+	$(VENV)/bin/tfos evaluate --config conf/msl.toml --truth data/msl/msl_truth.parquet
 
 # A real table with free text and lists (data/tate/: 26,276 Tate artworks, CC0): a period of creation
 # from the title, medium, subject tags and size; the model beside a bag-of-words logistic regression
