@@ -104,13 +104,13 @@ def _faded_flagged(anomalous: np.ndarray, scores: np.ndarray, starts: np.ndarray
     readings, first_of = np.unique(near, return_index=True)
     order = np.argsort(-scores[readings], kind="stable")
     counts = _at_least(np.sort(scores[readings]), cut)  # the readings near a range flagged at each threshold
+    w = widths[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):  # w = 0 and 1 reach no reading
+        fades = np.where(steps <= w // 2, np.sqrt(1 - steps / w), 0.0)  # (widths, reach): by distance - 1
     step = max(1, CHUNK // len(near))
     for first in range(0, len(widths), step):
-        w = widths[first:first + step, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fade = np.where(distance <= w // 2, np.sqrt(1 - distance / w), 0.0)
-        label = np.add.reduceat(fade, first_of, axis=1)
-        running = np.hstack([np.zeros((len(w), 1)), np.cumsum(np.minimum(label, 1.0)[:, order], axis=1)])
+        label = np.add.reduceat(fades[first:first + step][:, distance - 1], first_of, axis=1)
+        running = np.hstack([np.zeros((len(label), 1)), np.cumsum(np.minimum(label, 1.0)[:, order], axis=1)])
         out[first:first + step] = running[:, counts]
     return out
 
