@@ -45,9 +45,12 @@ help:
 setup: $(STAMP) $(JAR) $(KAFKA_JARS)/.fetched
 
 # The exact versions the tests run on (constraints.txt) within the ranges pyproject.toml declares.
+# tsb-ad (TSB-AD's VUS, which tests/unit/test_vus.py matches) without its dependencies: they are its
+# detectors' (torch, transformers, numpy<2); its metrics need only numpy and scikit-learn (the test extra).
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt tsb-ad
 	touch $@
 
 $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)

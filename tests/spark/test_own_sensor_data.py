@@ -19,7 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from tfos_jobs import config
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.data import baselines
+from tfos_jobs.data import baselines, vus
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.sensor_sources import window_table
 from tfos_jobs.jobs.serve import evaluate as anomaly_report
@@ -27,6 +27,7 @@ from tfos_jobs.jobs.serve import predict
 from tfos_jobs.jobs import prepare
 from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.errors import InputError
+from tfos_jobs.features.spec import WINDOW_START
 
 from tests.conftest import ROOT
 
@@ -245,6 +246,16 @@ def test_train_refuses_an_empty_split_before_any_node_starts(spark, pipeline, tm
     assert not (tmp_path / "model").exists()
 
 
+def reading_errors(spark, scores: Path, machine: str) -> tuple[np.ndarray, np.ndarray]:
+    """The machine's 600 readings: whether each lies in the interval (300-339 s), and the highest reconstruction
+    error of the windows of 50 s, one every 25 s, covering it."""
+    windows = spark.read.parquet(str(scores)).where(f"machine = '{machine}'").toPandas()
+    first = (windows[WINDOW_START] - windows[WINDOW_START].min()).dt.total_seconds().astype(int).to_numpy()  # 0-550
+    error = windows[contract.RECONSTRUCTION_ERROR].to_numpy()
+    highest = [max(e for f, e in zip(first, error) if f <= second < f + 50) for second in range(STEPS)]
+    return (np.arange(STEPS) >= 300) & (np.arange(STEPS) <= 339), np.array(highest)
+
+
 def test_evaluate_judges_the_windows_outside_the_train_split_beside_every_baseline(spark, pipeline, data):
     cfg, root = pipeline["cfg"], pipeline["root"]
     lines: list[str] = []
@@ -253,21 +264,33 @@ def test_evaluate_judges_the_windows_outside_the_train_split_beside_every_baseli
     # the eval machine's windows; those overlapping [300, 339] s start at 275, 300 and 325 s
     assert report["windows"] == {"judged": 23, "anomalous": 3, "assets": 1, "baselines_fitted_per_asset": 0,
                                  "baselines_fitted_on_the_fleet": 23}  # the eval machine has no train window
+    # its readings, 0-599 s, each covered by one window or two; 300-339 s lie in the interval
+    assert report["readings"] == {"judged": 600, "anomalous": 40, "assets_with_both": 1}
     assert set(report["scores"]) == {contract.RECONSTRUCTION_ERROR, *baselines.NAMES}
     for figures in report["scores"].values():
         assert 0.0 <= figures["roc_auc"] <= 1.0 and 0.0 < figures["auprc"] <= 1.0
+        assert 0.0 < figures["vus_roc"] <= 1.0 and 0.0 < figures["vus_pr"] <= 1.0
     # a triple amplitude is what the window's standard deviation sees: it ranks those windows first
-    assert report["scores"][baselines.WINDOW_STD] == {"roc_auc": 1.0, "auprc": 1.0}
-    assert report["per_asset"][data["eval_machine"]][baselines.WINDOW_STD] == {"roc_auc": 1.0, "auprc": 1.0}
+    std = report["scores"][baselines.WINDOW_STD]
+    assert (std["roc_auc"], std["auprc"]) == (1.0, 1.0)
+    assert report["per_asset"][data["eval_machine"]][baselines.WINDOW_STD] == std  # one asset: the fleet's mean is its
+    # on readings: each of the 600 s takes the highest error of the (one or two) windows covering it
+    model = report["scores"][contract.RECONSTRUCTION_ERROR]
+    expected = vus.volumes(*reading_errors(spark, root / "scores", data["eval_machine"]))
+    assert expected is not None and model["vus_pr"] == round(expected.pr, 6) and model["vus_roc"] == round(expected.roc, 6)
+    assert report["per_asset"][data["eval_machine"]][contract.RECONSTRUCTION_ERROR] == model
+    # the windows around the incident's 40 s share its score: within VUS's buffer, they cost little
+    assert std["vus_pr"] > report["scores"][baselines.RANDOM]["vus_pr"] + 0.3
     alerts = report["alerts"]
     assert alerts["incidents"] == 1 and alerts["incidents_detected"] in (0, 1)
     assert alerts["threshold"] == json.loads((root / "model" / "metrics.json").read_text())["anomaly"]["threshold"]
     nothing_flagged = alerts["flagged"] == 0
     assert set(report["not_computed"]) == ({"is_anomaly precision"} if nothing_flagged else set())
     assert lines[0].startswith("windows judged: 23 of 1 assets, 3 overlap a true anomaly")
-    assert lines[1].split() == ["score", "ROC", "AUC", "AUPRC"]
-    assert any(line.startswith("  window standard deviation") and line.split()[-2:] == ["1.0000", "1.0000"]
-               for line in lines)
+    assert lines[1].split() == ["score", "ROC", "AUC", "AUPRC", "VUS-ROC", "VUS-PR"]
+    assert any(line.startswith("  window standard deviation") and line.split()[-4:] == [
+        "1.0000", "1.0000", f"{std['vus_roc']:.4f}", f"{std['vus_pr']:.4f}"] for line in lines)
+    assert any(line.startswith("readings judged: 600 (") for line in lines)
     assert any(line.startswith("point-adjusted F1") for line in lines)
     metrics = json.loads((root / "model" / "metrics.json").read_text())
     assert metrics["evaluation"] == report
@@ -281,10 +304,13 @@ def test_evaluate_without_an_anomaly_among_the_judged_windows_says_what_it_canno
     path = truth(data["in_train"], root / "truth-train.parquet")
     report = anomaly_report.evaluate(spark, cfg, cfg.features, str(root / "scores"), path, log=lines.append)
     assert report["windows"]["judged"] == 23 and report["windows"]["anomalous"] == 0
-    assert report["scores"][contract.RECONSTRUCTION_ERROR] == {"roc_auc": None, "auprc": None}
+    assert report["scores"][contract.RECONSTRUCTION_ERROR] == {"roc_auc": None, "auprc": None, "vus_pr": None,
+                                                               "vus_roc": None}
     reason = "none of the 23 judged windows overlaps a true anomaly"
     assert report["not_computed"][f"{contract.RECONSTRUCTION_ERROR} ROC AUC and AUPRC"] == reason
     assert report["not_computed"][f"{baselines.PCA_MAX} ROC AUC and AUPRC"] == reason
+    assert report["not_computed"][f"{baselines.PCA_MAX} VUS-PR and VUS-ROC"] == \
+        "none of the 600 judged readings lies in a true anomaly"
     assert report["alerts"]["event_recall"] is None and report["alerts"]["recall"] is None
     assert report["not_computed"]["event recall"] == "no incident of the truth table overlaps a judged window"
     assert f"not computed: {contract.RECONSTRUCTION_ERROR} ROC AUC and AUPRC: {reason}" in lines

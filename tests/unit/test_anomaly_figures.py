@@ -1,6 +1,6 @@
-"""The figures `tfos evaluate` reports, on windows small enough to count by hand: AUPRC, window and
-event precision and recall at the model's threshold, and the point-adjusted F1 beside a random
-score's. No Spark."""
+"""The figures `tfos evaluate` reports, on windows small enough to count by hand: AUPRC, VUS per asset
+and for the fleet (on the readings the windows cover), window and event precision and recall at the
+model's threshold, and the point-adjusted F1 beside a random score's. No Spark."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +10,9 @@ import pytest
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import baselines
 from tfos_jobs.data.columns import ANOMALY_END, ANOMALY_KIND, ANOMALY_START
+from tfos_jobs.data import vus
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, KIND, MODEL, alerts, auprc, report, roc_auc
-from tfos_jobs.jobs.serve.evaluate import _score_plot
+from tfos_jobs.jobs.serve.evaluate import _score_plot, describe
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START
 
 T0 = pd.Timestamp("2026-01-01")
@@ -61,19 +62,70 @@ def test_an_incident_outside_the_judged_windows_is_not_counted_and_nothing_flagg
     assert a["precision"] is None and a["event_precision"] is None and a["point_adjusted_f1_random"] is None
 
 
-def test_the_report_ranks_every_score_per_fleet_and_per_asset(tmp_path):
-    rows = pd.concat([windows({4}, {3, 4}), windows({1}, {1}, asset="b")], ignore_index=True)
-    rows[MODEL] = rows[ANOMALOUS].astype(float) + np.linspace(0, 0.1, len(rows))  # ranks every anomaly first
+def scored(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with the model's score ranking every anomalous window first, and the baselines'."""
+    rows[MODEL] = rows[ANOMALOUS].astype(float) + np.linspace(0, 0.1, len(rows))
     for name in baselines.NAMES[:-1]:
         rows[name] = np.linspace(1, 0, len(rows))
     rows[KIND] = np.where(rows[ANOMALOUS], "incident", None)
     rows[baselines.FIT] = "asset"
-    figures = report(rows, pd.concat([incidents((3, 4)), incidents((1, 1), asset="b")]), "asset", {}, 0.5)
-    assert figures["scores"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0}
-    assert figures["per_asset"]["b"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0}
+    return rows
+
+
+def test_the_report_ranks_every_score_per_fleet_and_per_asset(tmp_path):
+    rows = scored(pd.concat([windows({4}, {3, 4}), windows({1}, {1}, asset="b")], ignore_index=True))
+    rows.loc[15, MODEL] = 2.0  # b's window 5, normal, scores highest of all
+    figures = report(rows, pd.concat([incidents((3, 4)), incidents((1, 1), asset="b")]), "asset", {}, 0.5,
+                     step_seconds=1)
+    # each window is 10 readings of 1 s: a reading takes its window's score; a's readings 30-49 s are anomalous
+    a = vus.volumes(np.repeat(np.isin(np.arange(10), [3, 4]), 10), np.repeat(rows[MODEL].to_numpy()[:10], 10))
+    b = vus.volumes(np.repeat(np.arange(10) == 1, 10), np.repeat(rows[MODEL].to_numpy()[10:], 10))
+    assert a is not None and b is not None and a == (1.0, 1.0) and 0 < b.pr < 0.9 and 0 < b.roc < 1
+    assert figures["per_asset"]["a"][MODEL] == {"roc_auc": 1.0, "auprc": 1.0, "vus_pr": 1.0, "vus_roc": 1.0}
+    assert figures["per_asset"]["b"][MODEL] == {"roc_auc": round(8 / 9, 6), "auprc": 0.5, "vus_pr": round(b.pr, 6),
+                                                "vus_roc": round(b.roc, 6)}
+    # on the fleet's windows, one normal window first, then the three anomalous ones; the fleet's VUS is the mean of
+    # its assets' (TSB-AD's figure for a dataset of many series)
+    assert figures["scores"][MODEL] == {"roc_auc": round(16 / 17, 6), "auprc": round((1 / 2 + 2 / 3 + 3 / 4) / 3, 6),
+                                        "vus_pr": round((1 + b.pr) / 2, 6), "vus_roc": round((1 + b.roc) / 2, 6)}
     assert figures["windows"] == {"judged": 20, "anomalous": 3, "assets": 2, "baselines_fitted_per_asset": 20,
                                  "baselines_fitted_on_the_fleet": 0}
+    assert figures["readings"] == {"judged": 200, "anomalous": 30, "assets_with_both": 2}
     assert figures["recall_by_kind"] == {"incident": round(2 / 3, 4)}
     assert figures["not_computed"] == {}
+    lines = describe(figures)
+    assert lines[1].split() == ["score", "ROC", "AUC", "AUPRC", "VUS-ROC", "VUS-PR"]
+    assert lines[2].split()[-4:] == [f"{16 / 17:.4f}", f"{(1 / 2 + 2 / 3 + 3 / 4) / 3:.4f}", f"{(1 + b.roc) / 2:.4f}",
+                                     f"{(1 + b.pr) / 2:.4f}"]
+    assert any(line.startswith("readings judged: 200 (") and "the mean over the 2 assets" in line for line in lines)
+    assert f"  b                        0.8889 / 0.5000 / {b.pr:.4f}" in [line[:51] for line in lines]
     _score_plot(figures, str(tmp_path / "evaluation.png"))  # the figures as bars, beside each other
     assert (tmp_path / "evaluation.png").stat().st_size > 10_000
+
+
+def test_the_fleets_vus_averages_the_assets_that_define_it_on_the_windows_with_the_score():
+    """An asset without an anomalous reading has no VUS and is left out of the fleet's mean; a window without a
+    baseline's score leaves its readings out of that baseline's figures, and the asset out of its per-asset ones."""
+    rows = scored(pd.concat([windows(set(), {3, 4}), windows(set(), set(), asset="quiet")], ignore_index=True))
+    rows.loc[0, baselines.ZSCORE] = np.nan  # a's first window: readings 0-9 s, not judged for the z-score
+    figures = report(rows, incidents((3, 4)), "asset", {}, None, step_seconds=1)
+    assert figures["readings"] == {"judged": 200, "anomalous": 20, "assets_with_both": 1}
+    assert figures["per_asset"]["quiet"][MODEL]["vus_pr"] is None
+    assert figures["scores"][MODEL]["vus_pr"] == figures["per_asset"]["a"][MODEL]["vus_pr"]
+    assert baselines.ZSCORE not in figures["per_asset"]["a"] and baselines.ZSCORE in figures["per_asset"]["quiet"]
+    expected = vus.volumes(np.repeat(np.isin(np.arange(1, 10), [3, 4]), 10), np.repeat(rows[baselines.ZSCORE][1:10], 10))
+    assert expected is not None
+    assert figures["scores"][baselines.ZSCORE]["vus_pr"] == round(expected.pr, 6)
+
+
+def test_vus_without_an_anomalous_reading_is_none_with_the_reason():
+    rows = scored(windows(set(), set()))
+    figures = report(rows, incidents((50, 60)), "asset", {baselines.PROFILE_DISTANCE: "no train window"}, None,
+                     step_seconds=1)
+    assert figures["scores"][MODEL] == {"roc_auc": None, "auprc": None, "vus_pr": None, "vus_roc": None}
+    assert figures["not_computed"][f"{MODEL} VUS-PR and VUS-ROC"] == "none of the 100 judged readings lies in a true " \
+                                                                    "anomaly"
+    assert figures["not_computed"][baselines.PROFILE_DISTANCE] == "no train window"  # the reason given stays alone
+    assert f"{baselines.PROFILE_DISTANCE} VUS-PR and VUS-ROC" not in figures["not_computed"]
+    assert "not computed: reconstruction_error VUS-PR and VUS-ROC: none of the 100 judged readings lies in a true " \
+           "anomaly" in describe(figures)

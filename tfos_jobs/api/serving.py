@@ -85,8 +85,9 @@ def evaluate(spark: SparkSession, *, config: Config, scores: str | None = None, 
 
     Returns
     -------
-    Evaluation : ROC AUC and AUPRC of the model and each baseline, per asset too, and the alerts'
-        precision and recall; also written into the model's metrics.json, with plots.
+    Evaluation : ROC AUC and AUPRC (on windows), VUS-PR and VUS-ROC (on readings, as TSB-AD computes
+        them) of the model and each baseline, per asset too, and the alerts' precision and recall; also
+        written into the model's metrics.json, with plots.
 
     Raises
     ------

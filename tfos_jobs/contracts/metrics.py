@@ -144,13 +144,25 @@ class Alerts(TypedDict):
     point_adjusted_f1_random: float | None  # a random score flagging as many windows
 
 
+class Ranking(TypedDict):
+    """How well one score ranks the anomalies (data.anomaly_figures), None where undefined: on windows, ROC AUC
+    and AUPRC; on readings (a reading scored by the highest of the windows covering it), TSB-AD's VUS-PR and
+    VUS-ROC (data.vus), for the fleet the mean over its assets, as TSB-AD averages over series."""
+
+    roc_auc: float | None
+    auprc: float | None
+    vus_pr: float | None
+    vus_roc: float | None
+
+
 class Evaluation(TypedDict):
     """`tfos evaluate`: a sensor model's scores against known anomalies, on the scored windows
     outside its train split (jobs.serve.evaluate); metrics.json's `evaluation`."""
 
     windows: dict[str, int]  # judged, anomalous, assets, baselines fitted per asset / on the fleet
-    scores: dict[str, dict[str, float | None]]  # reconstruction_error and each baseline -> roc_auc, auprc
-    per_asset: dict[str, dict[str, dict[str, float | None]]]  # asset -> score -> roc_auc, auprc
+    readings: dict[str, int]  # judged (covered by a judged window), anomalous, assets_with_both (what VUS averages)
+    scores: dict[str, Ranking]  # reconstruction_error and each baseline
+    per_asset: dict[str, dict[str, Ranking]]  # asset -> score
     alerts: Alerts
     recall_by_kind: dict[str, float]
     not_computed: dict[str, str]  # figure -> why it could not be computed

@@ -56,7 +56,7 @@ class ModelDir:
 
     @property
     def evaluation_plot(self) -> str:
-        """The model's ROC AUC and AUPRC beside each baseline's (`tfos evaluate`)."""
+        """The model's ROC AUC, AUPRC, VUS-ROC and VUS-PR beside each baseline's (`tfos evaluate`)."""
         return f"{self.path}/evaluation.png"
 
     @property

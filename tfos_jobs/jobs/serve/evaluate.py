@@ -8,7 +8,9 @@ carries; a window spanning a time split's instant is left out too). Scoring the 
 A window is anomalous when it overlaps an interval of the truth table (asset, start, end inclusive).
 
 The figures the field reports, for the fleet and per asset: ROC AUC and AUPRC of the reconstruction error and of each
-baseline (`data.baselines`, fitted on the train windows and computed from the same raw rows, cut by the same code); at
+baseline (`data.baselines`, fitted on the train windows and computed from the same raw rows, cut by the same code) on
+the windows, and VUS-PR and VUS-ROC on the readings the windows cover (TSB-AD's definitions, `data.vus`: its primary
+figure, threshold-free and tolerant of small misalignments at range edges; the fleet's is the mean over assets); at
 the model's threshold (`is_anomaly`) window precision and recall, event recall (incidents with a flagged window) and
 event precision (runs of flagged windows that meet an incident), and the point-adjusted F1 beside a random score's at
 the same number flagged (it flatters any score; Kim et al., AAAI 2022). A figure the windows do not define is reported
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Callable
+from typing import Callable, Literal
 
 import pandas as pd
 from pyspark.errors import AnalysisException
@@ -30,10 +32,10 @@ from pyspark.sql import functions as F
 from tfos_jobs.config import Config, SplitConfig
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.contracts.dataset import Manifest, Split
-from tfos_jobs.contracts.metrics import Evaluation
+from tfos_jobs.contracts.metrics import Evaluation, Ranking
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.data import baselines, columns, sources
-from tfos_jobs.data import anomaly_figures
+from tfos_jobs.data import anomaly_figures, vus
 from tfos_jobs.data.anomaly_figures import ANOMALOUS, KIND, MODEL, SCORES, TITLES
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.data.sensor_sources import of_source, read_rows, split_windows, window_table
@@ -46,6 +48,9 @@ TRUTH_COLUMNS = (columns.ANOMALY_START, columns.ANOMALY_END, columns.ANOMALY_KIN
 SENSOR = columns.ANOMALY_SENSOR
 PLOTTED_ASSETS = 3
 PRINTED_ASSETS = 12  # per-asset lines printed (the model's weakest first); metrics.json has every asset
+Figure = Literal["roc_auc", "auprc", "vus_roc", "vus_pr"]  # a key of a score's `Ranking` (the type checker holds them)
+FIGURES: dict[Figure, str] = {"roc_auc": "ROC AUC", "auprc": "AUPRC", "vus_roc": "VUS-ROC", "vus_pr": "VUS-PR"}  # the
+# table's columns and the plot's panels, in order
 
 
 def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path: str, truth_path: str,
@@ -84,7 +89,8 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     intervals: pd.DataFrame = truth.select(key, *TRUTH_COLUMNS).toPandas()
     model_dir = ModelDir(storage.qualify(config.train.model_dir))
     metrics = json.loads(storage.read_text(model_dir.metrics)) if storage.exists(model_dir.metrics) else {}
-    report = anomaly_figures.report(rows, intervals, key, not_plain, (metrics.get("anomaly") or {}).get("threshold"))
+    report = anomaly_figures.report(rows, intervals, key, not_plain, (metrics.get("anomaly") or {}).get("threshold"),
+                                    step_seconds=spec.time.step_seconds)
     metrics["evaluation"] = report
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
@@ -135,24 +141,29 @@ def describe(report: Evaluation) -> list[str]:
     w = report["windows"]
     lines = [f"windows judged: {w['judged']:,} of {w['assets']:,} assets, {w['anomalous']:,} overlap a true anomaly "
              "(the scored windows outside the model's train split)",
-             f"  {'score':<52} {'ROC AUC':>8} {'AUPRC':>8}"]
+             f"  {'score':<52} " + " ".join(f"{title:>8}" for title in FIGURES.values())]
     for name in SCORES:
         figures = report["scores"][name]
-        lines.append(f"  {TITLES[name]:<52} {_figure(figures['roc_auc']):>8} {_figure(figures['auprc']):>8}")
+        lines.append(f"  {TITLES[name]:<52} " + " ".join(f"{_figure(figures[f]):>8}" for f in FIGURES))
+    r = report["readings"]
+    lines.append(f"readings judged: {r['judged']:,} (covered by the windows, each scored by the highest of them), "
+                 f"{r['anomalous']:,} in a true anomaly; VUS (TSB-AD's, buffer {vus.BUFFER} readings) per asset, the "
+                 f"fleet's the mean over the {r['assets_with_both']:,} assets with both normal and anomalous readings")
     best = _best_baseline(report)
     if best is not None:
         assets = report["per_asset"]
         def model_auprc(asset: str) -> float:  # the model's AUPRC there; undefined (no anomaly) last
-            value = assets[asset].get(MODEL, {}).get("auprc")
+            own = assets[asset].get(MODEL)
+            value = None if own is None else own["auprc"]
             return float("inf") if value is None else value
 
         weakest = sorted(assets, key=model_auprc)[:PRINTED_ASSETS]
         which = "" if len(weakest) == len(assets) else f", the {len(weakest)} of {len(assets):,} where the model does worst"
-        lines.append(f"per asset{which}, ROC AUC / AUPRC: the model and the best baseline on the fleet ({TITLES[best]})")
+        lines.append(f"per asset{which}, ROC AUC / AUPRC / VUS-PR: the model and the best baseline on the fleet "
+                     f"({TITLES[best]})")
         for asset in sorted(weakest):
-            own, theirs = assets[asset].get(MODEL, {}), assets[asset].get(best, {})
-            lines.append(f"  {asset:<24} {_figure(own.get('roc_auc'))} / {_figure(own.get('auprc'))}   "
-                         f"{_figure(theirs.get('roc_auc'))} / {_figure(theirs.get('auprc'))}")
+            own, theirs = assets[asset].get(MODEL), assets[asset].get(best)
+            lines.append(f"  {asset:<24} {_figures(own)}   {_figures(theirs)}")
     a = report["alerts"]
     lines.append(f"is_anomaly: {a['flagged']:,} windows flagged, precision {_figure(a['precision'])}, recall "
                  f"{_figure(a['recall'])}; incidents detected {a['incidents_detected']:,} of {a['incidents']:,} "
@@ -175,6 +186,12 @@ def _best_baseline(report: Evaluation) -> str | None:
 
 def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+def _figures(ranking: Ranking | None) -> str:
+    """An asset's ROC AUC / AUPRC / VUS-PR (n/a where its windows lack the score)."""
+    shown: tuple[Figure, ...] = ("roc_auc", "auprc", "vus_pr")
+    return " / ".join(_figure(None if ranking is None else ranking[f]) for f in shown)
 
 
 def label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
@@ -240,25 +257,28 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataF
 
 
 def _score_plot(report: Evaluation, path: str) -> None:
-    """ROC AUC and AUPRC of the model and of each baseline, side by side (n/a left empty)."""
+    """ROC AUC, AUPRC, VUS-ROC and VUS-PR of the model and of each baseline, side by side (n/a left empty)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(reversed(SCORES))  # the model on top
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(names) + 1.2), sharey=True)
-    for ax, figure in zip(axes, ("roc_auc", "auprc")):
+    fig, axes = plt.subplots(1, len(FIGURES), figsize=(20, 0.45 * len(names) + 1.2), sharey=True)
+    for ax, figure in zip(axes, FIGURES):
         values = [report["scores"][n][figure] for n in names]
         colours = ["tab:blue" if n == MODEL else "tab:gray" for n in names]
         ax.barh(range(len(names)), [v or 0.0 for v in values], color=colours)
         for i, v in enumerate(values):
             ax.text((v or 0.0) + 0.01, i, _figure(v), va="center", fontsize=8)
         ax.set_xlim(0, 1.1)
-        ax.set_title("ROC AUC" if figure == "roc_auc" else "AUPRC")
+        ax.set_title(FIGURES[figure])
     axes[0].set_yticks(range(len(names)), [TITLES[n] for n in names], fontsize=8)
     w = report["windows"]
-    fig.suptitle(f"{w['judged']:,} windows judged ({w['anomalous']:,} anomalous), {w['assets']:,} assets", fontsize=10)
+    r = report["readings"]
+    fig.suptitle(f"{w['judged']:,} windows judged ({w['anomalous']:,} anomalous), {w['assets']:,} assets; VUS on the "
+                 f"{r['judged']:,} readings they cover ({r['anomalous']:,} anomalous), the mean over "
+                 f"{r['assets_with_both']:,} assets", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
