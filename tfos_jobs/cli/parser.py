@@ -56,7 +56,8 @@ def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     sql.add_argument("--output", help="write the result as Parquet here instead of printing it")
     sql.add_argument("--rows", type=int, default=50, help="rows to print (default 50)")
     ev = sub.add_parser("evaluate", parents=[common],
-                        help="an autoencoder's window scores against known anomaly intervals: ROC AUC and a plot")
+                        help="an autoencoder's window scores against known anomaly intervals: ROC AUC, AUPRC, "
+                             "VUS-PR and VUS-ROC beside plain baselines, alerts and plots")
     ev.add_argument("--truth", help="table (Parquet) of anomaly intervals: key, start, end, kind "
                                     "(default: the embedded fleet's, under fleet.output)")
     ev.add_argument("--scores", help="scores written by tfos predict (default: predict.output)")

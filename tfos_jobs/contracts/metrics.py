@@ -131,7 +131,7 @@ class Alerts(TypedDict):
     """A sensor model's `is_anomaly` as alerts (data.anomaly_figures.alerts); a figure the judged
     windows leave undefined is None."""
 
-    threshold: float | None  # the model's
+    threshold: float | None  # the model's fleet-wide one (metrics.json's anomaly.thresholds holds each asset's)
     flagged: int  # windows
     precision: float | None  # by window
     recall: float | None

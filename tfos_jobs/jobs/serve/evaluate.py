@@ -89,12 +89,13 @@ def evaluate(spark: SparkSession, config: Config, spec: FeatureSpec, scores_path
     intervals: pd.DataFrame = truth.select(key, *TRUTH_COLUMNS).toPandas()
     model_dir = ModelDir(storage.qualify(config.train.model_dir))
     metrics = json.loads(storage.read_text(model_dir.metrics)) if storage.exists(model_dir.metrics) else {}
-    report = anomaly_figures.report(rows, intervals, key, not_plain, (metrics.get("anomaly") or {}).get("threshold"),
+    anomaly = metrics.get("anomaly") or {}
+    report = anomaly_figures.report(rows, intervals, key, not_plain, anomaly.get("threshold"),
                                     step_seconds=spec.time.step_seconds)
     metrics["evaluation"] = report
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     with tempfile.TemporaryDirectory(prefix="tfos-plot-") as tmp:
-        _plot(spark, config, spec, rows, intervals, f"{tmp}/anomalies.png", report["alerts"]["threshold"])
+        _plot(spark, config, spec, rows, intervals, f"{tmp}/anomalies.png", anomaly)
         if os.path.exists(f"{tmp}/anomalies.png"):
             storage.upload_file(f"{tmp}/anomalies.png", model_dir.anomaly_plot)
         _score_plot(report, f"{tmp}/evaluation.png")
@@ -208,9 +209,9 @@ def label(scores: DataFrame, truth: DataFrame, key: str) -> DataFrame:
 
 
 def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataFrame, intervals: pd.DataFrame,
-          path: str, threshold: float | None) -> None:
+          path: str, anomaly: dict) -> None:
     """For a few assets with incidents: a sensor's trace and the windows' error over the judged
-    period, on one time axis."""
+    period, on one time axis, with the asset's threshold (`anomaly`: metrics.json's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,6 +241,7 @@ def _plot(spark: SparkSession, config: Config, spec: FeatureSpec, rows: pd.DataF
         top.set_ylabel(sensor)
         top.set_title(f"{asset}: {sensor} and the reconstruction error of its windows (true anomalies shaded)")
         bottom.step(scored[WINDOW_START], scored[MODEL], where="post", lw=0.8)
+        threshold = (anomaly.get("thresholds") or {}).get(str(asset), anomaly.get("threshold"))
         if threshold is not None:
             bottom.axhline(threshold, color="tab:red", ls="--", lw=0.8, label="is_anomaly threshold")
             bottom.legend(loc="upper right")
