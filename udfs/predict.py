@@ -240,7 +240,7 @@ def _trained_assets(export_dir: str, spec: FeatureSpec) -> list[str]:
     """The assets an autoencoder has statistics of (`_meta/stats.json` under the key)."""
     import json
 
-    from tfos_jobs.contracts.dataset import STATS_PER_ASSET
+    from tfos_jobs.features.standardisation import STATS_PER_ASSET
 
     assert spec.key is not None  # the caller checked
     with open(contract.stats_asset(export_dir), encoding="utf-8") as f:

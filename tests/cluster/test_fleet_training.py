@@ -18,6 +18,7 @@ from tfos_jobs import config
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.data import fleet
 from tfos_jobs.data.sensor_sources import window_table
+from tfos_jobs.features.standardisation import STATS_PER_ASSET
 from tfos_jobs.jobs import prepare
 
 from tests.conftest import ROOT
@@ -93,7 +94,8 @@ def test_udf_scores_equal_the_saved_models_outputs(spark, trained):
     errors = expected[contract.RECONSTRUCTION_ERROR].numpy()
     assert (errors > np.array(thresholds)).tolist() == expected[contract.IS_ANOMALY].numpy().tolist()
     # the split is by asset: windows of an eval asset are of an asset unseen in training, and counted
-    trained_on = json.loads((model_dir / "saved_model" / "assets" / "stats.json").read_text())["asset_id"]["per_asset"]
+    stats = json.loads((model_dir / "saved_model" / "assets" / "stats.json").read_text())
+    trained_on = stats["asset_id"][STATS_PER_ASSET]
     unseen = int((~rows["asset_id"].isin(list(trained_on))).sum())
     assert 0 < unseen < 100 and udf.counts()[contract.count_key(contract.COUNT_UNSEEN, "asset_id")] == unseen
 
@@ -124,7 +126,6 @@ def test_a_short_window_is_an_error_naming_the_column(spark, trained):
 def test_an_asset_unseen_in_training_is_scored_with_the_fleets_statistics_and_counted(spark, trained):
     import tensorflow as tf
 
-    from tfos_jobs.contracts.dataset import STATS_PER_ASSET
     from udfs import register
 
     cfg, model_dir, _ = trained

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tfos_jobs import config
-from tfos_jobs.contracts.dataset import STATS_PER_ASSET
+from tfos_jobs.features.standardisation import STATS_PER_ASSET
 from tfos_jobs.data import fleet
 from tfos_jobs.jobs import prepare
 from tfos_jobs.errors import InputError

@@ -26,7 +26,7 @@ from tfos_jobs.contracts.metrics import Anomaly
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import compile_model
 from tfos_jobs.model.export import export_saved_model, load_signature
-from tfos_jobs.contracts.dataset import STATS_PER_ASSET
+from tfos_jobs.features.standardisation import STATS_PER_ASSET
 from tfos_jobs.features.standardisation import per_asset
 from tfos_jobs.model.sequence import build_autoencoder, error_quantiles, scoring_model, sensor_scale
 

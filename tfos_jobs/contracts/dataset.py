@@ -29,8 +29,6 @@ MANIFEST = "manifest.json"
 SPEC = "feature_spec.json"
 STATS = "stats.json"
 STATS_BINS = "bins"
-# Under a sensor spec's key: each asset's per-sensor count, mean and std over its train windows (lists in sensor order).
-STATS_PER_ASSET = "per_asset"
 VOCAB = "vocab"
 REJECTS = "_rejects"
 SUCCESS = "_SUCCESS"

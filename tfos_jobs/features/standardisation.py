@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfos_jobs.contracts.dataset import STATS_PER_ASSET
 from tfos_jobs.features.spec import FeatureSpec
+
+# In `_meta/stats.json`, under a sensor spec's key: each asset's per-sensor count, mean and std over its train
+# windows (lists in sensor order), written by prepare and read by the model and the prediction function.
+STATS_PER_ASSET = "per_asset"
 
 
 def standardisation(spec: FeatureSpec, stats: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -22,12 +22,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tfos_jobs.config import Config, SplitConfig
-from tfos_jobs.contracts.dataset import (ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, STATS_PER_ASSET, Manifest, Split,
-                                         SplitFiles)
+from tfos_jobs.contracts.dataset import ALL_SPLITS, RECORDS, REJECTS, SEQUENCE_EXAMPLE, Manifest, Split, SplitFiles
 from tfos_jobs.data import columns, dataset, sensor_sources, tfrecord, windows
 from tfos_jobs.data import split as split_mod
 from tfos_jobs.errors import InputError
 from tfos_jobs.features.spec import WINDOW_END, WINDOW_START, FeatureSpec
+from tfos_jobs.features.standardisation import STATS_PER_ASSET
 from tfos_jobs.features.stats import stable
 from tfos_jobs.storage import Storage, staging_beside
 from tfos_jobs import sessions
