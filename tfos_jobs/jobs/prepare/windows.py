@@ -164,7 +164,7 @@ def _sensor_stats(windows: DataFrame, sensors: list[str], key: str) -> dict[str,
     by_asset: dict[str, list[Any]] = {}
     for p in parts:
         by_asset.setdefault(p["asset"], []).append(p)
-    stats = {name: _moments([p for p in parts], j) for j, name in enumerate(sensors)}
+    stats = {name: _moments(parts, j) for j, name in enumerate(sensors)}
     stats[key] = {"count": len(by_asset), STATS_PER_ASSET: {
         asset: {field: [_moments(mine, j)[field] for j in range(d)] for field in ("count", "mean", "std")}
         for asset, mine in sorted(by_asset.items())}}
