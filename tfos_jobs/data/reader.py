@@ -91,13 +91,20 @@ def batch_parser(spec: FeatureSpec, with_key: bool = False):
         def parse_windows(serialized):
             ctx, seq, _ = tf.io.parse_sequence_example(serialized, context_features={key.name: context[key.name]},
                                                        sequence_features=sensors)
-            asset = ctx[key.name]
-            return {**seq, key.name: asset if asset.dtype == tf.string else tf.strings.as_string(asset)}
+            return {**seq, key.name: asset_strings(ctx[key.name])}
 
         return parse_windows
     columns = spec.model_inputs + ((spec.key.name,) if with_key and spec.key else ()) + (spec.label.name,)
     parse_spec = spec.parse_spec(columns)
     return lambda serialized: spec.dense_lists(tf.io.parse_example(serialized, parse_spec))
+
+
+def asset_strings(keys):
+    """A window's key as the autoencoder reads it: a string (an integer key as its digits, as the
+    prediction function spells it too)."""
+    import tensorflow as tf
+
+    return keys if keys.dtype == tf.string else tf.strings.as_string(keys)
 
 
 def split_label(spec: FeatureSpec, parsed: dict):

@@ -85,6 +85,7 @@ def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anom
     fleet's for an asset without one)."""
     import tensorflow as tf
 
+    from tfos_jobs.data.reader import asset_strings
     from tfos_jobs.model.sequence import STANDARDIZE, scoring_model
 
     if anomaly is None:
@@ -115,8 +116,7 @@ def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anom
     def predict_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         ctx, parsed, _ = tf.io.parse_sequence_example(examples, context_features={key: context[key]},
                                                       sequence_features=lists)
-        asset = ctx[key] if ctx[key].dtype == tf.string else tf.strings.as_string(ctx[key])
-        return head({key: asset, **{n: tf.ensure_shape(parsed[n], [None, steps]) for n in lists}})
+        return head({key: asset_strings(ctx[key]), **{n: tf.ensure_shape(parsed[n], [None, steps]) for n in lists}})
 
     return {contract.SERVING_SIGNATURE: serving_default.get_concrete_function(),
             contract.EXAMPLES_SIGNATURE: predict_examples.get_concrete_function()}
