@@ -27,7 +27,7 @@ from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import compile_model
 from tfos_jobs.model.export import export_saved_model, load_signature
 from tfos_jobs.features.standardisation import STATS_PER_ASSET
-from tfos_jobs.features.standardisation import per_asset
+from tfos_jobs.features.standardisation import CLIP, per_asset
 from tfos_jobs.model.sequence import build_autoencoder, error_quantiles, scoring_model, sensor_scale
 
 STEPS, WINDOWS = 16, 256
@@ -154,15 +154,20 @@ TWO_ASSETS = {**{s: {"count": 8, "mean": 5.0, "std": 5.0, "min": 0.0, "max": 12.
 def test_each_asset_is_standardised_by_its_own_train_statistics_and_an_unseen_one_by_the_fleets():
     assets, means, variances = per_asset(SPEC, TWO_ASSETS)
     assert assets == ("a", "b")
-    # a's std (1) is below a quarter of the fleet's (5): floored at 1.25; b's noisy sensor, constant in training, too
+    # a's std (1) is below a tenth of the fleet's range (12): floored at 1.2; b's noisy sensor, constant in training, too
     assert means == [[0.0, 0.0], [10.0, 5.0], [5.0, 5.0]]
-    assert variances == [[1.5625, 1.5625], [4.0, 1.5625], [25.0, 25.0]]
+    np.testing.assert_allclose(variances, [[1.44, 1.44], [4.0, 1.44], [25.0, 25.0]], rtol=1e-12)
     model = build_autoencoder(SPEC, {}, TWO_ASSETS, CONFIG.train.model)
     layer = model.get_layer("standardize")
     window = np.full((3, STEPS, 2), 12.0, np.float32)
     out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
-    np.testing.assert_allclose(out[:, 0, :], [[12 / 1.25, 12 / 1.25], [1.0, 7 / 1.25], [7 / 5, 7 / 5]], rtol=1e-6)
+    np.testing.assert_allclose(out[:, 0, :], [[12 / 1.2, 12 / 1.2], [1.0, 7 / 1.2], [7 / 5, 7 / 5]], rtol=1e-6)
+    # far beyond anything in training: clipped at CLIP standard deviations, in either direction
+    window[:, :, 0], window[:, :, 1] = -1999.0, 30.0
+    out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
+    np.testing.assert_allclose(out[:, 0, :], [[-CLIP, CLIP], [-CLIP, CLIP], [-CLIP, 25 / 5]], rtol=1e-6)
     fleet = build_autoencoder(SPEC, {}, TWO_ASSETS, dataclasses.replace(CONFIG.train.model, standardize="fleet"))
+    window[:] = 12.0
     out = fleet.get_layer("standardize")([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
     np.testing.assert_allclose(out[:, 0, :], [[7 / 5, 7 / 5]] * 3, rtol=1e-6)
 

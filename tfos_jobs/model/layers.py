@@ -237,12 +237,14 @@ class ReconstructionError(tf.keras.layers.Layer):
 @tf.keras.utils.register_keras_serializable(package="tfos")
 class AssetStandardization(tf.keras.layers.Layer):
     """[window, key] -> the [batch, steps, sensors] window standardised by its asset's means and
-    variances. Row 0 of `mean` and `variance` is the fleet's, for a key not among `assets`
-    (`rows`); row 1 + i is `assets[i]`'s. Without assets every window takes the fleet's row."""
+    variances, clipped to +-`clip` (None: not clipped). Row 0 of `mean` and `variance` is the fleet's,
+    for a key not among `assets` (`rows`); row 1 + i is `assets[i]`'s. Without assets every window
+    takes the fleet's row."""
 
     def __init__(self, assets: Sequence[str], mean: Sequence[Sequence[float]], variance: Sequence[Sequence[float]],
-                 **kwargs: Any):
+                 clip: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
+        self.clip = None if clip is None else float(clip)
         self.assets = [str(a) for a in assets]
         self.mean = [[float(v) for v in row] for row in mean]
         self.variance = [[float(v) for v in row] for row in variance]
@@ -261,7 +263,9 @@ class AssetStandardization(tf.keras.layers.Layer):
         rows = self.rows(key)
         mean = tf.gather(tf.constant(self.mean, x.dtype), rows)[:, tf.newaxis, :]
         std = tf.sqrt(tf.maximum(tf.gather(tf.constant(self.variance, x.dtype), rows), 1e-7))[:, tf.newaxis, :]
-        return (x - mean) / std
+        standard = (x - mean) / std
+        return standard if self.clip is None else tf.clip_by_value(standard, -self.clip, self.clip)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "assets": self.assets, "mean": self.mean, "variance": self.variance}
+        return {**super().get_config(), "assets": self.assets, "mean": self.mean, "variance": self.variance,
+                "clip": self.clip}
