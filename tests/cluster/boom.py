@@ -66,6 +66,14 @@ def tensor(spec, vocab, stats, model_cfg):
     return tf.keras.layers.Dense(1, activation="sigmoid")(tf.keras.layers.Concatenate()(numbers))
 
 
+def keras3(spec, vocab, stats, model_cfg):
+    """A Keras 3 model (`import keras`), as a model written for Keras 3 alone would be."""
+    import keras
+
+    inputs = {n: keras.Input(shape=(1,), name=n) for n in (f.name for f in spec.numeric)}
+    return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(keras.layers.Concatenate()(list(inputs.values()))))
+
+
 def extra_input(spec, vocab, stats, model_cfg):
     """A model reading a column the spec does not have."""
     import tensorflow as tf

@@ -46,6 +46,9 @@ def tfos(command: list[str], java_home: Path) -> tuple[subprocess.CompletedProce
 CASES = {
     "mymodels:buidl": r"'mymodels:buidl': module 'mymodels' has no callable 'buidl' \(did you mean mymodels:build\?\)",
     "tests.cluster.boom:tensor": r"tests.cluster.boom:tensor returned a KerasTensor, not a tf.keras.Model",
+    "tests.cluster.boom:keras3": r"tests.cluster.boom:keras3 returned a Keras 3 model \(keras\.\S+\), not a "
+                                 r"tf\.keras\.Model: .*keras-team/keras#20585.*: `import tf_keras as keras` in place of "
+                                 r"`import keras`$",
     "tests.cluster.boom:build": r"tests.cluster.boom:build raised ValueError: boom: this model function always fails$",
     "tests.cluster.boom:extra_input": r"built a model with input\(s\) shoe_size that the feature spec does not provide",
     "tests.cluster.boom:two_args": r"tests.cluster.boom:two_args must take four positional arguments \(spec, vocab, "
@@ -64,8 +67,9 @@ def assert_one_error_line_before_spark(proc, mark: Path, command: str, pattern: 
     assert "SparkContext" not in proc.stdout + proc.stderr and "spark-" not in proc.stdout + proc.stderr
 
 
-# As users run it, for the three kinds of mistake; the other checks run in-process below.
-@pytest.mark.parametrize("kind", ["mymodels:buidl", "tests.cluster.boom:tensor", "tests.cluster.boom:build"])
+# As users run it, for four kinds of mistake; the other checks run in-process below.
+@pytest.mark.parametrize("kind", ["mymodels:buidl", "tests.cluster.boom:tensor", "tests.cluster.boom:build",
+                                  "tests.cluster.boom:keras3"])
 def test_train_refuses_a_wrong_model_before_spark_starts(kind, no_java):
     home, mark = no_java
     proc, _ = tfos(["train", "--config", str(CENSUS), "--set", f"train.model.kind={kind}"], home)
@@ -80,7 +84,8 @@ def test_sweep_refuses_a_wrong_model_before_spark_starts(no_java, tmp_path):
     assert_one_error_line_before_spark(proc, mark, "sweep", CASES[kind])
 
 
-@pytest.mark.parametrize("kind", ["tests.cluster.boom:extra_input", "tests.cluster.boom:two_args"])
+@pytest.mark.parametrize("kind", ["tests.cluster.boom:extra_input", "tests.cluster.boom:two_args",
+                                  "tests.cluster.boom:keras3"])
 def test_the_other_wrong_models(kind):
     cfg = config.load(CENSUS, [f"train.model.kind={kind}"])
     with pytest.raises(ConfigError, match=r"^train.model.kind: .*" + CASES[kind]):

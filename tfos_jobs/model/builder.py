@@ -226,10 +226,12 @@ def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec
         except Exception as e:
             raise ConfigError(f"{KIND}: {name} raised {_last_line(e)}") from None
         if not isinstance(model, tf.keras.Model):
-            what = type(model).__name__
+            what, module = type(model).__name__, type(model).__module__
+            if module.startswith("keras") and hasattr(model, "layers"):
+                raise ConfigError(f"{KIND}: {name} returned a Keras 3 model ({module}.{what}), not a tf.keras.Model: "
+                                  f"{KERAS_3_REFUSED}: `import tf_keras as keras` in place of `import keras`")
             hint = (" (a layer's output: return tf.keras.Model(inputs, outputs))" if "KerasTensor" in what or
-                    tf.is_tensor(model) else " (tf-keras is the Keras of TFoS's strategies: build with tf.keras, "
-                    "not `import keras`)" if type(model).__module__.startswith("keras") else "")
+                    tf.is_tensor(model) else "")
             raise ConfigError(f"{KIND}: {name} returned a {what}, not a tf.keras.Model{hint}")
         inputs = input_names(model)
         if inputs is not None:
@@ -240,6 +242,12 @@ def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec
         _check_output(tf, model, name, dry_spec, inputs)
     finally:
         tf.keras.backend.clear_session()
+
+
+# Why a Keras 3 model is refused, and what to do instead (the error's end names the one-line change).
+KERAS_3_REFUSED = ("Keras 3 does not train under TensorFlow's MultiWorkerMirrored strategy (keras-team/keras#20585) nor "
+                   "its ParameterServer strategy (keras-team/keras#18624), which TFoS's workers run; build the same model "
+                   "with tf-keras, the Keras of TensorFlow 2 (installed with the package)")
 
 
 def _last_line(e: BaseException) -> str:
