@@ -150,7 +150,7 @@ typecheck: setup
 	$(PY) -m mypy
 
 test: typecheck test-servers test-jars
-	$(PY) -m pytest -m "not slow and not k8s" --durations=10
+	$(PY) -m pytest -m "not slow and not k8s" --durations=40
 
 test-fast: typecheck
 	$(PY) -m pytest tests/unit --durations=5
