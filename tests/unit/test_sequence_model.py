@@ -27,7 +27,7 @@ from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import compile_model
 from tfos_jobs.model.export import export_saved_model, load_signature
 from tfos_jobs.features.standardisation import STATS_PER_ASSET
-from tfos_jobs.features.standardisation import CLIP, per_asset
+from tfos_jobs.features.standardisation import per_asset
 from tfos_jobs.model.sequence import build_autoencoder, error_quantiles, scoring_model, sensor_scale
 
 STEPS, WINDOWS = 16, 256
@@ -162,7 +162,9 @@ def test_each_asset_is_standardised_by_its_own_train_statistics_and_an_unseen_on
     window = np.full((3, STEPS, 2), 12.0, np.float32)
     out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
     np.testing.assert_allclose(out[:, 0, :], [[12 / 1.2, 12 / 1.2], [1.0, 7 / 1.2], [7 / 5, 7 / 5]], rtol=1e-6)
-    # far beyond anything in training: clipped at CLIP standard deviations, in either direction
+    # far beyond anything in training: clipped at train.model.clip standard deviations, in either direction
+    CLIP = CONFIG.train.model.clip
+    assert CLIP == 10.0
     window[:, :, 0], window[:, :, 1] = -1999.0, 30.0
     out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
     np.testing.assert_allclose(out[:, 0, :], [[-CLIP, CLIP], [-CLIP, CLIP], [-CLIP, 25 / 5]], rtol=1e-6)

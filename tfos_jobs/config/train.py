@@ -82,7 +82,9 @@ class ModelConfig:
     "none" scores the plain mean squared error. `standardize`: "per_asset" standardises each
     window by its asset's train statistics (an unseen asset by the fleet's), "fleet" by the
     fleet's; each asset's threshold is the `anomaly_quantile` of its own train windows' errors
-    either way (the fleet's for an asset with too few)."""
+    either way (the fleet's for an asset with too few). `clip`: the standardised values are
+    clipped to +-clip (0: not clipped), so that one reading far beyond any in training is still
+    its window's largest error without drowning the window's other sensors."""
 
     kind: str = ModelKind.WIDE_DEEP.value
     first_layer_size: int = 100
@@ -95,6 +97,7 @@ class ModelConfig:
     anomaly_quantile: float = 0.99
     error_scale: Literal["per_sensor", "none"] = "per_sensor"
     standardize: Literal["per_asset", "fleet"] = "per_asset"
+    clip: float = 10.0
     params: Mapping[str, Any] = ModelParams()
 
     def __post_init__(self) -> None:
@@ -132,6 +135,8 @@ class ModelConfig:
             errs.append(f"train.model.error_scale: must be \"per_sensor\" or \"none\", got {self.error_scale!r}")
         if self.standardize not in ("per_asset", "fleet"):
             errs.append(f"train.model.standardize: must be \"per_asset\" or \"fleet\", got {self.standardize!r}")
+        if not self.clip >= 0:
+            errs.append(f"train.model.clip: must be >= 0 (0: not clipped), got {self.clip}")
         errs += param_errors(self.params)
         if self.params and not self.is_user_function:
             errs.append(f"{PARAMS_KEY}: {', '.join(sorted(self.params))}: the built-in model {self.kind!r} takes no "

@@ -58,7 +58,3 @@ def _span(stats: dict[str, Any], name: str, fleet_variance: float) -> float:
 
 
 ASSET_STD_FLOOR = 0.1  # an asset's std, at least this share of the sensor's range over the fleet
-# A standardised value is clipped to +-CLIP before the model sees it: a reading far beyond any in training (MSL's
-# channel P-14 reaches -1,999 where its train period spans [0, 1]) is still the window's largest error, without
-# its square drowning every other sensor of the window, in training and in the score (docs/prepare.md).
-CLIP = 10.0

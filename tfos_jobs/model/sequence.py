@@ -3,7 +3,7 @@
 Input: each window's key (its asset, a string) and one `[batch, window]` float tensor per sensor (raw values, as the
 records and the UDF carry them). In the graph: stacked to `[batch, window, sensors]`, standardised with the train
 split's statistics of the window's asset (`standardize = "per_asset"`; the fleet's for an asset the model never saw, or
-with `standardize = "fleet"`) and clipped to +-`standardisation.CLIP`, encoded by a GRU or LSTM to a `latent` vector, decoded by a second one from that vector
+with `standardize = "fleet"`) and clipped to +-`clip`, encoded by a GRU or LSTM to a `latent` vector, decoded by a second one from that vector
 repeated over the window, and compared with the standardised input. The model's output is that per-window
 `reconstruction_error`, so training minimises its mean (the MSE) and serving gets it without a second graph.
 Standardising in the graph means a served model takes raw windows and needs nothing but its SavedModel.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from tfos_jobs.config import ModelConfig
 from tfos_jobs.contracts.serving import LATENT, RECONSTRUCTION_ERROR
 from tfos_jobs.features.spec import FeatureSpec
-from tfos_jobs.features.standardisation import CLIP, per_asset, standardisation
+from tfos_jobs.features.standardisation import per_asset, standardisation
 from tfos_jobs.tasks import ModelKind
 
 STANDARDIZE = "standardize"  # the AssetStandardization layer: its `rows` place a window's asset among the per-asset constants
@@ -73,7 +73,7 @@ def _standardised(x: "tf.Tensor", inputs: dict[str, Any], spec: FeatureSpec, sta
     if model_cfg.standardize == "fleet":  # the assets stay known, for their thresholds
         means, variances = [means[-1]] * len(means), [variances[-1]] * len(variances)
     fleet_first = (means[-1:] + means[:-1], variances[-1:] + variances[:-1])
-    return AssetStandardization(assets, *fleet_first, clip=CLIP, name=STANDARDIZE)([x, key])
+    return AssetStandardization(assets, *fleet_first, clip=model_cfg.clip or None, name=STANDARDIZE)([x, key])
 
 
 def scoring_model(model: "tf.keras.Model", scale: Sequence[float] | None = None) -> "tf.keras.Model":
