@@ -154,20 +154,24 @@ TWO_ASSETS = {**{s: {"count": 8, "mean": 5.0, "std": 5.0, "min": 0.0, "max": 12.
 def test_each_asset_is_standardised_by_its_own_train_statistics_and_an_unseen_one_by_the_fleets():
     assets, means, variances = per_asset(SPEC, TWO_ASSETS)
     assert assets == ("a", "b")
-    # a's std (1) is below a tenth of the fleet's range (12): floored at 1.2; b's noisy sensor, constant in training, too
+    # a's std (1) is below a quarter of the fleet's (5): floored at 1.25; b's noisy sensor, constant in training, too
     assert means == [[0.0, 0.0], [10.0, 5.0], [5.0, 5.0]]
-    np.testing.assert_allclose(variances, [[1.44, 1.44], [4.0, 1.44], [25.0, 25.0]], rtol=1e-12)
+    assert variances == [[1.5625, 1.5625], [4.0, 1.5625], [25.0, 25.0]]
     model = build_autoencoder(SPEC, {}, TWO_ASSETS, CONFIG.train.model)
     layer = model.get_layer("standardize")
-    window = np.full((3, STEPS, 2), 12.0, np.float32)
+    window = np.full((3, STEPS, 2), 11.0, np.float32)
     out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
-    np.testing.assert_allclose(out[:, 0, :], [[12 / 1.2, 12 / 1.2], [1.0, 7 / 1.2], [7 / 5, 7 / 5]], rtol=1e-6)
+    np.testing.assert_allclose(out[:, 0, :], [[11 / 1.25, 11 / 1.25], [0.5, 6 / 1.25], [6 / 5, 6 / 5]], rtol=1e-6)
     # far beyond anything in training: clipped at train.model.clip standard deviations, in either direction
     CLIP = CONFIG.train.model.clip
     assert CLIP == 10.0
     window[:, :, 0], window[:, :, 1] = -1999.0, 30.0
     out = layer([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
     np.testing.assert_allclose(out[:, 0, :], [[-CLIP, CLIP], [-CLIP, CLIP], [-CLIP, 25 / 5]], rtol=1e-6)
+    unclipped = build_autoencoder(SPEC, {}, TWO_ASSETS, dataclasses.replace(CONFIG.train.model, clip=0.0))
+    out = unclipped.get_layer("standardize")([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()
+    np.testing.assert_allclose(out[:, 0, :], [[-1999 / 1.25, 30 / 1.25], [-2009 / 2, 25 / 1.25], [-2004 / 5, 5]],
+                               rtol=1e-6)
     fleet = build_autoencoder(SPEC, {}, TWO_ASSETS, dataclasses.replace(CONFIG.train.model, standardize="fleet"))
     window[:] = 12.0
     out = fleet.get_layer("standardize")([tf.constant(window), tf.constant(["a", "b", "never-seen"])]).numpy()

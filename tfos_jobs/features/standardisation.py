@@ -29,32 +29,24 @@ def per_asset(spec: FeatureSpec, stats: dict[str, Any]) -> tuple[tuple[str, ...]
     """The assets of the train split and one row of sensor means and variances per asset, then
     the fleet's row (for an asset the model never saw). Unlike machines differ in level and
     spread; standardising each by its own train windows lets one model learn their shapes. An
-    asset's std is floored at `ASSET_STD_FLOOR` of the sensor's range over the fleet's train
-    split: a sensor nearly constant on one machine would otherwise blow its noise, or any move
-    away from that constant, up to dominate the error; a floor on the range rather than the
-    fleet's std keeps a rare 0/1 flag (a tiny std) from counting more than a level that moves
-    (chosen on ASD and MSL, docs/prepare.md). A dataset prepared without per-asset statistics
-    gives the fleet's row alone."""
+    asset's std is floored at `ASSET_STD_FLOOR` of the fleet's: a sensor nearly constant on one
+    machine would otherwise blow its noise, or any move away from that constant, up to dominate
+    the error; what remains of that (a rare 0/1 flag, whose fleet std is tiny) the model's clip
+    bounds (`train.model.clip`). Chosen on ASD, MSL and the embedded fleet (docs/prepare.md): a
+    floor on the fleet's range instead did as well on the first two and failed the third, whose
+    range its outliers stretch to 20 stds. A dataset prepared without per-asset statistics gives
+    the fleet's row alone."""
     fleet_mean, fleet_variance = standardisation(spec, stats)
     key = spec.key
     assets = (stats.get(key.name) or {}).get(STATS_PER_ASSET, {}) if key is not None else {}
-    floors = [(ASSET_STD_FLOOR * _span(stats, f.name, fv)) ** 2 for f, fv in zip(spec.sequences, fleet_variance)]
     means, variances = [], []
     for asset in sorted(assets):
         own = assets[asset]
         means.append([float(m) if f.normalize and m is not None else fm
                       for f, m, fm in zip(spec.sequences, own["mean"], fleet_mean)])
-        variances.append([max(float(s or 0.0) ** 2, floor) if f.normalize else fv
-                          for f, s, fv, floor in zip(spec.sequences, own["std"], fleet_variance, floors)])
+        variances.append([max(float(s or 0.0) ** 2, ASSET_STD_FLOOR ** 2 * fv) if f.normalize else fv
+                          for f, s, fv in zip(spec.sequences, own["std"], fleet_variance)])
     return tuple(sorted(assets)), [*means, list(fleet_mean)], [*variances, list(fleet_variance)]
 
 
-def _span(stats: dict[str, Any], name: str, fleet_variance: float) -> float:
-    """The sensor's max - min over the train split; its std where the range is unknown or 0."""
-    low, high = (stats.get(name) or {}).get("min"), (stats.get(name) or {}).get("max")
-    if low is not None and high is not None and float(high) > float(low):
-        return float(high) - float(low)
-    return fleet_variance ** 0.5
-
-
-ASSET_STD_FLOOR = 0.1  # an asset's std, at least this share of the sensor's range over the fleet
+ASSET_STD_FLOOR = 0.25  # an asset's std, at least this share of the fleet's
