@@ -125,6 +125,10 @@ def resolve_build(kind: str) -> BuildFn:
 
 
 DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on
+# Why a Keras 3 model is refused, and what to do instead (the error's end names the one-line change).
+KERAS_3_REFUSED = ("Keras 3 does not train under TensorFlow's MultiWorkerMirrored strategy (keras-team/keras#20585) nor "
+                   "its ParameterServer strategy (keras-team/keras#18624), which TFoS's workers run; build the same model "
+                   "with tf-keras, the Keras of TensorFlow 2 (installed with the package)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,12 +246,6 @@ def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec
         _check_output(tf, model, name, dry_spec, inputs)
     finally:
         tf.keras.backend.clear_session()
-
-
-# Why a Keras 3 model is refused, and what to do instead (the error's end names the one-line change).
-KERAS_3_REFUSED = ("Keras 3 does not train under TensorFlow's MultiWorkerMirrored strategy (keras-team/keras#20585) nor "
-                   "its ParameterServer strategy (keras-team/keras#18624), which TFoS's workers run; build the same model "
-                   "with tf-keras, the Keras of TensorFlow 2 (installed with the package)")
 
 
 def _last_line(e: BaseException) -> str:
