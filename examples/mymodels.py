@@ -52,3 +52,49 @@ def build(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
     activation = {"binary": "sigmoid", "multiclass": "softmax"}.get(task, "linear")
     output = tf.keras.layers.Dense(units, activation=activation, name="output")(both)
     return tf.keras.Model(inputs, output, name="deep_cross")
+
+
+def build_focal(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
+                model_cfg: ModelConfig) -> tf.keras.Model:
+    """The same network, compiled here: a focal loss (Lin et al., 2017), which weighs the examples the model
+    still gets wrong, for a rare positive class; its own optimizer and metrics. Training keeps this compile
+    (`train.optimizer` and `train.learning_rate` are then not used). `[train.model.params]`: `gamma` (2.0),
+    `learning_rate` (0.002), and `build`'s."""
+    if spec.label.task != "binary":
+        raise ValueError(f"build_focal is for a binary label; {spec.label.name} is {spec.label.task}")
+    model = build(spec, vocab, stats, model_cfg)
+    params = model_cfg.params
+    model.compile(optimizer=tf.keras.optimizers.Adam(float(params.get("learning_rate", 0.002))),
+                  loss=tf.keras.losses.BinaryFocalCrossentropy(gamma=float(params.get("gamma", 2.0)), name="focal"),
+                  metrics=[tf.keras.metrics.AUC(name="auc"), tf.keras.metrics.Precision(name="precision"),
+                           tf.keras.metrics.Recall(name="recall")])
+    return model
+
+
+class ClippedSteps(tf.keras.Model):
+    """A model with a training step of its own: gradients clipped to a global norm of `clip_norm` before they are
+    applied, and that norm reported with the step's logs (`grad_norm`). Training runs this step as it is."""
+
+    clip_norm = 1.0
+
+    def train_step(self, data):
+        x, y = data[0], data[1]
+        with tf.GradientTape() as tape:
+            predicted = self(x, training=True)
+            loss = self.compute_loss(x, y, predicted)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        clipped, norm = tf.clip_by_global_norm(gradients, self.clip_norm)
+        self.optimizer.apply_gradients(zip(clipped, self.trainable_variables))
+        logs = self.compute_metrics(x, y, predicted, None)
+        return {**logs, "grad_norm": norm}
+
+
+def build_clipped(spec: FeatureSpec, vocab: dict[str, list[str]], stats: dict[str, Any],
+                  model_cfg: ModelConfig) -> tf.keras.Model:
+    """`build`'s network as a `ClippedSteps` model, compiled here with the label's usual loss (binary)."""
+    plain = build(spec, vocab, stats, model_cfg)
+    model = ClippedSteps(plain.inputs, plain.outputs, name="deep_cross_clipped")
+    model.clip_norm = float(model_cfg.params.get("clip_norm", 1.0))
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.002), loss=tf.keras.losses.BinaryCrossentropy(),
+                  metrics=[tf.keras.metrics.AUC(name="auc")])
+    return model

@@ -208,6 +208,35 @@ def test_exception_in_training_reaches_the_driver_and_nothing_is_left(dataset, t
     assert_no_node_process_left({"nodes": nodes})
 
 
+def test_a_model_its_function_compiled_keeps_its_loss_metrics_and_optimizer(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]", "train.model.kind=mymodels:build_focal",
+                    "train.learning_rate=0.5", env={"PYTHONPATH": str(ROOT / "examples")})
+    assert ("train.model.kind: mymodels:build_focal compiles its model itself: loss focal; metrics auc, precision, "
+            "recall; optimizer Adam (learning rate 0.002) (train.optimizer and train.learning_rate are not used)"
+            ) in proc.stdout
+    m = metrics(model_dir)
+    assert [n["role"] for n in m["nodes"]] == ["chief", "worker"]
+    assert {"precision", "recall", "val_precision", "val_recall"} <= set(m["history"][-1])
+    assert re.search(r"epoch   3/3 \[#+\] loss \S+  auc \S+  val_loss \S+  val_auc \S+  precision \S+  recall \S+  "
+                     r"val_precision \S+  val_recall \S+", proc.stdout), proc.stdout[-2000:]
+    # the focal loss, not the cross-entropy the task would compile: at this AUC the latter is above 0.3
+    assert m["eval"]["auc"] > 0.8 and m["eval"]["loss"] < 0.15, m["eval"]
+    assert_exported_model_matches_trained(model_dir)
+
+
+def test_a_model_with_its_own_train_step_trains_with_it(dataset, tmp_path):
+    model_dir = tmp_path / "model"
+    proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]", "train.model.kind=mymodels:build_clipped",
+                    "train.model.params.clip_norm=0.5", env={"PYTHONPATH": str(ROOT / "examples")})
+    m = metrics(model_dir)
+    # the step's own log, on every epoch: the gradients' global norm before clipping
+    assert all(e["grad_norm"] > 0 for e in m["history"]) and "grad_norm" in proc.stdout
+    assert m["gradient_exchange"] == topology.ALL_REDUCE  # its step applies gradients the strategy's own way
+    assert m["eval"]["auc"] > 0.8
+    assert_exported_model_matches_trained(model_dir)
+
+
 def test_local_strategy_trains_in_the_driver(spark, dataset, tmp_path):
     from tfos_jobs.jobs.train.driver import job as train_driver
 

@@ -16,7 +16,7 @@ from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
-from tfos_jobs.model.builder import CheckedBuild, check_build, kind_of
+from tfos_jobs.model.builder import OWN_COMPILE_IGNORES, CheckedBuild, check_build, kind_of
 from tfos_jobs.search import space as search_space
 from tfos_jobs.search.space import CheckedSweep
 
@@ -99,6 +99,9 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
     definition = check_build(model_cfg=settings.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
+    if definition.compiled:
+        log(f"train.model.kind: {settings.model.kind} compiles its model itself: {definition.compiled} "
+            f"({' and '.join(OWN_COMPILE_IGNORES)} are not used)")
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=settings), overwrite=overwrite, log=log,
                               model=definition, meta=meta)

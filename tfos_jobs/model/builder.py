@@ -67,6 +67,49 @@ def compile_model(model: "tf.keras.Model", spec: FeatureSpec, optimizer: str, le
     return model
 
 
+# The settings a model compiled by its own function does not use (`compile_for_training`).
+OWN_COMPILE_IGNORES = ("train.optimizer", "train.learning_rate")
+
+
+def own_compile(model: "tf.keras.Model") -> dict[str, Any] | None:
+    """What a model function compiled its model with (optimizer, loss, metrics, loss weights), for training to compile
+    its training model with the same; None for a model returned uncompiled, which gets the label task's loss and
+    metrics and `train.optimizer` (`compile_model`)."""
+    if not getattr(model, "_is_compiled", False):
+        return None
+    return {k: v for k, v in model._get_compile_args(user_metrics=True).items() if v is not None}
+
+
+def compile_for_training(trainer: "tf.keras.Model", model: "tf.keras.Model", spec: FeatureSpec, optimizer: str,
+                         learning_rate: float, steps_per_execution: int = 1) -> "tf.keras.Model":
+    """`trainer` (the training model wrapped around `model`, or `model` itself) compiled as `model` was, when its
+    function compiled it, else as `compile_model` does."""
+    own = own_compile(model)
+    if own is None:
+        return compile_model(trainer, spec, optimizer, learning_rate, steps_per_execution=steps_per_execution)
+    trainer.compile(**own, steps_per_execution=steps_per_execution)
+    return trainer
+
+
+def describe_compile(own: dict[str, Any]) -> str:
+    """One line for the driver's log: the loss, metrics and optimizer a model function compiled with."""
+    def names(value: Any) -> str:
+        items = value if isinstance(value, (list, tuple)) else list(value.values()) if isinstance(value, dict) else [value]
+        return ", ".join(v if isinstance(v, str) else getattr(v, "name", None) or getattr(v, "__name__", None)
+                         or type(v).__name__ for v in items)
+
+    optimizer = own.get("optimizer")
+    rate = getattr(optimizer, "learning_rate", None)
+    try:
+        rate_text = f" (learning rate {float(rate):g})" if rate is not None else ""
+    except (TypeError, ValueError):  # a schedule
+        rate_text = f" ({type(rate).__name__})"
+    parts = [f"loss {names(own['loss'])}" if "loss" in own else "its own loss (train_step)",
+             f"metrics {names(own['metrics'])}" if own.get("metrics") else "no metrics",
+             f"optimizer {type(optimizer).__name__}{rate_text}"]
+    return "; ".join(parts)
+
+
 def loss_and_metrics(spec: FeatureSpec) -> tuple[Any, list[Any]]:
     """The loss and the metrics of a row model's task, new objects on every call."""
     import tensorflow as tf
@@ -135,12 +178,14 @@ KERAS_3_REFUSED = ("Keras 3 does not train under TensorFlow's MultiWorkerMirrore
 class CheckedBuild:
     """A build function checked on the driver against the spec it is for (`check_build`): a training run builds its
     model on the nodes without checking it again. `by_value`: the callable the nodes get pickled (a script's or
-    notebook's function), None when they import `config.kind` by name."""
+    notebook's function), None when they import `config.kind` by name. `compiled`: what the function compiles its model
+    with (`describe_compile`), "" when it returns it uncompiled."""
 
     config: ModelConfig
     spec: FeatureSpec
     fn: BuildFn
     by_value: BuildFn | None = None
+    compiled: str = ""
 
     def holds_for(self, model_cfg: ModelConfig, spec: FeatureSpec) -> bool:
         """Whether this check is the one `model_cfg` would get against `spec`: the same settings
@@ -208,8 +253,8 @@ def check_build(*, model_cfg: ModelConfig, spec: FeatureSpec,
                           f"its signature is {_signature(fn)}") from None
     except ValueError:  # no signature to read (a builtin): the dry build below tells
         pass
-    _dry_build(fn, name, model_cfg, spec)
-    return CheckedBuild(model_cfg, spec, fn, by_value)
+    compiled = _dry_build(fn, name, model_cfg, spec)
+    return CheckedBuild(model_cfg, spec, fn, by_value, compiled)
 
 
 def _signature(fn: Callable) -> str:
@@ -219,7 +264,8 @@ def _signature(fn: Callable) -> str:
         return "unknown"
 
 
-def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec) -> None:
+def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec) -> str:
+    """The checks above on a model built from placeholders; what it was compiled with ("": uncompiled)."""
     from tfos_jobs.tf_import import tensorflow
 
     tf = tensorflow()
@@ -244,6 +290,8 @@ def _dry_build(fn: BuildFn, name: str, model_cfg: ModelConfig, spec: FeatureSpec
                 raise ConfigError(f"{KIND}: {name} built a model with input(s) {', '.join(extra)} that the feature "
                                   f"spec does not provide; its model inputs are {', '.join(spec.model_inputs)}")
         _check_output(tf, model, name, dry_spec, inputs)
+        own = own_compile(model)
+        return "" if own is None else describe_compile(own)
     finally:
         tf.keras.backend.clear_session()
 

@@ -60,16 +60,25 @@ class StepModel(tf.keras.Model):
         return {metric.name: local_result(metric) for metric in self.metrics}
 
 
+def keeps_own_steps(model: tf.keras.Model) -> bool:
+    """Whether `model` trains with steps of its own, which `wrap` leaves in place: a subclassed model (no graph of
+    layers to re-wrap), or one whose class defines its own `train_step` (a GAN, a contrastive pair, a model without
+    a label). Gradients then cross workers the strategy's own way (all-reduce)."""
+    if isinstance(model, StepModel):
+        return False
+    return not model.inputs or type(model).train_step is not tf.keras.Model.train_step
+
+
 def wrap(model: tf.keras.Model, dense_gradient_limit: int, gradient_exchange: str = ALL_REDUCE,
          mesh: Callable[[np.ndarray], np.ndarray] | None = None) -> tf.keras.Model:
     """`model` with the steps above, sharing its layers and variables; build and compile the result under the strategy's
-    scope. A subclassed (non-functional) user model is returned as it is: it trains the same, with Keras' own steps.
+    scope. A model that keeps its own steps (`keeps_own_steps`) is returned as it is.
     `mesh`: the run's `Mesh.summed`, for the MESH exchange."""
     if isinstance(model, StepModel):
         model.dense_gradient_limit, model.gradient_exchange = dense_gradient_limit, gradient_exchange
         model.gradient_mesh = mesh
         return model
-    if not model.inputs:  # subclassed: no graph of layers to re-wrap
+    if keeps_own_steps(model):
         return model
     wrapped = StepModel(inputs=model.input, outputs=model.output, name=model.name)
     wrapped.dense_gradient_limit, wrapped.gradient_exchange = dense_gradient_limit, gradient_exchange

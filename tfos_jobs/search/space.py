@@ -65,13 +65,18 @@ class CheckedSweep:
 def check_sweep(base: Config, sweep: SweepConfig) -> CheckedSweep:
     """Every value a trial takes, checked as a config's, and every model the trials build (`trial_models`), imported and
     dry-built once on the driver (`model.builder.check_build`); an error names the trials' model."""
-    from tfos_jobs.model.builder import check_build
+    from tfos_jobs.model.builder import OWN_COMPILE_IGNORES, check_build
 
     checked = sweep_file.checked(sweep)
     models = trial_models(base, checked)
+    unused = [p.key for p in checked.params if p.key in OWN_COMPILE_IGNORES]
     for model_cfg, config in models.items():
         try:
-            check_build(model_cfg=model_cfg, spec=config.features)
+            built = check_build(model_cfg=model_cfg, spec=config.features)
+            if built.compiled and unused:
+                raise ConfigError(f"train.model.kind: {model_cfg.kind} compiles its model itself ({built.compiled}), "
+                                  f"so the sweep's {', '.join(unused)} would change nothing: search a "
+                                  "train.model.params value the function reads instead")
         except ConfigError as e:
             if len(models) == 1:
                 raise

@@ -34,12 +34,20 @@ def kept_epoch(history, stopper) -> int:
 
 def split_metrics(model, files: list[str], spec, compression: str, batch_size: int) -> dict[str, float]:
     """Loss and metrics of the trained model on the held-out test split, on the chief alone
-    (read once, after every choice was made on eval)."""
+    (read once, after every choice was made on eval): the label task's, which compare with any
+    other model's and the baselines', and those a model compiled by its own function with (its
+    loss as `loss`, and its own metrics in place of the task's of the same name)."""
     import tensorflow as tf
 
-    from tfos_jobs.model.builder import loss_and_metrics
+    from tfos_jobs.model.builder import loss_and_metrics, own_compile
 
     loss_fn, metrics = loss_and_metrics(spec)
+    own = own_compile(model)
+    if own is not None:
+        if "loss" in own:
+            loss_fn = tf.keras.losses.get(own["loss"])
+        mine = [m for m in (_fresh(m) for m in own.get("metrics") or []) if m is not None]
+        metrics = [m for m in metrics if m.name not in {n.name for n in mine}] + mine
     loss = tf.keras.metrics.Mean(name="loss")
     for features, labels in reader.make_dataset(files, spec, max(batch_size, 1024), compression=compression):
         outputs = model(features, training=False)  # eager, as sample_predictions: any strategy's variables
@@ -47,6 +55,21 @@ def split_metrics(model, files: list[str], spec, compression: str, batch_size: i
         for metric in metrics:
             metric.update_state(labels, outputs)
     return {m.name: float(m.result()) for m in (loss, *metrics)}
+
+
+def _fresh(metric):
+    """A metric as compiled (a name or an object that training filled), new and empty; None for "accuracy", which
+    Keras resolves by the output's shape and the task's own accuracy already reports."""
+    import tensorflow as tf
+
+    if isinstance(metric, str):
+        if metric in ("accuracy", "acc"):
+            return None
+        found = tf.keras.metrics.get(metric)
+        return found if isinstance(found, tf.keras.metrics.Metric) else tf.keras.metrics.MeanMetricWrapper(found, name=metric)
+    if isinstance(metric, tf.keras.metrics.Metric):
+        return type(metric).from_config(metric.get_config())
+    return tf.keras.metrics.MeanMetricWrapper(metric, name=getattr(metric, "__name__", "metric"))
 
 
 def sample_predictions(model, files: list[str], spec, compression: str, rows: int = 32) -> SamplePredictions:

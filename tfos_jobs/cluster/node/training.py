@@ -27,7 +27,7 @@ from tfos_jobs.cluster.node import strategy as node_strategy
 from tfos_jobs.cluster.node.callbacks import Publisher, epoch_progress, first_step, heartbeat
 from tfos_jobs.cluster.node.checkpoints import CHIEF_DEVICE, Position
 from tfos_jobs.cluster.node.control_client import DriverLink
-from tfos_jobs.topology import MESH, Role, Strategy, examples_per_step
+from tfos_jobs.topology import ALL_REDUCE, MESH, Role, Strategy, examples_per_step
 
 
 def steps_for(args: NodeArgs, records: int, num_workers: int) -> int:
@@ -217,7 +217,7 @@ def _fit_and_export(node: NodeTraining, built: BuiltModel, extra_callbacks: tupl
 def build_model(node: NodeTraining) -> BuiltModel:
     """The model built and compiled under the run's strategy, with its training step."""
     from tfos_jobs.model import steps as steps_mod
-    from tfos_jobs.model.builder import compile_model
+    from tfos_jobs.model.builder import compile_for_training
 
     train, meta = node.args.train, node.meta
     strategy = node_strategy.make_strategy(train.strategy, node.num_workers)
@@ -226,12 +226,14 @@ def build_model(node: NodeTraining) -> BuiltModel:
     build = model_fn_of(node.args)
     with strategy.scope():
         model = build(meta.spec, meta.vocab, meta.stats, train.model)
-        gradient_exchange = node_strategy.gradient_exchange_for(node.args, node.num_workers, model.trainable_variables)
+        gradient_exchange = ALL_REDUCE if steps_mod.keeps_own_steps(model) else \
+            node_strategy.gradient_exchange_for(node.args, node.num_workers, model.trainable_variables)
         mesh = (node_strategy.open_mesh(strategy, node.link, node.args.train.step_timeout, node.worker_index, node.ports)
                 if gradient_exchange == MESH else None)
         trainer = steps_mod.wrap(model, train.dense_gradient_limit if crossing else 0, gradient_exchange,
                                  mesh.summed if mesh is not None else None)
-        compile_model(trainer, meta.spec, train.optimizer, train.learning_rate, steps_per_execution=train.steps_per_execution)
+        compile_for_training(trainer, model, meta.spec, train.optimizer, train.learning_rate,
+                             steps_per_execution=train.steps_per_execution)
     return BuiltModel(strategy, model, trainer, gradient_exchange, build, mesh)
 
 
@@ -312,12 +314,12 @@ def profile_steps(node: NodeTraining, built: BuiltModel, inputs: Inputs) -> Step
         return None
     from tfos_jobs.cluster.node import step_profile
     from tfos_jobs.model import steps as steps_mod
-    from tfos_jobs.model.builder import compile_model
+    from tfos_jobs.model.builder import compile_for_training
 
     def build_copy():
-        copy = steps_mod.wrap(built.build(meta.spec, meta.vocab, meta.stats, train.model), 0)
-        return compile_model(copy, meta.spec, train.optimizer, train.learning_rate,
-                             steps_per_execution=train.steps_per_execution)
+        model = built.build(meta.spec, meta.vocab, meta.stats, train.model)
+        return compile_for_training(steps_mod.wrap(model, 0), model, meta.spec, train.optimizer, train.learning_rate,
+                                    steps_per_execution=train.steps_per_execution)
 
     parameter_server = node.parameter_server
     workers = node.num_workers - 1 if parameter_server else node.num_workers  # PS: the chief only coordinates

@@ -13,8 +13,11 @@ BAR = 24
 
 
 def format_epoch(e: EpochLine) -> str:
+    """The built-in models' figures in `SHOWN` order, then any other a model compiled by its own function reports
+    (its metrics, then their eval values)."""
     done = round(BAR * e.epoch / e.epochs)
-    metrics = "  ".join(f"{k} {e.metrics[k]:.4f}" for k in SHOWN if k in e.metrics)
+    others = sorted((k for k in e.metrics if k not in SHOWN), key=lambda k: (k.startswith("val_"), k))
+    metrics = "  ".join(f"{k} {e.metrics[k]:.4f}" for k in (*(k for k in SHOWN if k in e.metrics), *others))
     return (f"epoch {e.epoch:>3}/{e.epochs} [{'#' * done}{'.' * (BAR - done)}] {metrics}  "
             f"{e.examples_per_sec:,.0f} ex/s  {e.seconds:.1f} s")
 
