@@ -4,8 +4,8 @@ Input: each window's key (its asset, a string) and one `[batch, window]` float t
 records and the UDF carry them). In the graph: stacked to `[batch, window, sensors]`, standardised with the train
 split's statistics of the window's asset (`standardize = "per_asset"`; the fleet's for an asset the model never saw, or
 with `standardize = "fleet"`) and clipped to +-`clip`, encoded by a GRU or LSTM to a `latent` vector, decoded by a
-second one from that vector repeated over the window, and compared with the standardised input. The model's output is that per-window
-`reconstruction_error`, so training minimises its mean (the MSE) and serving gets it without a second graph.
+second one from that vector repeated over the window, and compared with the standardised input. The model's output is
+that per-window `reconstruction_error`, so training minimises its mean (the MSE) and serving gets it without a second graph.
 Standardising in the graph means a served model takes raw windows and needs nothing but its SavedModel.
 
 Fleets of unlike machines differ in level and spread: standardised by the fleet's statistics, a machine whose normal

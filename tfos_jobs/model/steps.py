@@ -62,8 +62,8 @@ class StepModel(tf.keras.Model):
 
 def keeps_own_steps(model: tf.keras.Model) -> bool:
     """Whether `model` trains with steps of its own, which `wrap` leaves in place: a subclassed model (no graph of
-    layers to re-wrap), or one whose class defines its own `train_step` (a GAN, a contrastive pair, a model without
-    a label). Gradients then cross workers the strategy's own way (all-reduce)."""
+    layers to re-wrap), or one whose class defines its own `train_step` (a GAN, a contrastive pair, a clipped or
+    otherwise custom step). Gradients then cross workers the strategy's own way (all-reduce)."""
     if isinstance(model, StepModel):
         return False
     return not model.inputs or type(model).train_step is not tf.keras.Model.train_step
