@@ -5,8 +5,8 @@ records and the UDF carry them). In the graph: stacked to `[batch, window, senso
 split's statistics of the window's asset (`standardize = "per_asset"`; the fleet's for an asset the model never saw, or
 with `standardize = "fleet"`) and clipped to +-`clip`, encoded by a GRU or LSTM to a `latent` vector, decoded by a
 second one from that vector repeated over the window, and compared with the standardised input. The model's output is
-that per-window `reconstruction_error`, so training minimises its mean (the MSE) and serving gets it without a second graph.
-Standardising in the graph means a served model takes raw windows and needs nothing but its SavedModel.
+that per-window `reconstruction_error`, so training minimises its mean (the MSE) and serving gets it without a second
+graph. Standardising in the graph means a served model takes raw windows and needs nothing but its SavedModel.
 
 Fleets of unlike machines differ in level and spread: standardised by the fleet's statistics, a machine whose normal
 sits far from the fleet's is scored as always anomalous, and a fault on a machine with a narrow range hides in the
