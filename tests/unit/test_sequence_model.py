@@ -26,9 +26,9 @@ from tfos_jobs.contracts.metrics import Anomaly
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import compile_model
 from tfos_jobs.model.export import export_saved_model, load_signature
-from tfos_jobs.features.standardisation import STATS_PER_ASSET
-from tfos_jobs.features.standardisation import per_asset
-from tfos_jobs.model.sequence import build_autoencoder, error_quantiles, scoring_model, sensor_scale
+from tfos_jobs.features.standardisation import STATS_PER_ASSET, per_asset, two_valued_span
+from tfos_jobs.model.layers import WindowScore
+from tfos_jobs.model.sequence import STANDARDIZE, build_autoencoder, error_quantiles, scoring_model, sensor_scale
 
 STEPS, WINDOWS = 16, 256
 SENSORS = ("quiet", "noisy")
@@ -96,7 +96,9 @@ def trained(tmp_path_factory):
 
 def test_each_sensor_is_weighed_by_the_inverse_of_its_mean_train_error(trained):
     model, files, _, _ = trained
-    scale = dict(zip(SENSORS, sensor_scale(model, files, SPEC, "none")))
+    rows = sensor_scale(model, files, SPEC, "none", by_asset=True)
+    assert len(rows) == 1  # a dataset without per-asset statistics: the fleet's row alone
+    scale = dict(zip(SENSORS, rows[0]))
     # the sine is learnt, the noise is not: its normal error is far larger, its weight far smaller
     assert scale["quiet"] > 5 * scale["noisy"], scale
     # and the weights are exactly the inverse mean squared errors of the train windows
@@ -109,7 +111,7 @@ def test_each_sensor_is_weighed_by_the_inverse_of_its_mean_train_error(trained):
 
 def test_a_fault_on_a_quiet_sensor_outscores_the_same_fault_on_a_noisy_one_once_weighed(trained):
     model, files, _, _ = trained
-    scale = sensor_scale(model, files, SPEC, "none")
+    scale = sensor_scale(model, files, SPEC, "none", by_asset=False)
     windows = normal_windows(2, 64)
     faults = {}
     for sensor in SENSORS:
@@ -125,11 +127,12 @@ def test_a_fault_on_a_quiet_sensor_outscores_the_same_fault_on_a_noisy_one_once_
 
 def test_the_export_serves_the_weighed_error_and_flags_it_above_the_train_quantile(trained):
     model, files, meta, root = trained
-    scale = sensor_scale(model, files, SPEC, "none")
+    scale = sensor_scale(model, files, SPEC, "none", by_asset=True)
     scorer = scoring_model(model, scale)
     threshold, own = error_quantiles(scorer, files, SPEC, "none", 0.9)
     assert own == {"a": pytest.approx(threshold)}  # one asset: its quantile is the fleet's
-    anomaly = Anomaly(quantile=0.9, threshold=threshold, thresholds=own, sensor_scale=dict(zip(SENSORS, scale)))
+    anomaly = Anomaly(quantile=0.9, threshold=threshold, thresholds=own, sensor_scale=dict(zip(SENSORS, scale[0])),
+                      asset_sensor_scale={})
     export = export_saved_model(model, meta, str(root / "export"), anomaly=anomaly)
     windows = normal_windows(3, 40)
     windows["quiet"][:5] += 3.0
@@ -142,7 +145,7 @@ def test_the_export_serves_the_weighed_error_and_flags_it_above_the_train_quanti
     train = normal_windows(1, WINDOWS)
     flagged = float((scorer(keyed(train))[contract.RECONSTRUCTION_ERROR].numpy() > threshold).mean())
     assert 0.05 <= flagged <= 0.15, flagged
-    assert json.loads(json.dumps(anomaly))["sensor_scale"]["quiet"] == pytest.approx(scale[0])
+    assert json.loads(json.dumps(anomaly))["sensor_scale"]["quiet"] == pytest.approx(scale[0][0])
 
 
 
@@ -190,7 +193,8 @@ def test_the_export_flags_each_window_above_its_own_assets_threshold_and_an_unse
     assets = np.array(["a"] * 10 + ["b"] * 10 + ["z"] * 10)
     error = scoring_model(model)({**windows, "asset_id": assets})[contract.RECONSTRUCTION_ERROR].numpy()
     low, mid, high = np.quantile(error, [0.2, 0.5, 0.8]).tolist()
-    anomaly = Anomaly(quantile=0.9, threshold=mid, thresholds={"a": low, "b": high}, sensor_scale=None)
+    anomaly = Anomaly(quantile=0.9, threshold=mid, thresholds={"a": low, "b": high}, sensor_scale=None,
+                      asset_sensor_scale=None)
     export = export_saved_model(model, meta, str(tmp_path / "export"), anomaly=anomaly)
     served = load_signature(export)(**{s: tf.constant(v) for s, v in {**windows, "asset_id": assets}.items()})
     np.testing.assert_allclose(served[contract.RECONSTRUCTION_ERROR].numpy(), error, rtol=1e-5)
@@ -210,3 +214,68 @@ def test_an_assets_threshold_needs_enough_of_its_own_train_windows(tmp_path):
     error = scorer({**windows, "asset_id": np.array(assets)})[contract.RECONSTRUCTION_ERROR].numpy()
     assert threshold == pytest.approx(float(np.quantile(error, 0.99)), rel=1e-5)
     assert list(own) == ["a"] and own["a"] == pytest.approx(float(np.quantile(error[:100], 0.99)), rel=1e-5)
+
+
+def test_an_assets_weight_is_its_own_where_its_error_is_larger_and_the_fleets_otherwise(tmp_path):
+    tf.keras.utils.set_random_seed(5)
+    model = build_autoencoder(SPEC, {}, TWO_ASSETS, CONFIG.train.model)
+    calm, rough, stranger = normal_windows(6, 40), normal_windows(7, 40), normal_windows(8, 20)
+    rough["noisy"] *= 6.0  # b's noisy sensor is far noisier than a's
+    windows = {s: np.concatenate([calm[s], rough[s], stranger[s]]) for s in SENSORS}
+    assets = ["a"] * 40 + ["b"] * 40 + ["z"] * 20  # z: unknown to the standardisation, in the fleet's row only
+    files = [write_windows(tmp_path / "train.tfrecord", windows, assets)]
+    rows = sensor_scale(model, files, SPEC, "none", by_asset=True)
+    parts = tf.keras.Model(model.inputs, model.get_layer(contract.RECONSTRUCTION_ERROR).input)
+    reconstruction, target = (t.numpy().astype(np.float64)
+                              for t in parts({**windows, "asset_id": np.array(assets)}))
+    squared = (reconstruction - target) ** 2
+    fleet = 1 / squared.mean(axis=(0, 1))
+    own = {a: 1 / squared[np.array(assets) == a].mean(axis=(0, 1)) for a in ("a", "b")}
+    np.testing.assert_allclose(rows[0], fleet, rtol=1e-6)
+    np.testing.assert_allclose(rows[1], np.minimum(own["a"], fleet), rtol=1e-6)
+    np.testing.assert_allclose(rows[2], np.minimum(own["b"], fleet), rtol=1e-6)
+    assert rows[2][1] < 0.5 * fleet[1]  # b's noisy sensor counts less on b
+    assert rows[1][1] == pytest.approx(fleet[1])  # and never more on a, where it is quieter than the fleet's
+    # per_sensor: every asset takes the fleet's row
+    assert sensor_scale(model, files, SPEC, "none", by_asset=False) == [rows[0]] * 3
+
+
+def test_the_score_weighs_by_the_assets_row_and_grows_with_the_log_of_what_lies_past_the_clip():
+    mean, variance = [[0.0, 0.0], [0.0, 0.0], [5.0, 0.0]], [[1.0, 1.0], [1.0, 1.0], [1.0, 4.0]]
+    score = WindowScore(mean, variance, [[1.0, 1.0], [2.0, 1.0], [1.0, 3.0]], clip=10.0)
+    reconstruction = np.zeros((3, 2, 2), np.float32)
+    window = np.array([[[1, 0], [0, 0]], [[30, 0], [0, 0]], [[5, -620], [5, 0]]], np.float32)
+    standardised = np.array([[[1, 0], [0, 0]], [[30, 0], [0, 0]], [[0, -310], [0, 0]]], np.float32)
+    target = np.clip(standardised, -10, 10)
+    out = score([reconstruction, target, window, np.array([0, 1, 2])]).numpy()
+    # row 0 (the fleet's, an unseen asset): weights 1; row 1: its sensor 0 weighs 2; row 2: its sensor 1 weighs 3
+    expected = [1 / 4, 2 * (100 + 20 * np.log1p(20)) / 4, 3 * (100 + 20 * np.log1p(300)) / 4]
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+    assert out[2] > out[1] > out[0]
+    # without a clip, nothing is added: the plain weighed mean
+    plain = WindowScore(mean, variance, None, clip=None)([reconstruction, standardised, window, np.array([0, 1, 2])])
+    np.testing.assert_allclose(plain.numpy(), [1 / 4, 900 / 4, 310 ** 2 / 4], rtol=1e-5)
+    with pytest.raises(ValueError, match="3 rows of means need as many rows of sensor weights, got 1"):
+        WindowScore(mean, variance, [[1.0, 1.0]], clip=10.0)
+
+
+def test_a_two_valued_flag_is_scaled_by_half_its_span_on_every_asset():
+    p = 0.01  # a 0/1 command flag on 1 % of the readings, and a sensor of the same min, max and mean that is not one
+    flag = {"count": 100, "mean": p, "std": (p * (1 - p)) ** 0.5, "min": 0.0, "max": 1.0}
+    spread = {**flag, "std": 0.05}
+    assert two_valued_span({"f": flag}, "f") == 1.0
+    assert two_valued_span({"f": spread}, "f") is None
+    assert two_valued_span({"f": {**flag, "min": 1.0}}, "f") is None  # constant
+    assert two_valued_span({"f": {**flag, "max": 3.0, "mean": 3 * p, "std": 3 * (p * (1 - p)) ** 0.5}}, "f") == 3.0
+    stats = {"quiet": flag, "noisy": spread,
+             "asset_id": {"count": 2, STATS_PER_ASSET: {"a": {"count": [50, 50], "mean": [0.0, 0.0], "std": [0.0, 0.0]},
+                                                         "b": {"count": [50, 50], "mean": [0.02, 0.1], "std": [0.14, 0.1]}}}}
+    _, _, variances = per_asset(SPEC, stats)
+    # the flag: (1 / 2)^2 on a, b and the fleet's row; the other: its own std, floored at a quarter of the fleet's
+    np.testing.assert_allclose([row[0] for row in variances], [0.25, 0.25, 0.25])
+    np.testing.assert_allclose([row[1] for row in variances], [0.0125 ** 2, 0.01, 0.0025])
+    model = build_autoencoder(SPEC, {}, stats, CONFIG.train.model)
+    window = np.zeros((2, STEPS, 2), np.float32)
+    window[:, :, 0] = 1.0  # the flag fires: 2 stds on a, (1 - 0.02) / 0.5 on b, not hundreds
+    out = model.get_layer(STANDARDIZE)([tf.constant(window), tf.constant(["a", "b"])]).numpy()
+    np.testing.assert_allclose(out[:, 0, 0], [2.0, 0.98 / 0.5], rtol=1e-6)

@@ -79,12 +79,14 @@ class ModelConfig:
     `anomaly_quantile` of the train windows' errors are flagged as anomalies. `error_scale`:
     "per_sensor" weighs each sensor's squared error in the served score by the inverse of its
     mean over the train windows (a sensor noisy in normal times no longer drowns the others);
-    "none" scores the plain mean squared error. `standardize`: "per_asset" standardises each
+    "per_asset" (the default) the same, lowered on an asset where the sensor's own mean error is
+    larger (noisy on that machine only); "none" scores the plain mean squared error. `standardize`: "per_asset" standardises each
     window by its asset's train statistics (an unseen asset by the fleet's), "fleet" by the
     fleet's; each asset's threshold is the `anomaly_quantile` of its own train windows' errors
     either way (the fleet's for an asset with too few). `clip`: the standardised values are
     clipped to +-clip (0: not clipped), so that one reading far beyond any in training is still
-    its window's largest error without drowning the window's other sensors."""
+    its window's largest error without drowning the window's other sensors; past the clip, the
+    served score goes on growing with the log of the excess (`layers.WindowScore`)."""
 
     kind: str = ModelKind.WIDE_DEEP.value
     first_layer_size: int = 100
@@ -95,7 +97,7 @@ class ModelConfig:
     units: int = 32
     latent_dim: int = 16
     anomaly_quantile: float = 0.99
-    error_scale: Literal["per_sensor", "none"] = "per_sensor"
+    error_scale: Literal["per_asset", "per_sensor", "none"] = "per_asset"
     standardize: Literal["per_asset", "fleet"] = "per_asset"
     clip: float = 10.0
     params: Mapping[str, Any] = ModelParams()
@@ -131,8 +133,9 @@ class ModelConfig:
                            else "without sequence features"))
         if not 0 < self.anomaly_quantile < 1:
             errs.append(f"train.model.anomaly_quantile: must be between 0 and 1 (exclusive), got {self.anomaly_quantile}")
-        if self.error_scale not in ("per_sensor", "none"):
-            errs.append(f"train.model.error_scale: must be \"per_sensor\" or \"none\", got {self.error_scale!r}")
+        if self.error_scale not in ("per_asset", "per_sensor", "none"):
+            errs.append(f"train.model.error_scale: must be \"per_asset\", \"per_sensor\" or \"none\", "
+                        f"got {self.error_scale!r}")
         if self.standardize not in ("per_asset", "fleet"):
             errs.append(f"train.model.standardize: must be \"per_asset\" or \"fleet\", got {self.standardize!r}")
         if not self.clip >= 0:

@@ -73,14 +73,16 @@ class SamplePredictions(TypedDict):
 
 class Anomaly(TypedDict):
     """A sensor autoencoder's score and threshold: each sensor's weight in the served
-    reconstruction error (`sensor_scale`, none when `error_scale = "none"`), and the `quantile`
-    of the train windows' served errors that flags a window: the fleet's (`threshold`, for an
-    asset not in `thresholds`) and each asset's with enough train windows (`thresholds`)."""
+    reconstruction error, the fleet's (`sensor_scale`, for an asset not in `asset_sensor_scale`)
+    and each asset's (`error_scale = "per_asset"`), none when `error_scale = "none"`; and the
+    `quantile` of the train windows' served errors that flags a window: the fleet's (`threshold`,
+    for an asset not in `thresholds`) and each asset's with enough train windows (`thresholds`)."""
 
     quantile: float
     threshold: float
     thresholds: dict[str, float]
     sensor_scale: dict[str, float] | None
+    asset_sensor_scale: dict[str, dict[str, float]] | None
 
 
 class ChiefResult(TypedDict):

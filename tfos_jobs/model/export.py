@@ -90,11 +90,14 @@ def _window_signatures(model: "tf.keras.Model", spec: FeatureSpec, anomaly: Anom
 
     if anomaly is None:
         raise ValueError("an autoencoder is exported with its anomaly threshold")
-    weights, own = anomaly.get("sensor_scale"), anomaly.get("thresholds") or {}
-    scorer = scoring_model(model, None if weights is None else [weights[f.name] for f in spec.sequences])
     assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
     names, steps, key = spec.model_inputs, spec.time.window, spec.key.name
     standardize = model.get_layer(STANDARDIZE)
+    fleet, by_asset = anomaly.get("sensor_scale"), anomaly.get("asset_sensor_scale") or {}
+    own = anomaly.get("thresholds") or {}
+    rows = None if fleet is None else [[(weights or fleet)[f.name] for f in spec.sequences]
+                                       for weights in [fleet, *(by_asset.get(a) for a in standardize.assets)]]
+    scorer = scoring_model(model, rows)
     # Row 0 (an asset the model never saw) and every asset without its own: the fleet's threshold.
     thresholds = tf.constant([anomaly["threshold"]] + [own.get(a, anomaly["threshold"]) for a in standardize.assets],
                              tf.float32)

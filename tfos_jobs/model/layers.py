@@ -235,6 +235,49 @@ class ReconstructionError(tf.keras.layers.Layer):
 
 
 @tf.keras.utils.register_keras_serializable(package="tfos")
+class WindowScore(tf.keras.layers.Layer):
+    """[reconstruction, target, window, rows] -> each window's anomaly score: the mean over its
+    steps and sensors of the squared difference between the reconstruction and its (clipped)
+    target, weighed per sensor by the window's row of `scale` (`AssetStandardization.rows`: row 0
+    the fleet's; None: unweighed). Where the window's value, standardised by its row of `mean` and
+    `variance`, lies beyond the `clip`, its error goes on growing past it as
+    `2 * clip * log(1 + excess)`, the slope it had there: a reading 300 stds out still ranks above
+    one 20 out on the same machine, and neither drowns the rest of its window."""
+
+    def __init__(self, mean: Sequence[Sequence[float]], variance: Sequence[Sequence[float]],
+                 scale: Sequence[Sequence[float]] | None = None, clip: float | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.mean = [[float(v) for v in row] for row in mean]
+        self.variance = [[float(v) for v in row] for row in variance]
+        self.scale = None if scale is None else [[float(v) for v in row] for row in scale]
+        self.clip = None if not clip else float(clip)
+        if self.scale is not None and len(self.scale) != len(self.mean):
+            raise ValueError(f"{len(self.mean)} rows of means need as many rows of sensor weights, got {len(self.scale)}")
+
+    def call(self, inputs: Sequence[tf.Tensor]) -> tf.Tensor:
+        reconstruction, target, window, rows = inputs
+        squared = tf.math.squared_difference(reconstruction, target)
+        if self.clip is not None:
+            excess = tf.nn.relu(tf.abs(standardised(window, rows, self.mean, self.variance)) - self.clip)
+            squared = squared + 2.0 * self.clip * tf.math.log1p(excess)
+        if self.scale is not None:
+            squared = squared * tf.gather(tf.constant(self.scale, squared.dtype), rows)[:, tf.newaxis, :]
+        return tf.reduce_mean(squared, axis=[1, 2])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "mean": self.mean, "variance": self.variance, "scale": self.scale,
+                "clip": self.clip}
+
+
+def standardised(x: tf.Tensor, rows: tf.Tensor, mean: Sequence[Sequence[float]],
+                 variance: Sequence[Sequence[float]]) -> tf.Tensor:
+    """[batch, steps, sensors] windows standardised by their `rows` of `mean` and `variance`."""
+    mean_at = tf.gather(tf.constant(mean, x.dtype), rows)[:, tf.newaxis, :]
+    std_at = tf.sqrt(tf.maximum(tf.gather(tf.constant(variance, x.dtype), rows), 1e-7))[:, tf.newaxis, :]
+    return (x - mean_at) / std_at
+
+
+@tf.keras.utils.register_keras_serializable(package="tfos")
 class AssetStandardization(tf.keras.layers.Layer):
     """[window, key] -> the [batch, steps, sensors] window standardised by its asset's means and
     variances, clipped to +-`clip` (None: not clipped). Row 0 of `mean` and `variance` is the fleet's,
@@ -260,10 +303,7 @@ class AssetStandardization(tf.keras.layers.Layer):
 
     def call(self, inputs: Sequence[tf.Tensor]) -> tf.Tensor:
         x, key = inputs
-        rows = self.rows(key)
-        mean = tf.gather(tf.constant(self.mean, x.dtype), rows)[:, tf.newaxis, :]
-        std = tf.sqrt(tf.maximum(tf.gather(tf.constant(self.variance, x.dtype), rows), 1e-7))[:, tf.newaxis, :]
-        standard = (x - mean) / std
+        standard = standardised(x, self.rows(key), self.mean, self.variance)
         return standard if self.clip is None else tf.clip_by_value(standard, -self.clip, self.clip)
 
     def get_config(self) -> dict:

@@ -12,10 +12,13 @@ Fleets of unlike machines differ in level and spread: standardised by the fleet'
 sits far from the fleet's is scored as always anomalous, and a fault on a machine with a narrow range hides in the
 fleet's spread (on MSL's 27 channels ROC AUC 0.53 -> 0.58, AUPRC 0.131 -> 0.148; docs/prepare.md).
 
-The served score weighs each sensor's squared error by the inverse of its mean over the train windows
-(`error_scale = "per_sensor"`, the default): on real server metrics some sensors are noisy in normal times, and an
-unweighted mean lets their errors drown a fault that shows on a quiet one (on ASD's test period, ROC AUC 0.78 -> 0.86
-and AUPRC 0.35 -> 0.61, docs/prepare.md). A window is flagged above its asset's own threshold (`error_quantiles`)."""
+The served score weighs each sensor's squared error by the inverse of its mean over the train windows, lower on an
+asset where the sensor's own is larger (`error_scale = "per_asset"`, the default; `"per_sensor"`: the fleet's weights
+everywhere): on real server metrics some sensors are noisy in normal times, and an unweighted mean lets their errors
+drown a fault that shows on a quiet one (on ASD's test period, ROC AUC 0.78 -> 0.86 and AUPRC 0.35 -> 0.61,
+docs/prepare.md). Past the clip a value's error grows with the log of its excess (`layers.WindowScore`), so how far
+out a reading lies still ranks the windows of one machine. A window is flagged above its asset's own threshold
+(`error_quantiles`)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -76,38 +79,55 @@ def _standardised(x: "tf.Tensor", inputs: dict[str, Any], spec: FeatureSpec, sta
     return AssetStandardization(assets, *fleet_first, clip=model_cfg.clip or None, name=STANDARDIZE)([x, key])
 
 
-def scoring_model(model: "tf.keras.Model", scale: Sequence[float] | None = None) -> "tf.keras.Model":
+def scoring_model(model: "tf.keras.Model", scale: Sequence[Sequence[float]] | None = None) -> "tf.keras.Model":
     """The trained autoencoder with its latent vector as a second output (same weights), its
-    error weighed per sensor by `scale` (`sensor_scale`)."""
+    error the served score (`layers.WindowScore`): weighed per sensor by `scale`, the fleet's row
+    and then one per asset of the standardisation (`sensor_scale`), and growing slowly past the
+    model's clip."""
     import tensorflow as tf
 
-    from tfos_jobs.model.layers import ReconstructionError
+    from tfos_jobs.model.layers import WindowScore
 
-    error = model.output
-    if scale is not None:
-        reconstruction, target = model.get_layer(RECONSTRUCTION_ERROR).input
-        error = ReconstructionError(scale, name=f"{RECONSTRUCTION_ERROR}_scaled")([reconstruction, target])
+    standardize = model.get_layer(STANDARDIZE)
+    window, key = standardize.input
+    reconstruction, target = model.get_layer(RECONSTRUCTION_ERROR).input
+    rows = standardize.rows(key)  # the model's own lookup: a table the exported model tracks
+    error = WindowScore(standardize.mean, standardize.variance, scale, clip=standardize.clip,
+                        name=f"{RECONSTRUCTION_ERROR}_score")([reconstruction, target, window, rows])
     return tf.keras.Model(inputs=model.inputs, outputs={LATENT: model.get_layer(LATENT).output,
                                                         RECONSTRUCTION_ERROR: error})
 
 
 def sensor_scale(model: "tf.keras.Model", files: list[str], spec: FeatureSpec, compression: str,
-                 limit: int = 50_000) -> list[float]:
-    """One weight per sensor: the inverse of its mean squared error over (up to `limit`) train
-    windows, so that each sensor's error counts in units of its own normal error."""
+                 by_asset: bool, limit: int = 50_000) -> list[list[float]]:
+    """Each sensor's weight in the served score: the fleet's row, then one per asset of the
+    model's standardisation. The fleet's is the inverse of the sensor's mean squared error over
+    (up to `limit`) train windows, so that each sensor counts in units of its normal error. With
+    `by_asset`, an asset's weight is the inverse of its own windows' error where that is the
+    larger (a sensor noisy on this machine counts less here), else the fleet's: never more, so a
+    sensor quiet on one machine does not make each of its wobbles an alarm. Otherwise every row
+    is the fleet's."""
     import numpy as np
     import tensorflow as tf
 
     from tfos_jobs.data import reader
 
+    assert spec.key is not None  # a spec of sequence features has one (FeatureSpec.check)
+    assets = model.get_layer(STANDARDIZE).assets
     parts = tf.keras.Model(inputs=model.inputs, outputs=model.get_layer(RECONSTRUCTION_ERROR).input)
-    total, count = np.zeros(len(spec.sequences)), 0
+    row_of = {a.encode(): 1 + i for i, a in enumerate(assets)}
+    total, count = np.zeros((len(assets) + 1, len(spec.sequences))), np.zeros(len(assets) + 1)
     for features, _ in reader.make_dataset(files, spec, 1024, compression=compression).take(-(-limit // 1024)):
         reconstruction, target = (t.numpy().astype(np.float64) for t in parts(features, training=False))
-        total += ((reconstruction - target) ** 2).sum(axis=(0, 1))
-        count += reconstruction.shape[0] * reconstruction.shape[1]
-    mean = total / max(count, 1)
-    return [float(1.0 / max(m, 1e-6)) for m in mean]
+        squared = ((reconstruction - target) ** 2).sum(axis=1)  # [windows, sensors], summed over the steps
+        rows = np.array([row_of.get(k, 0) for k in features[spec.key.name].numpy().reshape(-1)])
+        np.add.at(total, rows, squared)  # row 0: windows of an asset the standardisation does not know
+        np.add.at(count, rows, reconstruction.shape[1])
+    mean = total / np.maximum(count, 1)[:, np.newaxis]
+    fleet = 1.0 / np.maximum(total.sum(axis=0) / max(count.sum(), 1), 1e-6)
+    own = np.where(count[:, np.newaxis] > 0, 1.0 / np.maximum(mean, 1e-6), fleet)
+    rows = np.minimum(own[1:], fleet) if by_asset else np.tile(fleet, (len(assets), 1))
+    return [fleet.tolist(), *rows.tolist()]
 
 
 def error_as_loss(y_true: "tf.Tensor", y_pred: "tf.Tensor") -> "tf.Tensor":

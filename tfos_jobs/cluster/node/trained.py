@@ -9,18 +9,25 @@ from tfos_jobs.data import reader
 def anomaly(model, train_files: list[str], spec, compression: str, model_cfg, is_chief: bool) -> Anomaly:
     """An autoencoder's sensor weights and threshold, from the train windows (on the chief; the
     other nodes' exports only need the graph's shape)."""
-    from tfos_jobs.model.sequence import error_quantiles, scoring_model, sensor_scale
+    from tfos_jobs.model.sequence import STANDARDIZE, error_quantiles, scoring_model, sensor_scale
 
     sensors = [f.name for f in spec.sequences]
-    quantile, per_sensor = model_cfg.anomaly_quantile, model_cfg.error_scale == "per_sensor"
+    quantile, scale_kind = model_cfg.anomaly_quantile, model_cfg.error_scale
+    assets = model.get_layer(STANDARDIZE).assets
+    if scale_kind == "none":
+        rows = None
+    elif is_chief:
+        rows = sensor_scale(model, train_files, spec, compression, by_asset=scale_kind == "per_asset")
+    else:
+        rows = [[1.0] * len(sensors)] * (len(assets) + 1)
+    fleet = None if rows is None else dict(zip(sensors, rows[0]))
+    own = ({a: dict(zip(sensors, row)) for a, row in zip(assets, rows[1:])}
+           if rows is not None and scale_kind == "per_asset" else None)
     if not is_chief:
-        return Anomaly(quantile=quantile, threshold=0.0, thresholds={},
-                       sensor_scale=dict.fromkeys(sensors, 1.0) if per_sensor else None)
-    scale = sensor_scale(model, train_files, spec, compression) if per_sensor else None
-    scorer = scoring_model(model, scale)
-    threshold, thresholds = error_quantiles(scorer, train_files, spec, compression, quantile)
-    return Anomaly(quantile=quantile, threshold=threshold, thresholds=thresholds,
-                   sensor_scale=dict(zip(sensors, scale)) if scale is not None else None)
+        return Anomaly(quantile=quantile, threshold=0.0, thresholds={}, sensor_scale=fleet, asset_sensor_scale=own)
+    threshold, thresholds = error_quantiles(scoring_model(model, rows), train_files, spec, compression, quantile)
+    return Anomaly(quantile=quantile, threshold=threshold, thresholds=thresholds, sensor_scale=fleet,
+                   asset_sensor_scale=own)
 
 
 def kept_epoch(history, stopper) -> int:
