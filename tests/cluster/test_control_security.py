@@ -153,6 +153,7 @@ def attacked(dataset, tmp_path_factory):
             "metrics": json.loads((model_dir / "metrics.json").read_text())}
 
 
+@pytest.mark.slow  # a training under attack, over a minute: `make test-all`; `make test` keeps the wrong secret
 def test_pickles_and_garbage_sent_to_every_port_run_nothing(attacked):
     assert not attacked["marker"].exists(), "a message sent to the cluster ran code"
     ports = attacked["attacked"]

@@ -225,6 +225,7 @@ def test_a_model_its_function_compiled_keeps_its_loss_metrics_and_optimizer(data
     assert_exported_model_matches_trained(model_dir)
 
 
+@pytest.mark.slow  # a training on two workers, about a minute: `make test-all`
 def test_a_model_with_its_own_train_step_trains_with_it(dataset, tmp_path):
     model_dir = tmp_path / "model"
     proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]", "train.model.kind=mymodels:build_clipped",

@@ -38,7 +38,8 @@ def run_client(tmp_path: Path, *args: str) -> dict[str, dict]:
     return steps
 
 
-@pytest.mark.parametrize("mode", ["connect", pytest.param("classic", marks=pytest.mark.slow)])
+@pytest.mark.slow  # every step of the API from a client, about 4 minutes: `make test-all`; `make test` runs the next one
+@pytest.mark.parametrize("mode", ["connect", "classic"])
 def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_session(mode, request, kafka, tmp_path):
     where = ["--url", request.getfixturevalue("connect_server")] if mode == "connect" else ["--master", MASTER]
     steps = run_client(tmp_path, *where, "--kafka", kafka.bootstrap,

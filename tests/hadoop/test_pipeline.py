@@ -40,6 +40,7 @@ def pipeline(minidfs, isolated_cluster):
     return root, isolated_cluster.tfos(["demo", "--config", str(CENSUS), *sets(*paths)])
 
 
+@pytest.mark.slow  # the whole demo on HDFS, 2.5 minutes: `make test-all`; `make test` keeps the HDFS checks below
 def test_the_pipeline_runs_on_hdfs_on_executors_that_share_no_disk(spark, pipeline, minidfs):
     root, out = pipeline
     storage = Storage(spark)
@@ -110,6 +111,7 @@ def test_paths_that_cannot_be_used_fail_before_any_tf_node_starts(spark, minidfs
     assert not (tmp_path / "model").exists()  # nothing was started or written
 
 
+@pytest.mark.slow  # needs the HDFS pipeline above: `make test-all`
 def test_a_model_directory_the_user_may_not_write_is_refused_naming_the_setting(pipeline, minidfs, hdfs_dir):
     """As another user than HDFS's superuser, a model directory inside a directory of mode 700."""
     root, _ = pipeline

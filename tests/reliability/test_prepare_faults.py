@@ -77,6 +77,7 @@ def tf_records(files: list[str]) -> int:
     return sum(1 for _ in tf.data.TFRecordDataset(files))
 
 
+@pytest.mark.slow  # a prepare with a failing task: `make test-all`
 def test_a_write_task_that_fails_once_still_gives_a_whole_dataset(raw, tmp_path):
     out = tmp_path / "dataset"
     proc = run_faulty(raw, out, "first-attempt", tmp_path / "marks")
@@ -95,6 +96,7 @@ def test_a_write_task_that_fails_once_still_gives_a_whole_dataset(raw, tmp_path)
     assert (out / "_SUCCESS").exists()
 
 
+@pytest.mark.slow  # a prepare failing for good after its retries: `make test-all`
 def test_a_job_that_fails_for_good_leaves_no_dataset(spark, raw, tmp_path):
     out = tmp_path / "dataset"
     proc = run_faulty(raw, out, "always", tmp_path / "marks")

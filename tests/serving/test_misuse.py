@@ -117,6 +117,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow  # a notebook-like session of its own: `make test-all`
 def test_a_notebook_session_scores_with_its_own_python(setup, tmp_path):
     """`.venv/bin/python` with nothing activated, no PYSPARK_PYTHON, `python3` on PATH a bare
     interpreter: registration gives the workers the notebook's Python, the query scores, a wrong

@@ -307,6 +307,7 @@ def test_sql_statements_are_split_on_line_ending_semicolons():
     assert sql.statements(script) == ["CREATE TEMP VIEW v AS SELECT 1 AS x", "SELECT x,\n ';' AS s FROM v"]
 
 
+@pytest.mark.slow  # a `tfos sql` process of its own: `make test-all`
 def test_tfos_sql_runs_a_query_file(setup, tmp_path):
     cfg, model, _ = setup
     query = tmp_path / "q.sql"

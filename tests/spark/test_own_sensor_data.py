@@ -178,6 +178,7 @@ def test_a_partition_column_holding_the_key_takes_the_specs_type(spark, data, tm
     assertDataFrameEqual(windows["csv"], windows["parquet"])
 
 
+@pytest.mark.slow  # on a trained pipeline of its own: `make test-all`
 def test_few_machines_still_give_eval_one_and_say_so(pipeline, data):
     manifest = pipeline["manifest"]
     assert manifest["splits"]["eval"]["assets"] == 1 and manifest["splits"]["train"]["assets"] == MACHINES - 1
@@ -230,6 +231,7 @@ def test_spark_reading_nanoseconds_itself_gives_the_hint(spark, data):
         sources.read(spark, "readings", SourceConfig(format="parquet", path=str(data["root"] / "nanos.parquet")))
 
 
+@pytest.mark.slow  # on a trained pipeline of its own: `make test-all`
 def test_train_refuses_an_empty_split_before_any_node_starts(spark, pipeline, tmp_path):
     """A dataset prepared before empty splits were refused: training stops on the driver."""
     dataset = tmp_path / "dataset"
@@ -256,6 +258,7 @@ def reading_errors(spark, scores: Path, machine: str) -> tuple[np.ndarray, np.nd
     return (np.arange(STEPS) >= 300) & (np.arange(STEPS) <= 339), np.array(highest)
 
 
+@pytest.mark.slow  # on a trained pipeline of its own: `make test-all`
 def test_evaluate_judges_the_windows_outside_the_train_split_beside_every_baseline(spark, pipeline, data):
     cfg, root = pipeline["cfg"], pipeline["root"]
     lines: list[str] = []
@@ -298,6 +301,7 @@ def test_evaluate_judges_the_windows_outside_the_train_split_beside_every_baseli
     assert (root / "model" / "evaluation.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # on a trained pipeline of its own: `make test-all`
 def test_evaluate_without_an_anomaly_among_the_judged_windows_says_what_it_cannot_compute(spark, pipeline, data):
     cfg, root = pipeline["cfg"], pipeline["root"]
     lines: list[str] = []
@@ -316,6 +320,7 @@ def test_evaluate_without_an_anomaly_among_the_judged_windows_says_what_it_canno
     assert f"not computed: {contract.RECONSTRUCTION_ERROR} ROC AUC and AUPRC: {reason}" in lines
 
 
+@pytest.mark.slow  # on a trained pipeline of its own: `make test-all`
 def test_tfos_prepare_and_train_print_no_cuda_noise(pipeline):
     """The commands a user runs, on a machine without a GPU: no line about CUDA or cuInit."""
     assert "windows: train 115 from 5 assets in 2 files, eval 23 from 1 asset in 1 file" in pipeline["prepared"].stdout

@@ -170,6 +170,7 @@ def swept(data, mlflow_server, tmp_path_factory):
     return work / "sweep", proc
 
 
+@pytest.mark.slow  # a sweep of trainings, about a minute: `make test-all`
 def test_a_sweep_is_a_parent_run_with_a_nested_run_per_trial(swept, mlflow_server):
     import pandas as pd
 
@@ -201,6 +202,7 @@ def test_a_sweep_is_a_parent_run_with_a_nested_run_per_trial(swept, mlflow_serve
     assert "warning" not in proc.stdout.lower() and "observer" not in proc.stdout
 
 
+@pytest.mark.slow  # the sweep above: `make test-all`
 def test_the_sweeps_registered_best_model_scores_as_its_best_directory(spark, data, swept, mlflow_server):
     _, overrides = data
     sweep_dir, _ = swept

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from tfos_jobs import config
 from tfos_jobs.databases.postgres import JDBC_PACKAGE
 from tfos_jobs.jobs import prepare
@@ -15,6 +17,7 @@ from tests.warehouse.conftest import PASSWORD_ENV, jdbc_source, quiet, tfos
 PG_READINGS = "CREATE TABLE readings (machine text, recorded_at timestamp, signal double precision);\n"
 
 
+@pytest.mark.slow  # a PostgreSQL table of many machines prepared twice, 1.5 minutes: `make test-all`
 def test_a_jdbc_table_of_many_machines_prepares_like_a_file(pg, spark, tmp_path):
     frame = readings(machine_names(spark, MACHINES), set())[["machine", "recorded_at", "signal"]]
     csv = io.StringIO()
