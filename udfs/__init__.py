@@ -1,4 +1,5 @@
 """Spark SQL prediction UDFs for models exported by tfos_jobs."""
 from udfs.registration import PredictionUdf, register
+from udfs.signature_udf import SignatureUdf
 
-__all__ = ["PredictionUdf", "register"]
+__all__ = ["PredictionUdf", "SignatureUdf", "register"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from pyspark import AccumulatorParam
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -20,7 +20,7 @@ from pyspark.sql.functions import ArrowUDFType, arrow_udf, call_function
 
 from tfos_jobs import sessions
 from tfos_jobs.contracts import serving as contract
-from tfos_jobs.errors import TfosError
+from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.worker_python import check_worker_python
@@ -29,6 +29,7 @@ from udfs.argument_check import check_arguments_at_analysis
 from udfs.model_location import Resolver, locate_saved_model, read_spec_asset, version_of
 from udfs.predict import make_udf_function
 from udfs.saved_model_check import check_saved_model
+from udfs.signature_udf import SignatureUdf, register_signature
 
 
 class CounterParam(AccumulatorParam):
@@ -98,16 +99,37 @@ def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
     return dataclasses.replace(udf, udf=registered, checked=check_arguments_at_analysis(spark, udf.name, udf.spec))
 
 
+@overload
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
-             setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf:
+             setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf: ...
+
+
+@overload
+def register(spark: SparkSession, name: str, model_dir: str, *, signature: str, batch_size: int | None = None,
+             setting: str = "model_dir", resolve: Resolver | None = None) -> SignatureUdf: ...
+
+
+def register(spark: SparkSession, name: str, model_dir: str, *, signature: str | None = None,
+             batch_size: int | None = None, setting: str = "model_dir",
+             resolve: Resolver | None = None) -> PredictionUdf | SignatureUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem the session reaches, or
     `models:/NAME@alias` that `resolve` finds; errors name `setting`, the caller's name for it) on `batch_size` rows per
     call (default: each Arrow batch), whatever the session's other functions use. Its arguments are checked when a query
     is analysed, the executors' Python here. From a Spark Connect client it is registered in the client's session, the
-    model reaches the executors as an artifact, and its counters are those `tfos predict` observes."""
+    model reaches the executors as an artifact, and its counters are those `tfos predict` observes.
+
+    With `signature`, any SavedModel (saved by TensorFlow, tf-keras or Keras 3's `export`) is served by that signature:
+    its inputs are the arguments, by name, and its outputs the result struct (`udfs.signature_udf`)."""
     check_worker_python(spark)
     storage = Storage(spark)
     export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)
+    if signature is not None:
+        return register_signature(spark, name, export_dir, signature=signature, setting=setting,
+                                  counter_param=CounterParam())
+    if not storage.exists(contract.spec_asset(export_dir)):
+        raise ConfigError(f"{setting}: {export_dir!r} has no {contract.spec_asset(export_dir)[len(export_dir) + 1:]}: "
+                          "it was not exported by tfos train; register(..., signature=\"serving_default\") serves any "
+                          "SavedModel by one of its signatures")
     spec = read_spec_asset(storage, export_dir)
     with named(setting, model_dir):
         version = version_of(storage, export_dir)
