@@ -42,12 +42,17 @@ def check_arguments_at_analysis(spark: SparkSession, name: str, spec: FeatureSpe
     arguments at analysis, through a call on the driver (`driver_calls.UDF_CHECK`), in a classic session and a Spark
     Connect client alike. False when the driver does not have the package's jar: the function then checks its input in
     its tasks."""
+    return check_inputs_at_analysis(spark, name, inputs_json(spec))
+
+
+def check_inputs_at_analysis(spark: SparkSession, name: str, inputs: str) -> bool:
+    """`check_arguments_at_analysis` for inputs given as `inputs_json` gives them (any model's)."""
     from tfos_jobs import driver_calls, sessions
     from tfos_jobs.session_builder import TFRECORD_JAR
 
     for attempt in range(2):
         try:
-            driver_calls.call(spark, driver_calls.UDF_CHECK, name=name, inputs=inputs_json(spec))
+            driver_calls.call(spark, driver_calls.UDF_CHECK, name=name, inputs=inputs)
             return True
         except driver_calls.MissingJar:
             if attempt or sessions.is_connect(spark) or not os.path.isfile(TFRECORD_JAR):

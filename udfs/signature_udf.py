@@ -13,6 +13,7 @@ what its signature says is refused before any query runs.
 """
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.tf_import import tensorflow
 from udfs import shipping
+from udfs.argument_check import NULL_TYPE, check_inputs_at_analysis
 from udfs.model_location import version_of
 
 NULL_ROWS = "null_rows"  # the counter of rows with a null argument, not scored
@@ -50,6 +52,13 @@ class Tensor:
     dtype: str
     shape: tuple[int | None, ...]
 
+    def accepted(self) -> list[str]:
+        """The Spark types of the arguments it takes, as the analysis-time check spells them (`argument_check`):
+        numbers are cast to its dtype, a bare NULL gives a null result."""
+        numbers = ["byte", "short", "integer", "long", "float", "double", "decimal"]
+        one = {"string": ["string"], "bool": ["boolean"]}.get(self.dtype, numbers)
+        return [f"array<{t}>" for t in one] if self.shape else [*one, NULL_TYPE]
+
     def sql_type(self) -> T.DataType:
         one = _SQL[self.dtype]
         return one if not self.shape else T.ArrayType(one, containsNull=False)
@@ -68,6 +77,11 @@ class Signature:
 
     def return_type(self) -> T.StructType:
         return T.StructType([T.StructField(t.name, t.sql_type(), nullable=True) for t in self.outputs])
+
+    def inputs_json(self) -> str:
+        """The inputs as the analysis-time check reads them (`argument_check.inputs_json`'s layout)."""
+        return json.dumps([{"name": t.name, "kind": str(t)[len(t.name) + 1:], "types": t.accepted()}
+                           for t in self.inputs])
 
 
 def read_signature(signatures: Any, name: str, where: str) -> Signature:
@@ -216,8 +230,15 @@ def make_function(model: shipping.ShippedModel, signature: Signature, counter: A
 
     def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
         fn = _function(shipping.local_copy(model), model.version, signature.name)
+        names = [t.name for t in signature.inputs]
         for batch in batches:
             columns = [batch] if not isinstance(batch, (tuple, list)) else list(batch)
+            if len(columns) == 1 and pa.types.is_struct(columns[0].type):  # score(struct(*)): the fields by name
+                fields = dict(zip([f.name for f in columns[0].type], columns[0].flatten()))  # the struct's nulls kept
+                missing = [n for n in names if n not in fields]
+                if missing:
+                    raise TfosError(f"the struct argument lacks the model's input(s) {missing}")
+                columns = [fields[n] for n in names]
             counts: dict[str, int] = {}
             out = score_columns(fn, signature, columns, counts)
             if counter is not None:
@@ -239,6 +260,7 @@ class SignatureUdf:
     udf: Any
     counter: Any
     version: str = ""
+    checked: bool = False  # whether the analyzer checks its arguments (the package's jar is in the session)
 
     def __call__(self, *cols: Column | str) -> Column:
         """The function on DataFrame columns: the signature's inputs by name, or none for columns named as they are."""
@@ -277,4 +299,5 @@ def register_signature(spark: SparkSession, name: str, export_dir: str, *, signa
         udf = arrow_udf(make_function(model, read, counter),  # type: ignore[call-overload]
                         read.return_type(), ArrowUDFType.SCALAR_ITER)
     registered = spark.udf.register(name, udf)
-    return SignatureUdf(name, export_dir, read, registered, counter, version)
+    checked = check_inputs_at_analysis(spark, name, read.inputs_json())
+    return SignatureUdf(name, export_dir, read, registered, counter, version, checked)

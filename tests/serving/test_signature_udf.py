@@ -10,6 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import Row
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
@@ -62,11 +63,20 @@ def test_a_tensorflow_module_serves_by_its_signature_with_casts_arrays_strings_a
     assert [r.p.total if r.p is not None else None for r in scored] == [None, 9.0, 11.0]
 
 
-def test_an_array_of_the_wrong_size_is_an_error_naming_the_argument(spark, tmp_path):
+def test_wrong_arguments_fail_at_analysis_or_name_the_argument_and_a_struct_of_them_scores(spark, people, tmp_path):
     save_module(str(tmp_path / "module"))
-    register(spark, "price_sized", str(tmp_path / "module"), signature="serving_default")
+    price = register(spark, "price_sized", str(tmp_path / "module"), signature="serving_default")
+    assert price.checked
+    with pytest.raises(AnalysisException, match=r"argument 1 \('amount'\) \(float32\[\?\] feature\) has type string"):
+        spark.sql("SELECT price_sized('1.0', array(1, 2, 3), 'x') AS p")
+    with pytest.raises(AnalysisException, match="price_sized takes the features as 3 arguments in this order: "
+                                                "amount, codes, label"):
+        spark.sql("SELECT price_sized(1.0, array(1, 2, 3)) AS p")
     with pytest.raises(Exception, match="argument codes: an array of 2 elements where the model takes 3"):
         spark.sql("SELECT price_sized(1.0, array(1, 2), 'x') AS p").collect()
+    people.createOrReplaceTempView("people_struct")
+    totals = spark.sql("SELECT price_sized(struct(*)).total AS t FROM people_struct ORDER BY t").collect()
+    assert [r.t for r in totals] == [None, 9.0, 11.0]
 
 
 def test_a_graph_that_does_not_give_what_its_signature_says_is_refused_at_registration(spark, tmp_path):
