@@ -15,6 +15,7 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
+from tfos_jobs import api
 from tfos_jobs.errors import ConfigError
 from udfs import register
 
@@ -96,7 +97,7 @@ def test_a_tf_keras_model_save_scores_as_its_predict(spark, tmp_path):
     out = tf.keras.layers.Dense(1, activation="sigmoid", name="p")(tf.keras.layers.Concatenate()([a, b]))
     model = tf.keras.Model({"a": a, "b": b}, out)
     model.save(str(tmp_path / "keras"), save_format="tf")
-    score = register(spark, "keras_score", str(tmp_path / "keras"), signature="serving_default")
+    score = api.register_saved_model(spark, name="keras_score", model=str(tmp_path / "keras"))
     rows = [([0.5, -1.0], [2.0]), ([3.0, 0.25], [-1.0])]
     df = spark.createDataFrame(rows, "a array<double>, b array<double>")
     got = [r.s.p for r in df.select(score("a", "b").alias("s")).collect()]

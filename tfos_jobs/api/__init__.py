@@ -25,12 +25,13 @@ from tfos_jobs.api.data import (DatasetManifest, check_sources, generate, prepar
                                 replay_rows, session)
 from tfos_jobs.api.demos import demo, demo_stream, demo_warehouse
 from tfos_jobs.api.queries import serve_sql, show
-from tfos_jobs.api.serving import baseline, evaluate, predict, register, replay, sql, stream
+from tfos_jobs.api.serving import baseline, evaluate, predict, register, register_saved_model, replay, sql, stream
 from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_sweep, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
-from udfs import PredictionUdf
+from udfs import PredictionUdf, SignatureUdf
 
-__all__ = ["session", "generate", "check_sources", "prepare", "check_model", "train", "check_sweep", "sweep", "register", "sql",
+__all__ = ["session", "generate", "check_sources", "prepare", "check_model", "train", "check_sweep", "sweep", "register",
+           "register_saved_model", "sql",
            "show", "serve_sql", "predict", "evaluate", "baseline", "stream", "replay_rows", "replay", "demo",
            "demo_stream", "demo_warehouse", "DatasetManifest", "TrainResult", "SweepResult",
-           "PredictionUdf", "PredictionSummary"]
+           "PredictionUdf", "SignatureUdf", "PredictionSummary"]

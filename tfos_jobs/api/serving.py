@@ -14,7 +14,7 @@ from tfos_jobs.contracts.metrics import Evaluation
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary
 from tfos_jobs.errors import ConfigError, TfosError
-from udfs import PredictionUdf
+from udfs import PredictionUdf, SignatureUdf
 
 if TYPE_CHECKING:
     from tfos_jobs.jobs.serve.baseline import Comparison
@@ -45,6 +45,27 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult | Model
 
     return register_udf(spark, name, _model_dir(model), batch_size=batch_size, setting="model",
                         resolve=resolver(tracking_uri))
+
+
+def register_saved_model(spark: SparkSession, *, name: str, model: str, signature: str = "serving_default"
+                         ) -> SignatureUdf:
+    """Register `name` as a Spark SQL function scoring with `signature` of any SavedModel at `model` (on any
+    filesystem; saved by TensorFlow, tf-keras or Keras 3's `export`, no feature spec needed): its arguments are the
+    signature's inputs by name, its result the struct of its outputs (docs/serving.md, "Any SavedModel in SQL").
+
+    Returns
+    -------
+    SignatureUdf : the registered function; `signature.inputs` and `.outputs` say what it takes and gives.
+
+    Raises
+    ------
+    ConfigError : no SavedModel at `model`, no such signature, or one whose graph does not give what it declares.
+
+    Stable. Example: ``api.register_saved_model(spark, name="churn", model="s3a://models/churn")``, then
+    ``spark.sql("SELECT churn(tenure, plan).probability FROM customers")``."""
+    from udfs import register as register_udf
+
+    return register_udf(spark, name, model, signature=signature, setting="model")
 
 
 def sql(spark: SparkSession, *, config: Config, script: str = "", file: str = "",
