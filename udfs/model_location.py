@@ -31,11 +31,31 @@ def locate_saved_model(storage: Storage, model_dir: str, *, setting: str, resolv
         for candidate in (path, ModelDir(path).saved_model):
             if storage.exists(f"{candidate}/{contract.SAVED_MODEL_FILE}"):
                 return candidate
+        flavour = _mlflow_saved_model(storage, path)
+        if flavour is not None:
+            return flavour
         exists = storage.exists(path)
     if not exists:
         raise ConfigError(f"{setting}: model directory {model_dir!r} does not exist")
     raise ConfigError(f"{setting}: {model_dir!r} holds no SavedModel (no {contract.SAVED_MODEL_FILE} in it or in its "
                       f"{SAVED_MODEL}/)")
+
+
+def _mlflow_saved_model(storage: Storage, path: str) -> str | None:
+    """The SavedModel of an MLflow model at `path` (as `mlflow.tensorflow.save_model` or tfos wrote it), by its
+    MLmodel file (`tracking.mlflow_model`), when it is there. None for anything else."""
+    from tfos_jobs.tracking.mlflow_model import MLMODEL, saved_model_path
+
+    if not storage.exists(f"{path}/{MLMODEL}"):
+        return None
+    try:
+        relative = saved_model_path(storage.read_text(f"{path}/{MLMODEL}"))
+    except ValueError:
+        return None
+    if isinstance(relative, list) or "/.." in f"/{relative}" or relative.startswith("/"):
+        return None
+    found = f"{path}/{relative.strip('/')}"
+    return found if storage.exists(f"{found}/{contract.SAVED_MODEL_FILE}") else None
 
 
 def read_spec_asset(storage: Storage, export_dir: str) -> FeatureSpec:

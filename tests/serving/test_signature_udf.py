@@ -105,6 +105,22 @@ def test_a_tf_keras_model_save_scores_as_its_predict(spark, tmp_path):
     np.testing.assert_allclose(np.array(got), want, rtol=1e-5)
 
 
+def test_an_mlflow_model_of_the_tensorflow_flavour_is_found_by_its_mlmodel(spark, tmp_path):
+    import mlflow.tensorflow
+    import tensorflow as tf
+
+    class Double(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="amount")])
+        def __call__(self, amount):
+            return {"twice": amount * 2.0}
+
+    mlflow.tensorflow.save_model(Double(), str(tmp_path / "mlflow_model"))  # its SavedModel in tf2model/
+    score = api.register_saved_model(spark, name="twice", model=str(tmp_path / "mlflow_model"))
+    assert score.export_dir.endswith("/mlflow_model/tf2model")
+    got = spark.sql("SELECT twice(x).twice AS t FROM VALUES (1.5), (-2.0) AS v(x) ORDER BY t").collect()
+    assert [r.t for r in got] == [-4.0, 3.0]
+
+
 @pytest.mark.slow  # Keras 3 in a process of its own, about a minute: `make test-all`
 def test_a_keras_3_export_serves_in_sql(spark, tmp_path):
     script = textwrap.dedent(f"""

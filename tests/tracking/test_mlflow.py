@@ -145,6 +145,28 @@ def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, t
         sql.run(spark, cfg, QUERY, model="models:/census@nope", log=lambda line: None)
 
 
+def test_a_registered_model_of_mlflows_tensorflow_flavour_serves_by_its_signature(spark, mlflow_server):
+    import mlflow
+    import mlflow.tensorflow
+    import tensorflow as tf
+
+    from tfos_jobs import api
+
+    class Double(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="amount")])
+        def __call__(self, amount):
+            return {"twice": amount * 2.0}
+
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    with mlflow.start_run():
+        mlflow.tensorflow.log_model(Double(), name="model", registered_model_name="doubler")
+    client(mlflow_server).set_registered_model_alias("doubler", "live", "1")
+    score = api.register_saved_model(spark, name="doubler", model="models:/doubler@live", tracking_uri=mlflow_server.uri)
+    got = spark.sql("SELECT doubler(x).twice AS t FROM VALUES (1.5), (4.0) AS v(x) ORDER BY t").collect()
+    assert [r.t for r in got] == [3.0, 8.0]
+    assert score.signature.outputs[0].name == "twice"
+
+
 def test_a_tracking_server_that_is_down_warns_and_training_goes_on(spark, data, tmp_path):
     _, overrides = data
     model_dir = tmp_path / "model"

@@ -47,11 +47,13 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult | Model
                         resolve=resolver(tracking_uri))
 
 
-def register_saved_model(spark: SparkSession, *, name: str, model: str, signature: str = "serving_default"
-                         ) -> SignatureUdf:
+def register_saved_model(spark: SparkSession, *, name: str, model: str, signature: str = "serving_default",
+                         tracking_uri: str | None = None) -> SignatureUdf:
     """Register `name` as a Spark SQL function scoring with `signature` of any SavedModel at `model` (on any
-    filesystem; saved by TensorFlow, tf-keras or Keras 3's `export`, no feature spec needed): its arguments are the
-    signature's inputs by name, its result the struct of its outputs (docs/serving.md, "Any SavedModel in SQL").
+    filesystem; saved by TensorFlow, tf-keras or Keras 3's `export`, no feature spec needed; or an MLflow model of the
+    tensorflow flavour, a directory or `models:/NAME@alias` at `tracking_uri`, else MLFLOW_TRACKING_URI): its
+    arguments are the signature's inputs by name, its result the struct of its outputs (docs/serving.md, "Any
+    SavedModel in SQL").
 
     Returns
     -------
@@ -63,9 +65,10 @@ def register_saved_model(spark: SparkSession, *, name: str, model: str, signatur
 
     Stable. Example: ``api.register_saved_model(spark, name="churn", model="s3a://models/churn")``, then
     ``spark.sql("SELECT churn(tenure, plan).probability FROM customers")``."""
+    from tfos_jobs.tracking.registry import resolver
     from udfs import register as register_udf
 
-    return register_udf(spark, name, model, signature=signature, setting="model")
+    return register_udf(spark, name, model, signature=signature, setting="model", resolve=resolver(tracking_uri))
 
 
 def sql(spark: SparkSession, *, config: Config, script: str = "", file: str = "",

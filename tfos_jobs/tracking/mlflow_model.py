@@ -37,18 +37,40 @@ def save(saved_model_dir: str, out_dir: str) -> str:
 
 def saved_model_in(model_dir: str, where: str) -> str:
     """The SavedModel inside a downloaded MLflow model; `where` names it in errors."""
-    import yaml
-
     from tfos_jobs.errors import ConfigError
 
     path = os.path.join(model_dir, MLMODEL)
     try:
         with open(path, encoding="utf-8") as fh:
-            meta: dict[str, Any] = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as e:
+            relative = saved_model_path(fh.read())
+    except (OSError, ValueError) as e:
         raise ConfigError(f"{where} is not an MLflow model: {MLMODEL} cannot be read ({e})") from None
+    if isinstance(relative, list):
+        raise ConfigError(f"{where} holds no SavedModel tfos can find (its flavors: {relative}); tfos serves the models "
+                          f"tfos train and tfos sweep log, and MLflow's tensorflow flavour")
+    return os.path.join(model_dir, relative)
+
+
+def saved_model_path(mlmodel: str) -> str | list[str]:
+    """Where an MLflow model's SavedModel is, relative to its root, from the text of its MLmodel file: tfos's flavor
+    names it; MLflow's tensorflow flavor names a TensorFlow module's (`saved_model_dir`) and keeps a tf-keras model
+    saved in TensorFlow's format in `<data>/model`. Else the model's flavors, sorted. Read with YAML's safe loader:
+    nothing in the file is run."""
+    import yaml
+
+    try:
+        meta: dict[str, Any] = yaml.safe_load(mlmodel) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(str(e)) from None
     flavors = meta.get("flavors") or {}
-    if FLAVOR not in flavors:
-        raise ConfigError(f"{where} was not logged by tfos (its flavors: {sorted(flavors)}); tfos serves the "
-                          "models tfos train and tfos sweep log, whose SavedModel it knows where to find")
-    return os.path.join(model_dir, flavors[FLAVOR]["saved_model"])
+    if FLAVOR in flavors:
+        return str(flavors[FLAVOR]["saved_model"])
+    tensorflow = flavors.get(TENSORFLOW_FLAVOR) or {}
+    if tensorflow.get("saved_model_dir"):
+        return str(tensorflow["saved_model_dir"])
+    if tensorflow.get("data"):
+        return f"{tensorflow['data']}/model"
+    return sorted(flavors)
+
+
+TENSORFLOW_FLAVOR = "tensorflow"  # MLflow's own (mlflow.tensorflow.log_model)
