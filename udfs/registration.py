@@ -125,7 +125,7 @@ def register(spark: SparkSession, name: str, model_dir: str, *, signature: str |
     export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)
     if signature is not None:
         return register_signature(spark, name, export_dir, signature=signature, setting=setting,
-                                  counter_param=CounterParam())
+                                  counter_param=CounterParam(), batch_size=batch_size)
     if not storage.exists(contract.spec_asset(export_dir)):
         raise ConfigError(f"{setting}: {export_dir!r} has no {contract.spec_asset(export_dir)[len(export_dir) + 1:]}: "
                           "it was not exported by tfos train; register(..., signature=\"serving_default\") serves any "

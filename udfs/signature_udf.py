@@ -224,14 +224,17 @@ def score_columns(fn: Any, signature: Signature, columns: list[pa.Array], counts
                                       mask=pa.array(~keep))
 
 
-def make_function(model: shipping.ShippedModel, signature: Signature, counter: Any
+def make_function(model: shipping.ShippedModel, signature: Signature, counter: Any, batch_size: int | None = None
                   ) -> Callable[[Iterator[Any]], Iterator[pa.Array]]:
-    """The Arrow iterator function behind the SQL function; captures plain values and an accumulator."""
+    """The Arrow iterator function behind the SQL function, calling the model on `batch_size` rows (None: on each
+    Arrow batch); captures plain values and an accumulator."""
 
     def predict(batches: Iterator[Any]) -> Iterator[pa.Array]:
+        from udfs.predict import in_batches_of
+
         fn = _function(shipping.local_copy(model), model.version, signature.name)
         names = [t.name for t in signature.inputs]
-        for batch in batches:
+        for batch in batches if batch_size is None else in_batches_of(batch_size, batches):
             columns = [batch] if not isinstance(batch, (tuple, list)) else list(batch)
             if len(columns) == 1 and pa.types.is_struct(columns[0].type):  # score(struct(*)): the fields by name
                 fields = dict(zip([f.name for f in columns[0].type], columns[0].flatten()))  # the struct's nulls kept
@@ -278,9 +281,9 @@ class SignatureUdf:
 
 
 def register_signature(spark: SparkSession, name: str, export_dir: str, *, signature: str, setting: str,
-                       counter_param: Any) -> SignatureUdf:
+                       counter_param: Any, batch_size: int | None = None) -> SignatureUdf:
     """`name` in `spark` scoring with `signature` of the SavedModel in `export_dir` (qualified; errors name
-    `setting`), after its graph gave what the signature says on a check batch."""
+    `setting`) on `batch_size` rows per call, after its graph gave what the signature says on a check batch."""
     storage = Storage(spark)
     with named(setting, export_dir):
         version = version_of(storage, export_dir)
@@ -296,7 +299,7 @@ def register_signature(spark: SparkSession, name: str, export_dir: str, *, signa
     counter = None if sessions.is_connect(spark) else spark.sparkContext.accumulator({}, counter_param)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(make_function(model, read, counter),  # type: ignore[call-overload]
+        udf = arrow_udf(make_function(model, read, counter, batch_size),  # type: ignore[call-overload]
                         read.return_type(), ArrowUDFType.SCALAR_ITER)
     registered = spark.udf.register(name, udf)
     checked = check_inputs_at_analysis(spark, name, read.inputs_json())

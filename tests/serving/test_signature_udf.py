@@ -66,7 +66,7 @@ def test_a_tensorflow_module_serves_by_its_signature_with_casts_arrays_strings_a
 
 def test_wrong_arguments_fail_at_analysis_or_name_the_argument_and_a_struct_of_them_scores(spark, people, tmp_path):
     save_module(str(tmp_path / "module"))
-    price = register(spark, "price_sized", str(tmp_path / "module"), signature="serving_default")
+    price = register(spark, "price_sized", str(tmp_path / "module"), signature="serving_default", batch_size=2)
     assert price.checked
     with pytest.raises(AnalysisException, match=r"argument 1 \('amount'\) \(float32\[\?\] feature\) has type string"):
         spark.sql("SELECT price_sized('1.0', array(1, 2, 3), 'x') AS p")
