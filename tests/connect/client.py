@@ -33,7 +33,7 @@ from tfos_jobs.contracts.prediction import SUMMARY_FILE
 
 PEOPLE = 4000
 KEY = "person_id"
-STEPS = ("data", "prepare", "train", "sql", "predict", "ps", "sweep", "stream", "bags", "jvm")
+STEPS = ("data", "prepare", "train", "sql", "predict", "ps", "sweep", "stream", "bags", "foreign", "jvm")
 BAG_ROWS, BAG_SCORED = 1500, 200
 
 
@@ -132,6 +132,8 @@ def main(argv: list[str]) -> int:
             stream_step(spark, cfg, work, args.kafka)
         if "bags" in steps:
             bags_step(spark, work)
+        if "foreign" in steps:
+            foreign_step(spark, work)
     finally:
         if "jvm" in steps:
             from pyspark import SparkContext
@@ -217,6 +219,26 @@ def bags_step(spark, work: Path) -> None:
     scored = spark.sql("SELECT id, predict_kinds(struct(*)) AS p FROM client_kinds").collect()
     emit("bags", vocabularies=sorted(manifest.vocabulary_sizes), saved_model=result.saved_model,
          probabilities={r["id"]: r["p"]["probability"] for r in scored})
+
+
+def foreign_step(spark, work: Path) -> None:
+    """A SavedModel tfos did not export, saved in this process and served by its signature over rows uploaded from it."""
+    import tensorflow as tf
+
+    from tfos_jobs import api
+
+    class Total(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="amount"),
+                                      tf.TensorSpec([None, 2], tf.int64, name="codes")])
+        def __call__(self, amount, codes):
+            return {"total": amount * 2.0 + tf.cast(tf.reduce_sum(codes, axis=1), tf.float32)}
+
+    tf.saved_model.save(Total(), str(work / "foreign"))
+    api.register_saved_model(spark, name="foreign_total", model=str(work / "foreign"))
+    rows = spark.createDataFrame([(1.5, [1, 2]), (None, [0, 0]), (-1.0, [3, 4])], "amount double, codes array<int>")
+    rows.createOrReplaceTempView("foreign_rows")
+    got = [r["t"] for r in spark.sql("SELECT foreign_total(amount, codes).total AS t FROM foreign_rows").collect()]
+    emit("foreign", totals=sorted(got, key=lambda v: (v is None, v or 0.0)))
 
 
 if __name__ == "__main__":

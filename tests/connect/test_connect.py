@@ -78,13 +78,14 @@ def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_sess
 
 def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_connect_client(connect_server, tmp_path):
     """A client without a JVM holds a table of texts, lists, a vector and a hashed id: it prepares it, trains on it (one
-    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers."""
+    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers; and serves a
+    SavedModel of its own by its signature."""
     import numpy as np
     import tensorflow as tf
 
     from tests.spark.test_kinds_pipeline import table
 
-    steps = run_client(tmp_path, "--url", connect_server, "--steps", "bags,jvm")
+    steps = run_client(tmp_path, "--url", connect_server, "--steps", "bags,foreign,jvm")
     bags = steps["bags"]
     assert bags["vocabularies"] == ["clicked", "review", "tags"]  # the hashed id has none
     got = {int(k): p for k, p in bags["probabilities"].items()}
@@ -97,4 +98,6 @@ def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_c
                      emb=tf.constant([r[4] for r in rows], tf.float32),
                      user=tf.constant([r[5] for r in rows]))["probability"].numpy()
     np.testing.assert_allclose([got[r[0]] for r in rows], expected, atol=1e-6)
+    # a SavedModel tfos did not export, served by its signature: a null argument gives a null result
+    assert steps["foreign"]["totals"] == [5.0, 6.0, None]
     assert steps["jvm"] == {"gateway": False, "java_children": []}
