@@ -9,6 +9,7 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from tfos_jobs.contracts import serving as contract
+from tfos_jobs.contracts.mlflow_layout import MLMODEL, saved_model_path
 from tfos_jobs.contracts.model_dir import SAVED_MODEL, ModelDir
 from tfos_jobs.errors import ConfigError
 from tfos_jobs.features.spec import FeatureSpec
@@ -44,8 +45,6 @@ def locate_saved_model(storage: Storage, model_dir: str, *, setting: str, resolv
 def _mlflow_saved_model(storage: Storage, path: str) -> str | None:
     """The SavedModel of an MLflow model at `path` (as `mlflow.tensorflow.save_model` or tfos wrote it), by its
     MLmodel file (`tracking.mlflow_model`), when it is there. None for anything else."""
-    from tfos_jobs.tracking.mlflow_model import MLMODEL, saved_model_path
-
     if not storage.exists(f"{path}/{MLMODEL}"):
         return None
     try:

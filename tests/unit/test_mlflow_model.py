@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfos_jobs.tracking.mlflow_model import saved_model_in, saved_model_path
+from tfos_jobs.contracts.mlflow_layout import saved_model_path
+from tfos_jobs.tracking.mlflow_model import saved_model_in
 
 
 def test_the_flavor_says_where_the_saved_model_is():

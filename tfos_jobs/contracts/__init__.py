@@ -8,6 +8,7 @@ epoch_line    one finished epoch: the chief -> the driver -> progress.jsonl, the
 metrics       what training reports: the chief's result, metrics.json, `tfos evaluate`'s figures
 serving       what an exported model offers (signatures, outputs, assets) and what the UDF returns
 prediction    what `tfos predict` reports, and the summary file beside its output
+mlflow_layout where an MLflow model keeps its SavedModel (tracking logs it; serving finds it)
 node_args     what the driver hands every TF node, and how the node job starts
 workspace     a TF node's own directory on its executor's local disk
 sweep_dir     a sweep directory's files

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-FLAVOR = "tfos_jobs"
+from tfos_jobs.contracts.mlflow_layout import FLAVOR, MLMODEL, saved_model_path
+
 ARTIFACT_PATH = "model"  # where the model goes in its run's artifacts
-MLMODEL = "MLmodel"
 
 
 def save(saved_model_dir: str, out_dir: str) -> str:
@@ -49,28 +49,3 @@ def saved_model_in(model_dir: str, where: str) -> str:
         raise ConfigError(f"{where} holds no SavedModel tfos can find (its flavors: {relative}); tfos serves the models "
                           f"tfos train and tfos sweep log, and MLflow's tensorflow flavour")
     return os.path.join(model_dir, relative)
-
-
-def saved_model_path(mlmodel: str) -> str | list[str]:
-    """Where an MLflow model's SavedModel is, relative to its root, from the text of its MLmodel file: tfos's flavor
-    names it; MLflow's tensorflow flavor names a TensorFlow module's (`saved_model_dir`) and keeps a tf-keras model
-    saved in TensorFlow's format in `<data>/model`. Else the model's flavors, sorted. Read with YAML's safe loader:
-    nothing in the file is run."""
-    import yaml
-
-    try:
-        meta: dict[str, Any] = yaml.safe_load(mlmodel) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(str(e)) from None
-    flavors = meta.get("flavors") or {}
-    if FLAVOR in flavors:
-        return str(flavors[FLAVOR]["saved_model"])
-    tensorflow = flavors.get(TENSORFLOW_FLAVOR) or {}
-    if tensorflow.get("saved_model_dir"):
-        return str(tensorflow["saved_model_dir"])
-    if tensorflow.get("data"):
-        return f"{tensorflow['data']}/model"
-    return sorted(flavors)
-
-
-TENSORFLOW_FLAVOR = "tensorflow"  # MLflow's own (mlflow.tensorflow.log_model)

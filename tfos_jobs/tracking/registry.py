@@ -91,7 +91,7 @@ def resolve(uri: str, tracking_uri: str | None, setting: str = "predict.model") 
 
 def _model_root(local: str) -> str:
     """download_artifacts puts a directory's files under dst_path, or the directory itself in it."""
-    from tfos_jobs.tracking.mlflow_model import MLMODEL
+    from tfos_jobs.contracts.mlflow_layout import MLMODEL
 
     if os.path.isfile(os.path.join(local, MLMODEL)):
         return local
