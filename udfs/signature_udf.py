@@ -209,19 +209,17 @@ def score_columns(fn: Any, signature: Signature, columns: list[pa.Array], counts
         if column.null_count:
             keep &= ~np.asarray(column.is_null().to_numpy(zero_copy_only=False))
     counts[ROWS] = counts.get(ROWS, 0) + rows
-    if keep.all():
-        out = fn(**{t.name: tf.constant(to_tensor(t, c, keep)) for t, c in zip(signature.inputs, columns)})
-        fields = [to_arrow(t, out[t.name].numpy()).cast(arrow_type(t)) for t in signature.outputs]
-        return pa.StructArray.from_arrays(fields, names=[t.name for t in signature.outputs])
-    counts[NULL_ROWS] = counts.get(NULL_ROWS, 0) + int((~keep).sum())
+    names = [t.name for t in signature.outputs]
     if keep.any():
         out = fn(**{t.name: tf.constant(to_tensor(t, c, keep)) for t, c in zip(signature.inputs, columns)})
         scored = [to_arrow(t, out[t.name].numpy()).cast(arrow_type(t)) for t in signature.outputs]
     else:
         scored = [pa.array([], type=arrow_type(t)) for t in signature.outputs]
+    if keep.all():
+        return pa.StructArray.from_arrays(scored, names=names)
+    counts[NULL_ROWS] = counts.get(NULL_ROWS, 0) + int((~keep).sum())
     at = pa.array(np.where(keep, np.cumsum(keep) - 1, 0), mask=~keep)  # a null index gives a null row
-    return pa.StructArray.from_arrays([a.take(at) for a in scored], names=[t.name for t in signature.outputs],
-                                      mask=pa.array(~keep))
+    return pa.StructArray.from_arrays([a.take(at) for a in scored], names=names, mask=pa.array(~keep))
 
 
 def make_function(model: shipping.ShippedModel, signature: Signature, counter: Any, batch_size: int | None = None
