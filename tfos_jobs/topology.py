@@ -5,9 +5,8 @@ Plain Python, no TensorFlow: the config validates against it, the driver sizes a
 TF cluster with it, the nodes take their roles from it and the benchmarks describe their runs
 with it. Every other module compares with these names instead of typing them.
 
-TensorFlowOnSpark names the node of partition 0 `chief` and the others `worker` 0..n-2. Under `parameter_server` the
-last `ps` of those workers become parameter servers here (`assign_role`), so that every node runs in the foreground and
-returns on its own: TFoS's own ps handling would park them in background processes that outlive the run.
+A node job's partition 0 is the chief; under `parameter_server` the last `ps` partitions are the parameter servers, and
+the others are workers (`roles`). Each node reserves its place under that role, so the cluster spec it joins names it so.
 """
 from __future__ import annotations
 
@@ -88,31 +87,10 @@ def training_workers(cluster: dict[str, list[str]]) -> int:
 
 def roles(strategy: str, nodes: int, num_ps: int) -> list[tuple[str, int]]:
     """(role, index) of the node of each partition of the node job."""
-    cluster = {Role.CHIEF.value: ["-"], Role.WORKER.value: ["-"] * (nodes - 1)}
-    return [assign_role(strategy, num_ps, (Role.CHIEF if i == 0 else Role.WORKER).value, max(0, i - 1), cluster)[:2]
-            for i in range(nodes)]
-
-
-def assign_role(strategy: str, num_ps: int, job_name: str, task_index: int,
-                cluster: dict[str, list[str]]) -> tuple[str, int, dict[str, list[str]]]:
-    """(role, index, cluster spec) of the node TFoS named `job_name` `task_index`."""
-    if strategy != Strategy.PARAMETER_SERVER or job_name != Role.WORKER:
-        return job_name, task_index, _remap(strategy, num_ps, cluster)
-    first_ps = len(cluster[Role.WORKER.value]) - num_ps
-    if task_index >= first_ps:
-        return Role.PS.value, task_index - first_ps, _remap(strategy, num_ps, cluster)
-    return Role.WORKER.value, task_index, _remap(strategy, num_ps, cluster)
-
-
-def _remap(strategy: str, num_ps: int, cluster: dict[str, list[str]]) -> dict[str, list[str]]:
-    if strategy != Strategy.PARAMETER_SERVER:
-        return cluster
-    workers = cluster[Role.WORKER.value]
-    first_ps = len(workers) - num_ps
-    out = {Role.CHIEF.value: cluster[Role.CHIEF.value], Role.PS.value: workers[first_ps:]}
-    if first_ps:
-        out[Role.WORKER.value] = workers[:first_ps]
-    return out
+    ps = num_ps if strategy == Strategy.PARAMETER_SERVER else 0
+    workers = nodes - 1 - ps
+    return ([(Role.CHIEF.value, 0)] + [(Role.WORKER.value, i) for i in range(workers)]
+            + [(Role.PS.value, i) for i in range(ps)])
 
 
 def choose_exchange(setting: str, workers: int, gradient_bytes: int) -> str:

@@ -62,7 +62,7 @@ def assert_exported_model_matches_trained(model_dir: Path) -> None:
 
 
 def assert_no_node_process_left(m: dict) -> None:
-    pids = [p for n in m["nodes"] for p in (n["pid"], n["manager_pid"]) if p]
+    pids = [n["pid"] for n in m["nodes"]]
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.5)

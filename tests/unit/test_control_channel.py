@@ -20,7 +20,8 @@ from tfos_jobs.config import parse_ports
 from tfos_jobs.cluster.driver.control_server import ControlServer, control_address
 from tfos_jobs.cluster.driver.run_state import RunState
 from tfos_jobs.cluster.driver.transfers import Transfers
-from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, RemoteError, ReservationClient
+from tfos_jobs.cluster.node import tfos_cluster
+from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink, RemoteError
 from tfos_jobs.contracts.epoch_line import EpochLine
 from tfos_jobs.contracts.metrics import ChiefResult, NodeRecord, SamplePredictions
 from tfos_jobs.progress_log import ProgressLog, parse
@@ -61,9 +62,12 @@ def server(run):
     srv.stop()
 
 
-def client(srv: ControlServer, secret: bytes | None = None) -> ReservationClient:
-    cls = type("C", (ReservationClient,), {"secret": srv.secret if secret is None else secret})
-    return cls(srv.address)
+def client(srv: ControlServer, secret: bytes | None = None) -> ControlClient:
+    return ControlClient(srv.address, srv.secret if secret is None else secret)
+
+
+def register(node: ControlClient, reservation: dict) -> None:
+    node.request(cc.REGISTER, {"data": reservation})
 
 
 def link(srv: ControlServer, node: str = "chief-0") -> DriverLink:
@@ -88,27 +92,43 @@ def test_seal_and_open_bind_the_message_to_secret_connection_direction_and_order
         cc.open_body(secret, nonce, b"c", 0, cc.tag(secret, nonce, b"c", 0, payload) + payload)
 
 
-def test_nodes_with_the_secret_reserve_and_learn_the_cluster(server):
-    a, b = client(server), client(server)
-    assert a.get_reservations() == []
-    a.register({**NODE, "authkey": b"\x00manager-key", "addr": "/tmp/pymp-x/listener"})
-    assert not server.run.reserved() and server.run.remaining() == 1
-    b.register({**NODE, "executor_id": 0, "job_name": "chief", "port": 40000})
-    assert a.await_reservations() == b.get_reservations() == server.run.reservations()
-    assert server.run.reserved()
-    assert all(set(r) == set(cc.NODE_FIELDS) for r in server.run.reservations())  # no authkey, no manager address
+def test_nodes_with_the_secret_reserve_and_learn_the_cluster_tfos_builds(server):
+    """Two nodes reserve through the channel; TensorFlowOnSpark builds the cluster spec from the reservations, under the
+    roles the nodes reserved with."""
+    formed: dict[int, dict] = {}
+
+    def node(partition: int, role: str) -> None:
+        formed[partition] = tfos_cluster.form(client(server), partition=partition, role=role, index=0,
+                                              port=40000 + partition)
+
+    threads = [threading.Thread(target=node, args=(p, r)) for p, r in ((1, "ps"), (0, "chief"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    host = server.run.reservations()[0]["host"]
+    assert formed[0] == formed[1] == {"chief": [f"{host}:40000"], "ps": [f"{host}:40001"]}
+    assert server.run.reserved() and server.run.remaining() == 0
     assert server.summary() == {"rejected_messages": 0, "rejected_from": []}
-    a.close(), b.close()
+
+
+def test_a_reservation_keeps_only_what_cluster_specs_are_built_from(server):
+    a = client(server)
+    assert a.request(cc.CLUSTER) == []
+    register(a, {**NODE, "authkey": "manager-key", "addr": "/tmp/pymp-x/listener"})
+    assert not server.run.reserved() and server.run.remaining() == 1
+    assert [set(r) for r in server.run.reservations()] == [set(cc.NODE_FIELDS)]
+    a.close()
 
 
 def test_a_wrong_secret_is_rejected_counted_and_logged_once_per_peer(server):
     for _ in range(2):
         with pytest.raises(cc.AuthenticationError, match="rejected this node: authentication failed"):
-            client(server, secret=cc.new_secret()).register(NODE)
+            register(client(server, secret=cc.new_secret()), NODE)
     assert server.run.reservations() == []
     assert server.summary() == {"rejected_messages": 2, "rejected_from": ["127.0.0.1"]}
     assert len(server.lines) == 1 and "rejected a message from 127.0.0.1: authentication failed" in server.lines[0]
-    assert client(server).get_reservations() == []  # the server still serves
+    assert client(server).request(cc.CLUSTER) == []  # the server still serves
 
 
 def test_a_pickle_or_garbage_runs_nothing_and_is_dropped(server, tmp_path):
@@ -127,7 +147,7 @@ def test_a_pickle_or_garbage_runs_nothing_and_is_dropped(server, tmp_path):
     time.sleep(0.3)
     assert not marker.exists()
     assert server.summary()["rejected_messages"] == 3
-    assert client(server).get_reservations() == []
+    assert client(server).request(cc.CLUSTER) == []
 
 
 def test_a_reservation_without_its_fields_is_refused(server):
@@ -157,14 +177,14 @@ def test_slow_and_idle_peers_do_not_block_others(server):
     idle = socket.create_connection(server.address, timeout=5)
     idle.sendall(struct.pack(">I", 100) + b"x")  # half a frame, then nothing
     done = threading.Event()
-    threading.Thread(target=lambda: (client(server).register(NODE), done.set()), daemon=True).start()
+    threading.Thread(target=lambda: (register(client(server), NODE), done.set()), daemon=True).start()
     assert done.wait(5)
     idle.close()
 
 
 def record(role: str, pid: int) -> NodeRecord:
     return NodeRecord(partition=pid - 11, host="h", pid=pid, python="p", cuda_visible_devices="", started=1e9, role=role,
-                      index=0, executor_id=str(pid - 11), manager_pid=None, cluster={}, threads=1)
+                      index=0, executor_id=str(pid - 11), cluster={}, threads=1)
 
 
 RESULT = ChiefResult(final={"loss": 0.4, "val_auc": 0.8}, test=None, kept_epoch=2, epochs_run=2, steps_per_epoch=10,

@@ -298,7 +298,7 @@ def test_a_lost_parameter_server_worker_is_tolerated_and_training_goes_on():
 
 def test_a_lost_parameter_server_workers_retry_learns_its_place_and_is_counted_back_once_started():
     record = {"partition": 2, "host": "h", "pid": 1, "python": "py", "cuda_visible_devices": "", "started": 0.0,
-              "role": "worker", "index": 1, "executor_id": 2, "manager_pid": None, "threads": 1,
+              "role": "worker", "index": 1, "executor_id": 2, "threads": 1,
               "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}}
     lines: list[str] = []
     state = RunState("r", 4, progress=None, transfers=None)

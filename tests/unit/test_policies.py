@@ -14,7 +14,7 @@ from tfos_jobs.contracts.node_args import Launch, NodeArgs
 from tfos_jobs.cluster.driver.failure_policy import failure_message, retriable, task_traceback
 from tfos_jobs.data.dataset import stable_name
 from tfos_jobs.cluster.node.node import port_share
-from tfos_jobs.topology import assign_role, roles
+from tfos_jobs.topology import roles
 from tfos_jobs.cluster.node.training import steps_for
 from tfos_jobs.contracts.sweep_dir import TrialDir
 from tfos_jobs.contracts.trial import TrialStatus
@@ -62,13 +62,10 @@ def test_the_failure_message_names_each_failed_node_its_error_and_its_traceback_
     assert failure_message({}, None) == "a TF node task failed (see the executor logs)"
 
 
-def test_parameter_server_roles_take_the_last_workers_as_ps():
-    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3", "h:4"]}
-    ps_cluster = {"chief": ["h:1"], "ps": ["h:4"], "worker": ["h:2", "h:3"]}
-    assert assign_role("parameter_server", 1, "chief", 0, cluster) == ("chief", 0, ps_cluster)
-    assert assign_role("parameter_server", 1, "worker", 1, cluster) == ("worker", 1, ps_cluster)
-    assert assign_role("parameter_server", 1, "worker", 2, cluster) == ("ps", 0, ps_cluster)
-    assert assign_role("multi_worker_mirrored", 0, "worker", 2, cluster) == ("worker", 2, cluster)
+def test_parameter_server_roles_take_the_last_partitions_as_ps():
+    assert roles("parameter_server", 4, 1) == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+    assert roles("parameter_server", 2, 1) == [("chief", 0), ("ps", 0)]
+    assert roles("multi_worker_mirrored", 3, 1) == [("chief", 0), ("worker", 0), ("worker", 1)]  # ps only under PS
     assert TrainConfig(strategy="parameter_server", workers=2, ps=1).nodes() == 4
     assert TrainConfig(strategy="multi_worker_mirrored", workers=3).nodes() == 3
     assert TrainConfig(strategy="local", workers=3).nodes() == 1
@@ -144,16 +141,10 @@ def test_a_trial_is_summarised_from_its_progress():
 
 
 def test_the_driver_knows_each_partitions_node_before_it_starts():
-    """The driver plans each node's input files by role; the node takes its role from TFoS's
-    labels (`assign_role`). Both must agree for every partition."""
+    """The driver plans each node's input files by role; the node reserves its place under the same role."""
     assert roles("multi_worker_mirrored", 3, 0) == [("chief", 0), ("worker", 0), ("worker", 1)]
     assert roles("parameter_server", 5, 2) == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)]
     assert roles("local", 1, 0) == [("chief", 0)]
-    for strategy, nodes, num_ps in (("multi_worker_mirrored", 4, 0), ("parameter_server", 4, 1)):
-        cluster = {"chief": ["h:0"], "worker": [f"h:{i}" for i in range(1, nodes)]}
-        labelled = [assign_role(strategy, num_ps, "chief" if i == 0 else "worker", max(0, i - 1), cluster)[:2]
-                    for i in range(nodes)]
-        assert roles(strategy, nodes, num_ps) == labelled
 
 
 @pytest.mark.parametrize("status", list(TrialStatus))

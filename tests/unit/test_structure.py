@@ -9,7 +9,8 @@ imports                no two modules, no two packages import each other; no mod
 the layout             each folder holds one kind of thing (FOLDERS), the package's root only the
                        modules ROOT_MODULES names; spark-submit's entry points are together in
                        entrypoints/; only storage/ reaches Hadoop's FileSystem, everyone else
-                       goes through `Storage`; sweeps start trials only through the launcher seam
+                       goes through `Storage`; sweeps start trials only through the launcher seam;
+                       only cluster/node/tfos_cluster.py imports TensorFlowOnSpark
 size                   modules and functions are small, and hold code, not prose
 typed settings         a config is changed by `--set` strings only on the command line (SET_STRINGS)
 """
@@ -330,6 +331,29 @@ def test_the_command_line_is_a_client_of_the_api():
         "tfos_jobs.cli.commands.cmd_train imports tfos_jobs.model.builder",
         "tfos_jobs.cli.commands.cmd_predict imports benchmarks.cli",
         "tfos_jobs.cli.commands.cmd_predict imports tfos_jobs.model.builder"]
+
+
+TFOS_ADAPTER = "tfos_jobs.cluster.node.tfos_cluster"
+
+
+def imports_of(source: str, top: str) -> list[str]:
+    """Every module `source` imports whose top-level package is `top`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == top]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == top:
+            found.append(node.module)
+    return found
+
+
+def test_only_the_adapter_imports_tensorflowonspark():
+    """TensorFlowOnSpark forms the TF cluster behind one module; the node, the driver and everything else reach it only
+    through that module."""
+    users = sorted(module_name(p) for p in sources() if imports_of(p.read_text(), "tensorflowonspark"))
+    assert users == [TFOS_ADAPTER]
+    planted = "import os\n\n\ndef f():\n    from tensorflowonspark import TFSparkNode\n    import tensorflowonspark.util\n"
+    assert imports_of(planted, "tensorflowonspark") == ["tensorflowonspark", "tensorflowonspark.util"]
 
 
 # -- size and prose ----------------------------------------------------------------------------

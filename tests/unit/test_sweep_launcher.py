@@ -82,7 +82,7 @@ def result(epochs: int, auc: float) -> dict:
 
 def start(nodes: FakeNodes, node: str = "chief-0") -> None:
     nodes.send(cc.STARTED, node, record={"role": node.split("-")[0], "index": 0, "host": "h", "executor_id": 0,
-                                         "pid": 123, "python": "p", "manager_pid": None, "cuda_visible_devices": "",
+                                         "pid": 123, "python": "p", "cuda_visible_devices": "",
                                          "partition": 0, "started": 0.0, "cluster": {}, "threads": 1})
 
 

@@ -27,7 +27,6 @@ class NodeSummary(TypedDict):
     cuda_visible_devices: str  # the GPUs it saw ("" for none)
     pid: int
     python: str  # its interpreter
-    manager_pid: int | None  # TensorFlowOnSpark's node manager process, if any
 
 
 class NodeRecord(NodeSummary):

@@ -1,4 +1,4 @@
-"""The launcher for one process and no TF cluster: the driver is the node.
+"""The launcher for one process and no TF cluster: the driver is the node (`cluster.node.node.run`, alone).
 
 It copies the dataset to its own disk and talks to its own control server (on the loopback
 interface: the node is this process), as a node on an executor would, in a thread, so progress
@@ -20,8 +20,6 @@ from tfos_jobs.contracts.workspace import Workspace
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.errors import TrainingError
 from tfos_jobs.storage import Storage
-from tfos_jobs.tf_import import tensorflow
-from tfos_jobs.topology import Role
 
 
 LOOPBACK = "127.0.0.1"
@@ -38,10 +36,9 @@ class LocalLauncher:
         """Each attempt ends everything it started."""
 
     def run(self, attempt: Attempt, watch: Watch) -> None:
-        from tfos_jobs.cluster.node import training
+        from tfos_jobs.cluster.node import node
         from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
 
-        tensorflow()
         train, args, state = attempt.train, attempt.args, attempt.state
         state.mark(LAUNCHED)
         secret = cc.new_secret()
@@ -59,10 +56,8 @@ class LocalLauncher:
 
             def target() -> None:
                 try:
-                    if args.train.threads:
-                        training.configure_threads(args.train.threads)
-                    training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=link,
-                                            workspace=workspace)
+                    node.run(args, node.Node(link=link, workspace=workspace, partition=0), node.Place.alone(),
+                             own_process=False)
                 except BaseException as e:  # reported below, in the caller's thread
                     failure.append(e)
 

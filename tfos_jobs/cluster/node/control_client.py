@@ -2,18 +2,16 @@
 sweep trial's only line to the driver.
 
 `ControlClient` speaks the channel; `DriverLink` is what node code calls (report progress, publish a directory, fetch
-the resume state, ...). While TensorFlowOnSpark's node runtime (`TFSparkNode.run`) reserves the node's place,
-`authenticated(secret)` puts the client in place of its pickle-speaking `reservation.Client`; the reservation it sends
-keeps only what cluster specs are built from: the node manager's authkey and address never leave the node.
+the resume state, ...). A node of a TF cluster reserves its place through the client (`reserve`, called by
+`cluster.node.tfos_cluster`): the reservation keeps only what cluster specs are built from.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.epoch_line import EpochLine
@@ -90,6 +88,14 @@ class ControlClient:
         if not reply.get("ok"):
             raise RemoteError(f"the driver could not do {kind!r}: {reply.get('error', 'no reason given')}")
         return reply.get("data")
+
+    def reserve(self, reservation: dict[str, Any]) -> list[dict[str, Any]]:
+        """Register this node's `reservation` (control_channel.NODE_FIELDS) and wait until every node of the run has:
+        every reservation. The driver's launch bounds the wait (it stops a run whose nodes do not all reserve)."""
+        self.request(cc.REGISTER, {"data": reservation})
+        while not self.request(cc.QUERY):
+            time.sleep(POLL_SECONDS)
+        return self.request(cc.CLUSTER)
 
     def close(self) -> None:
         if self.sock is not None:
@@ -193,50 +199,3 @@ class DriverLink:
                     data = self._send(cc.GET, target=target, path=rel, offset=offset, length=cc.CHUNK)
                     fh.write(cc.decode_chunk(data))
         return len(files)
-
-
-class ReservationClient(ControlClient):
-    """TensorFlowOnSpark's `reservation.Client` interface over the authenticated channel."""
-
-    secret: bytes = b""  # set per node run by `authenticated`
-    relay: bool = False
-    run_id: str = ""
-
-    def __init__(self, server_addr: Any):
-        super().__init__(server_addr, self.secret, relayed=self.relay, run=self.run_id)
-
-    def register(self, reservation: dict[str, Any]) -> str:
-        self.request(cc.REGISTER, {"data": {k: reservation[k] for k in cc.NODE_FIELDS}})
-        return "OK"
-
-    def get_reservations(self) -> list[dict[str, Any]]:
-        return self.request(cc.CLUSTER)
-
-    def await_reservations(self) -> list[dict[str, Any]]:
-        while not self.request(cc.QUERY):
-            time.sleep(POLL_SECONDS)
-        return self.get_reservations()
-
-    def request_stop(self) -> str:
-        raise cc.ControlError("TF nodes do not stop the control server; the driver does")
-
-
-@contextlib.contextmanager
-def authenticated(secret: bytes, relayed: bool = False, run: str = "") -> Iterator[None]:
-    """Within this block, TensorFlowOnSpark's node runtime reserves through the authenticated
-    client with `secret`, for attempt `run`, and does not log the reservation (it holds the node manager's
-    authkey). Each TF node has a process of its own, so nothing else is affected."""
-    import logging
-
-    from tensorflowonspark import TFSparkNode, reservation
-
-    client = type("RunClient", (ReservationClient,), {"secret": secret, "relay": relayed, "run_id": run})
-    node_log = logging.getLogger(TFSparkNode.__name__)
-    saved, level = reservation.Client, node_log.level
-    reservation.Client = client
-    node_log.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        reservation.Client = saved
-        node_log.setLevel(level)

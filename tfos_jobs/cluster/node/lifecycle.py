@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,17 +25,14 @@ def wait_until_done(link: DriverLink, max_seconds: float) -> str:
     return TIMEOUT
 
 
-def start_reaper(watched_pid: int, targets: list[int], workspace: Workspace | None = None) -> None:
-    """A detached process that kills `targets` and clears `workspace` if `watched_pid` dies first;
-    it exits once the targets are gone and the workspace has been left.
+def start_reaper(watched_pid: int, workspace: Workspace) -> None:
+    """A detached process that clears `workspace` if `watched_pid` dies first; it exits once the
+    workspace has been left.
 
-    When Spark cancels a task it SIGKILLs the Python worker: the helper processes it forked (TFoS's manager server)
-    would be orphaned and its files left on the executor's disk; the reaper ends and removes them instead. The task's
-    reaper clears the workspace; a node process's reaper only ends its helpers (the task may run another node process in
-    the same workspace after it)."""
+    When Spark cancels a task it SIGKILLs the Python worker: the node's files would be left on the executor's disk
+    (the node's own process dies with its task); the reaper removes them instead."""
     subprocess.Popen(
-        [sys.executable, "-m", "tfos_jobs.cluster.node.reaper", str(watched_pid),
-         workspace.root if workspace else "", workspace.node if workspace else "", *map(str, targets)],
+        [sys.executable, "-m", "tfos_jobs.cluster.node.reaper", str(watched_pid), workspace.root, workspace.node],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True,
     )
@@ -55,19 +51,3 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
-
-
-def kill(pids: list[int], grace: float = 3.0) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

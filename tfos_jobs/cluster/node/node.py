@@ -1,32 +1,31 @@
-"""A TF node, in its own process on an executor (`cluster.node.process`).
+"""A TF node: one start-up for every way a node runs.
 
-Under a TF strategy, TensorFlowOnSpark's node runtime (`TFSparkNode.run`) reserves the node's place through the control
-channel, sets TF_CONFIG from the cluster it learns, and calls `main_fun(args, ctx)`, which takes the node's role from
-`topology.assign_role`; under `local` the node trains alone (`train_alone`: a sweep's single-process trial). Either way
-it reports to the driver over the control channel only (`cluster.node.control_client.DriverLink`), and trains from the
-files its task wrote to the workspace.
+A node runs in its own process on an executor (`cluster.node.process`), in a TF cluster whose place it reserves through
+`cluster.node.tfos_cluster`, alone (the `local` strategy: a sweep's single-process trial), or in the place of a lost
+parameter-server worker; the driver's `local` run is a node too (`cluster.driver.local`). Each comes here with its
+`Place`: `run` sets TensorFlow's threads, the node's GPUs and TF_CONFIG once, reports the node to the driver, and
+trains (or serves the chief, under parameter_server). It reports to the driver over the control channel only
+(`cluster.node.control_client.DriverLink`) and trains from the files its task wrote to the workspace.
 """
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import os
-import secrets
 import socket
 import sys
 import time
-from dataclasses import dataclass
-from typing import Iterator, Mapping, cast
+from dataclasses import dataclass, field
+from typing import Iterator
 
 from tfos_jobs import control_channel as cc
 from tfos_jobs.contracts.metrics import NodeRecord
-from tfos_jobs.contracts.node_args import Launch, NodeArgs
+from tfos_jobs.contracts.node_args import NodeArgs
 from tfos_jobs.contracts.workspace import Workspace
-from tfos_jobs.cluster.node import lifecycle, spark_executor
-from tfos_jobs.cluster.node.control_client import DriverLink
+from tfos_jobs.cluster.node import lifecycle, spark_executor, tfos_cluster
+from tfos_jobs.cluster.node.control_client import ControlClient, DriverLink
 from tfos_jobs.tf_import import tensorflow
-from tfos_jobs.topology import Role, Strategy, assign_role, training_workers, worker_rank
+from tfos_jobs.topology import Role, Strategy, training_workers, worker_rank
 
 
 @dataclass(frozen=True)
@@ -39,120 +38,68 @@ class Node:
     partition: int
     ports: tuple[int, ...] = ()  # its share of train.tf_ports (TF server, gradient mesh); empty: any free port
 
-    def record(self, *, role: str, index: int, manager_pid: int | None,
-               cluster: dict[str, list[str]], threads: int) -> NodeRecord:
+    def record(self, place: "Place", threads: int) -> NodeRecord:
         """What the node tells the driver of itself when it starts (kept in the model directory)."""
         return NodeRecord(partition=self.partition, host=socket.gethostname(), pid=os.getpid(), python=sys.executable,
                           cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""), started=time.time(),
-                          role=role, index=index, executor_id=spark_executor.executor_id(), manager_pid=manager_pid,
-                          cluster=cluster, threads=threads)
+                          role=place.role, index=place.index, executor_id=spark_executor.executor_id(),
+                          cluster=place.cluster, threads=threads)
 
 
-_current: contextvars.ContextVar[Node] = contextvars.ContextVar("tfos_node")
+@dataclass(frozen=True)
+class Place:
+    """Where a node stands in its run: its role and index, and the TF cluster spec it is part of ({}: alone)."""
+
+    role: str
+    index: int
+    cluster: dict[str, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def alone(cls) -> "Place":
+        return cls(Role.CHIEF.value, 0)
 
 
-@contextlib.contextmanager
-def running(node: Node) -> Iterator[None]:
-    """`main_fun`, called by TFoS within this block, finds `node` (TFoS hands it only `args`)."""
-    token = _current.set(node)
-    try:
-        yield
-    finally:
-        _current.reset(token)
-
-
-def run_in_cluster(launch: Launch, node: Node, secret: bytes) -> None:
-    """TensorFlowOnSpark's node runtime, reserving through the authenticated channel."""
-    tensorflow(devices=False)  # TensorFlowOnSpark imports it: quietly, before it does
-    from tensorflowonspark import TFSparkNode
-
-    from tfos_jobs.cluster.node.control_client import authenticated
-
-    nodes = launch.nodes
-    template = {Role.CHIEF.value: [0]} | ({Role.WORKER.value: list(range(1, nodes))} if nodes > 1 else {})
-    cluster_meta = {
-        "id": secrets.randbits(64), "cluster_template": template, "num_executors": nodes,
-        "default_fs": "file://", "working_dir": ".", "server_addr": launch.server, "release_port": True,
-    }
-    node_fn = TFSparkNode.run(main_fun, launch.args.to_dict(), cluster_meta, False, None, ["error"], False)
-    with running(node), authenticated(secret, launch.relayed, launch.run_id):
-        node_fn(iter([node.partition]))
-
-
-def main_fun(node_args: Mapping[str, object], ctx) -> None:
-    """`node_args`: `NodeArgs.to_dict()` (TFoS hands them on as given)."""
+def run(args: NodeArgs, node: Node, place: Place, *, pruning: bool = False, own_process: bool = True) -> None:
+    """Start the node at `place` and do its part of the run. Under parameter_server a worker or ps serves the chief
+    until the run is done; every other node trains, and the chief reports the run's end status. With `pruning` a lone
+    node asks the driver after each epoch whether to go on and ends without an export when told to stop (RUN_PRUNED).
+    `own_process`: the process is the node's alone (an executor's, not the driver's), so the node picks its GPUs and
+    its temporary files go to its workspace."""
     tensorflow(devices=False)  # quiet; its devices once CUDA_VISIBLE_DEVICES is settled below
-    from tfos_jobs.cluster.node.training import configure_threads
-
-    node = _current.get()
-    args = NodeArgs.from_dict(node_args)
-    threads = configure_threads(args.train.threads)  # before TensorFlow starts its pools
-    strategy = args.train.strategy
-    role, index, cluster = assign_role(strategy, args.num_ps, ctx.job_name, ctx.task_index, ctx.cluster_spec)
-    if role == Role.PS:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers hold variables, never compute on a GPU
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
-    tensorflow()  # the devices, now that CUDA_VISIBLE_DEVICES is settled
-    manager_pid = _manager_pid()
-    if manager_pid:
-        lifecycle.start_reaper(os.getpid(), [manager_pid])
-    node.link.started(node.record(role=role, index=index, manager_pid=manager_pid, cluster=cluster, threads=threads))
-    status = cc.RUN_FAILED
-    try:
-        if strategy == Strategy.PARAMETER_SERVER and role in (Role.PS, Role.WORKER):
-            serve(cluster, role, index, node.link, args.max_node_seconds)
-        else:
-            from tfos_jobs.cluster.node import training
-
-            with training.temp_files_in(node.workspace.scratch):
-                training.fit_and_export(args, role=role, worker_index=worker_rank(role, index),
-                                        num_workers=training_workers(cluster),
-                                        link=node.link, workspace=node.workspace, ports=node.ports)
-        status = cc.RUN_OK
-    finally:
-        if role == Role.CHIEF:
-            node.link.done(status)
-        _stop_manager()
-
-
-def train_alone(launch: Launch, node: Node) -> None:
-    """The `local` strategy on an executor: one process, no TF cluster. With `launch.pruning`
-    it asks the driver after each epoch whether to go on, and ends without an export when told
-    to stop (its run's end status says so: RUN_PRUNED)."""
-    tensorflow(devices=False)
     from tfos_jobs.cluster.node import training
 
-    args = launch.args
-    threads = training.configure_threads(args.train.threads)
-    _use_task_gpus()
-    tensorflow()
-    node.link.started(node.record(role=Role.CHIEF.value, index=0, manager_pid=None, cluster={}, threads=threads))
-    pruner = training.pruning(node.link) if launch.pruning else None
+    threads = training.configure_threads(args.train.threads)  # before TensorFlow starts its pools
+    devices = tfos_cluster.gpus(_task_gpus(), role=place.role, cluster=place.cluster, index=place.index)
+    if devices is not None and own_process:
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    if place.cluster:
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": place.cluster,
+                                              "task": {"type": place.role, "index": place.index}})
+    tensorflow()  # the devices, now that CUDA_VISIBLE_DEVICES is settled
+    node.link.started(node.record(place, threads))
+    if args.train.strategy == Strategy.PARAMETER_SERVER and place.role in (Role.PS, Role.WORKER):
+        serve(place, node.link, args.max_node_seconds)
+        return
+    pruner = training.pruning(node.link) if pruning else None
     status = cc.RUN_FAILED
     try:
-        with training.temp_files_in(node.workspace.scratch):
-            training.fit_and_export(args, role=Role.CHIEF, worker_index=0, num_workers=1, link=node.link,
-                                    workspace=node.workspace, extra_callbacks=(pruner,) if pruner else ())
+        with training.temp_files_in(node.workspace.scratch) if own_process else _nothing():
+            training.fit_and_export(args, role=place.role, worker_index=worker_rank(place.role, place.index),
+                                    num_workers=training_workers(place.cluster) or 1, link=node.link,
+                                    workspace=node.workspace, ports=node.ports,
+                                    extra_callbacks=(pruner,) if pruner else ())
         status = cc.RUN_PRUNED if pruner is not None and pruner.skip_export else cc.RUN_OK
     finally:
-        node.link.done(status)
+        if place.role == Role.CHIEF:
+            node.link.done(status)
 
 
-def take_place(launch: Launch, node: Node, place: Mapping[str, object]) -> None:
-    """A lost parameter-server worker's place, taken by its task's retry: the same task of the same TF cluster at the
-    same address (`place`, as the lost worker reported it), where the chief's coordinator finds it again and rebuilds
-    its dataset. No reservation: the cluster formed long ago."""
-    tensorflow(devices=False)
-    from tfos_jobs.cluster.node.training import configure_threads
-
-    cluster = cast(dict[str, list[str]], place["cluster"])
-    role, index = str(place["role"]), int(cast(int, place["index"]))
-    threads = configure_threads(launch.args.train.threads)
-    _use_task_gpus()
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
-    tensorflow()
-    node.link.started(node.record(role=role, index=index, manager_pid=None, cluster=cluster, threads=threads))
-    serve(cluster, role, index, node.link, launch.args.max_node_seconds)
+def in_cluster(client: ControlClient, *, partition: int, role: str, index: int, ports: tuple[int, ...]) -> Place:
+    """The node's place in a TF cluster that forms now: TensorFlowOnSpark's reservation, on a port of the node's
+    share of train.tf_ports (any free port when it has none)."""
+    port = free_port(list(ports)) if ports else _any_free_port()
+    return Place(role, index, tfos_cluster.form(client, partition=partition, role=role, index=index,
+                                                port=port))
 
 
 def port_share(ports: list[int], node: int, nodes: int) -> list[int]:
@@ -179,40 +126,32 @@ def free_port(ports: list[int]) -> int:
     raise RuntimeError(f"no free port for the TF server among this node's share of train.tf_ports ({shown})")
 
 
-def serve(cluster: dict[str, list[str]], role: str, index: int, link: DriverLink, max_seconds: float) -> None:
+def serve(place: Place, link: DriverLink, max_seconds: float) -> None:
     """A parameter server or PS-mode worker: serve the chief until the run is done."""
     import tensorflow as tf
 
-    tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=role, task_index=index, protocol="grpc", start=True)
+    tf.distribute.Server(tf.train.ClusterSpec(place.cluster), job_name=place.role, task_index=place.index,
+                         protocol="grpc", start=True)
     status = lifecycle.wait_until_done(link, max_seconds)
     if status == lifecycle.TIMEOUT:
-        raise TimeoutError(f"{role} {index}: the chief did not finish within {max_seconds:.0f} s")
+        raise TimeoutError(f"{place.role} {place.index}: the chief did not finish within {max_seconds:.0f} s")
 
 
-def _use_task_gpus() -> None:
-    """The process sees the GPUs Spark assigned the node's task (when it was assigned none, what it saw already)."""
+def _task_gpus() -> list[str] | None:
+    """The GPUs Spark assigned the node's task, if any."""
     from pyspark import TaskContext
 
     task = TaskContext.get()
     resources = task.resources() if task is not None else {}
-    if "gpu" in resources:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(resources["gpu"].addresses)
+    return list(resources["gpu"].addresses) if "gpu" in resources else None
 
 
-def _manager_pid() -> int | None:
-    from tensorflowonspark.TFSparkNode import TFSparkNode
+def _any_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
 
-    process = getattr(TFSparkNode.mgr, "_process", None)
-    return process.pid if process is not None else None
 
-
-def _stop_manager() -> None:
-    """End TFoS's per-node manager process now: Spark reuses this Python worker, and the
-    manager would otherwise live on with it."""
-    from tensorflowonspark.TFSparkNode import TFSparkNode
-
-    if TFSparkNode.mgr is not None:
-        try:
-            TFSparkNode.mgr.shutdown()
-        finally:
-            TFSparkNode.mgr = None
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield

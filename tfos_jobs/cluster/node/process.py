@@ -4,14 +4,13 @@ secret, its workspace's node directory, and its task's context: `TaskContext.get
 task). The task starts it before the node's inputs arrive, and writes the spec once they are all on disk.
 
 It connects to the control server (directly, or through the driver's relay), fetches the resume
-state, and runs the node: under a TF strategy, TensorFlowOnSpark's node runtime reserves its place
-and starts `cluster.node.node.main_fun`; under `local` the node trains alone. Whatever fails is
+state, finds its place (alone under `local`; a lost worker's, given by its task; else reserved in a TF
+cluster that forms now) and runs the node from there (`cluster.node.node.run`). Whatever fails is
 reported to the driver with its traceback; the exit code says whether it was told (1) or not.
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from typing import Any
@@ -44,7 +43,7 @@ def main() -> int:
     link = DriverLink(client, {cc.SENDER_NODE: name})
     workspace = launch.workspace(spec["workspace"])
     try:
-        run(launch, partition, link, workspace, spec)
+        run(launch, partition, client, link, workspace, spec)
         return EXIT_OK
     except Exception as e:
         try:
@@ -61,29 +60,30 @@ def _preload() -> None:
     """TensorFlow and TensorFlowOnSpark imported while the task still receives the node's inputs
     (the spec comes after them). Nothing is configured yet: the threads and the devices are set
     once the spec says how (TensorFlow starts its pools and probes its devices later)."""
+    from tfos_jobs.cluster.node import tfos_cluster
     from tfos_jobs.tf_import import tensorflow
 
     tensorflow(devices=False)
-    import tensorflowonspark.TFSparkNode  # noqa: F401
+    tfos_cluster.preload()
 
 
-def run(launch: Launch, partition: int, link: DriverLink, workspace: Workspace, spec: dict[str, Any]) -> None:
+def run(launch: Launch, partition: int, client: ControlClient, link: DriverLink, workspace: Workspace,
+        spec: dict[str, Any]) -> None:
     from tfos_jobs.cluster.node import node
 
-    role, _ = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
+    role, index = roles(launch.strategy, launch.nodes, launch.num_ps)[partition]
     share = tuple(node.port_share(launch.tf_ports, partition, launch.nodes)) if launch.tf_ports != [0] else ()
     context = node.Node(link=link, workspace=workspace, partition=partition, ports=share)
     if role == Role.CHIEF or launch.strategy in (Strategy.MULTI_WORKER_MIRRORED, Strategy.LOCAL):
         link.fetch(cc.BACKUP, workspace.backup)  # BackupAndRestore reads it
     if launch.strategy == Strategy.LOCAL:
-        node.train_alone(launch, context)
-        return
-    if spec.get("place"):  # a lost parameter-server worker's, taken by its task's retry
-        node.take_place(launch, context, spec["place"])
-        return
-    if share:  # TFoS's TF server port
-        os.environ["TENSORFLOW_PORT"] = str(node.free_port(list(share)))
-    node.run_in_cluster(launch, context, bytes.fromhex(spec["secret"]))
+        place = node.Place.alone()
+    elif spec.get("place"):  # a lost parameter-server worker's, taken by its task's retry: the cluster formed long ago
+        taken = spec["place"]
+        place = node.Place(str(taken["role"]), int(taken["index"]), dict(taken["cluster"]))
+    else:
+        place = node.in_cluster(client, partition=partition, role=role, index=index, ports=share)
+    node.run(launch.args, context, place, pruning=launch.pruning)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def _node(launch: Launch, secret: bytes, partition: int, name: str, task: Any, b
     # A retry's own directory: the lost task's reaper may still be clearing the one it left.
     workspace = launch.workspace(f"{name}.{retry}" if retry and (launch.rejoins or place) else name)
     workspace.enter()
-    lifecycle.start_reaper(os.getpid(), [], workspace)  # a cancelled task's files go too
+    lifecycle.start_reaper(os.getpid(), workspace)  # a cancelled task's files go too
     process = _NodeProcess(workspace)  # imports TensorFlow while the inputs arrive
     try:
         try:
