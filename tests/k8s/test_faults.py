@@ -11,12 +11,15 @@ import time
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.k8s.conftest import TIMES, Cluster, wait_for
+from tfos_jobs.config import load
 from tfos_jobs.contracts.metrics import FAILURE
 from tfos_jobs.jobs.train.driver.gpu import GPU_VENDOR
 
 pytestmark = pytest.mark.k8s
 CHECKPOINT_STEPS = 50
+STEPS_PER_EPOCH = 150
 
 
 def executor_pod_of(cluster: Cluster, app: str, executor_id: str) -> str | None:
@@ -45,7 +48,7 @@ def test_an_executor_pod_deleted_mid_training_costs_an_attempt_not_the_run(clust
     t0 = time.monotonic()
     proc = cluster.submit(["train", "--config", "census", "--set", f"train.dataset={dataset}",
                            "--set", f"train.model_dir={cluster.url(root)}", "--set", "train.epochs=4",
-                           "--set", "train.batch_size=64", "--set", "train.steps_per_epoch=150",
+                           "--set", "train.batch_size=64", "--set", f"train.steps_per_epoch={STEPS_PER_EPOCH}",
                            "--set", "train.max_attempts=3", "--set", "train.reservation_timeout=300",
                            "--set", f"train.checkpoint_steps={CHECKPOINT_STEPS}", "--overwrite"],
                           options=["--name", "tfos-train-faults"])
@@ -63,9 +66,14 @@ def test_an_executor_pod_deleted_mid_training_costs_an_attempt_not_the_run(clust
     assert (recovery["nodes_kept"], recovery["nodes_restarted"]) == (["chief-0"], ["worker-0"]), log[-3000:]
     assert recovery["cause"] == FAILURE and recovery["workers"] == 2
     assert 150 <= recovery["resumed_at_steps"] <= recovery["failed_at_steps"], recovery
-    assert recovery["resumed_at_steps"] % CHECKPOINT_STEPS == 0, recovery  # a step checkpoint's
+    # A checkpoint falls at each epoch's end and every `interval` steps after it (checkpoint_steps rounded up to whole
+    # calls of steps_per_execution): the run resumed at one of those.
+    interval = load(ROOT / "conf" / "census.toml", [f"train.checkpoint_steps={CHECKPOINT_STEPS}",
+                                                    f"train.steps_per_epoch={STEPS_PER_EPOCH}"]).train.checkpoint_interval()
+    assert interval >= CHECKPOINT_STEPS
+    assert recovery["resumed_at_steps"] % STEPS_PER_EPOCH % interval == 0, (interval, recovery)
     # at most the steps since the last checkpoint, and those of one being written when the pod went
-    assert 0 <= recovery["trained_again"] <= 2 * CHECKPOINT_STEPS, recovery
+    assert 0 <= recovery["trained_again"] <= 2 * interval, (interval, recovery)
     assert f"attempt 2 resumed at step {recovery['resumed_at_steps']:,}" in log, log[-3000:]
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert not (model_dir / "_run").exists() and not (model_dir / "backup").exists()
