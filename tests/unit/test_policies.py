@@ -99,7 +99,7 @@ def test_node_args_cross_to_the_nodes_as_plain_data_and_come_back_equal():
     a = args(model=model, strategy="parameter_server", ps=2, epochs=7, learning_rate=0.01)
     data = a.to_dict()
     text = json.dumps(data)  # plain values only
-    assert "train" in data and data["train"]["epochs"] == 7  # TensorFlowOnSpark looks inside with `in`
+    assert "train" in data and data["train"]["epochs"] == 7
     back = NodeArgs.from_dict(data)
     assert back == a and back.num_ps == 2 and back.train.model.params["towers"] == (8, 4)
     assert NodeArgs.from_dict(json.loads(text)) == a  # JSON lists read back as the config's tuples

@@ -1,9 +1,8 @@
 """What the driver hands every TF node (a sweep trial's lone node too): plain values only.
 
-They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs; TensorFlowOnSpark passes a
-node's arguments on as they are, and its `run` looks inside them with `in`, so they travel as a dict (`to_dict`) and are
-rebuilt on the node (`from_dict`). `Launch` is how the node job starts (`cluster.node.task`), and what the node's task
-hands the node's own process (`cluster.node.process`) as JSON (`to_json`)."""
+They cross to the executors inside a Spark task closure. `NodeArgs` is what training needs, plain values (`to_dict`)
+rebuilt and checked on the node (`from_dict`). `Launch` is how the node job starts (`cluster.node.task`), and what the
+node's task hands the node's own process (`cluster.node.process`) as JSON (`to_json`)."""
 from __future__ import annotations
 
 import base64
