@@ -38,9 +38,12 @@ NULL_ROWS = "null_rows"  # the counter of rows with a null argument, not scored
 ROWS = "rows"
 CHECK_ROWS = 2  # the registration's check batch
 
-_SQL = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(), "int64": T.LongType(),
-        "int16": T.ShortType(), "int8": T.ByteType(), "uint8": T.ShortType(), "bool": T.BooleanType(),
-        "string": T.StringType()}
+# A tensor dtype -> the SQL type that carries it and that type's Arrow type (SQL has no unsigned byte: uint8 widens).
+_SQL: dict[str, tuple[T.DataType, pa.DataType]] = {
+    "float32": (T.FloatType(), pa.float32()), "float64": (T.DoubleType(), pa.float64()),
+    "int32": (T.IntegerType(), pa.int32()), "int64": (T.LongType(), pa.int64()), "int16": (T.ShortType(), pa.int16()),
+    "int8": (T.ByteType(), pa.int8()), "uint8": (T.ShortType(), pa.int16()), "bool": (T.BooleanType(), pa.bool_()),
+    "string": (T.StringType(), pa.string())}
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class Tensor:
         return [f"array<{t}>" for t in one] if self.shape else [*one, NULL_TYPE]
 
     def sql_type(self) -> T.DataType:
-        one = _SQL[self.dtype]
+        one = _SQL[self.dtype][0]
         return one if not self.shape else T.ArrayType(one, containsNull=False)
 
     def __str__(self) -> str:
@@ -196,7 +199,7 @@ def to_arrow(t: Tensor, values: np.ndarray) -> pa.Array:
 
 
 def arrow_type(t: Tensor) -> pa.DataType:
-    one = pa.string() if t.dtype == "string" else pa.from_numpy_dtype(np.dtype(t.dtype))
+    one = _SQL[t.dtype][1]
     return pa.list_(one) if t.shape else one
 
 

@@ -32,7 +32,7 @@ def save_module(path: str, *, broken: bool = False) -> None:
                 tf.debugging.assert_positive(amount, message="amount must be positive")
             total = amount * 2.0 + tf.cast(tf.reduce_sum(codes, axis=1), tf.float32)
             return {"total": total, "doubled": tf.cast(codes, tf.float32) * 2.0,
-                    "tag": tf.strings.join([label, "!"])}
+                    "tag": tf.strings.join([label, "!"]), "odd": tf.cast(codes % 2, tf.uint8)}
 
     module = Pricing()
     tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
@@ -53,10 +53,12 @@ def test_a_tensorflow_module_serves_by_its_signature_with_casts_arrays_strings_a
     assert [str(t) for t in price.signature.inputs] == ["amount float32[?]", "codes int64[?, 3]", "label string[?]"]
     people.createOrReplaceTempView("people")
     out = spark.sql("SELECT label, price(amount, codes, label) AS p FROM people")
-    assert out.schema["p"].dataType.simpleString() == "struct<doubled:array<float>,tag:string,total:float>"
+    # uint8, which SQL lacks, widens to smallint
+    assert out.schema["p"].dataType.simpleString() == \
+        "struct<doubled:array<float>,odd:array<smallint>,tag:string,total:float>"
     expected = spark.createDataFrame(
-        [("a", Row(doubled=[2.0, 4.0, 6.0], tag="a!", total=9.0)), ("b", None),
-         ("c", Row(doubled=[10.0, 10.0, 10.0], tag="c!", total=11.0))], out.schema)
+        [("a", Row(doubled=[2.0, 4.0, 6.0], odd=[1, 0, 1], tag="a!", total=9.0)), ("b", None),
+         ("c", Row(doubled=[10.0, 10.0, 10.0], odd=[1, 1, 1], tag="c!", total=11.0))], out.schema)
     assertDataFrameEqual(out, expected)
     assert price.counts() == {"null_rows": 1, "rows": 3}
     # called on DataFrame columns named as the inputs
