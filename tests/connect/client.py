@@ -33,7 +33,7 @@ from tfos_jobs.contracts.prediction import SUMMARY_FILE
 
 PEOPLE = 4000
 KEY = "person_id"
-STEPS = ("data", "prepare", "train", "sql", "predict", "ps", "sweep", "stream", "bags", "foreign", "jvm")
+STEPS = ("data", "prepare", "train", "sql", "predict", "ps", "sweep", "stream", "bags", "foreign", "ml", "jvm")
 BAG_ROWS, BAG_SCORED = 1500, 200
 
 
@@ -134,6 +134,8 @@ def main(argv: list[str]) -> int:
             bags_step(spark, work)
         if "foreign" in steps:
             foreign_step(spark, work)
+        if "ml" in steps:
+            ml_step(spark, work)
     finally:
         if "jvm" in steps:
             from pyspark import SparkContext
@@ -239,6 +241,28 @@ def foreign_step(spark, work: Path) -> None:
     rows.createOrReplaceTempView("foreign_rows")
     got = [r["t"] for r in spark.sql("SELECT foreign_total(amount, codes).total AS t FROM foreign_rows").collect()]
     emit("foreign", totals=sorted(got, key=lambda v: (v is None, v or 0.0)))
+
+
+def ml_step(spark, work: Path) -> None:
+    """tests/spark/test_ml_stages.py's pipeline, fitted, saved, loaded and applied from this process."""
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import SQLTransformer
+
+    from tests.spark.test_ml_stages import CONFIG, SCHEMA, visit_rows
+    from tfos_jobs.api.ml import TFEstimator
+
+    (work / "visits.toml").write_text(CONFIG)
+    visits = spark.createDataFrame(visit_rows(), SCHEMA)
+    stages = [SQLTransformer(statement="SELECT *, minutes * 60 AS seconds FROM __THIS__"),
+              TFEstimator(config=str(work / "visits.toml"), workDir=str(work / "ml-fits"), epochs=3)]
+    fitted = Pipeline(stages=stages).fit(visits)
+    fitted.write().save(str(work / "ml-pipeline"))
+    loaded = PipelineModel.load(str(work / "ml-pipeline"))
+    columns = ["visit_id", "prediction", "predicted_label", "label_index"]
+    before = sorted(tuple(r) for r in fitted.transform(visits).select(columns).collect())
+    after = sorted(tuple(r) for r in loaded.transform(visits).select(columns).collect())
+    emit("ml", rows=len(after), same=before == after,
+         accuracy=sum(r[1] == r[3] for r in after) / len(after))
 
 
 if __name__ == "__main__":

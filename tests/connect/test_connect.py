@@ -78,14 +78,14 @@ def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_sess
 
 def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_connect_client(connect_server, tmp_path):
     """A client without a JVM holds a table of texts, lists, a vector and a hashed id: it prepares it, trains on it (one
-    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers; and serves a
-    SavedModel of its own by its signature."""
+    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers; serves a
+    SavedModel of its own by its signature; and fits, saves, loads and applies a Spark ML Pipeline with TFEstimator."""
     import numpy as np
     import tensorflow as tf
 
     from tests.spark.test_kinds_pipeline import table
 
-    steps = run_client(tmp_path, "--url", connect_server, "--steps", "bags,foreign,jvm")
+    steps = run_client(tmp_path, "--url", connect_server, "--steps", "bags,foreign,ml,jvm")
     bags = steps["bags"]
     assert bags["vocabularies"] == ["clicked", "review", "tags"]  # the hashed id has none
     got = {int(k): p for k, p in bags["probabilities"].items()}
@@ -100,4 +100,6 @@ def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_c
     np.testing.assert_allclose([got[r[0]] for r in rows], expected, atol=1e-6)
     # a SavedModel tfos did not export, served by its signature: a null argument gives a null result
     assert steps["foreign"]["totals"] == [5.0, 6.0, None]
+    # a Pipeline with TFEstimator fitted, saved, loaded and applied from the client, as from a classic session
+    assert steps["ml"]["rows"] == 1200 and steps["ml"]["same"] and steps["ml"]["accuracy"] > 0.8, steps["ml"]
     assert steps["jvm"] == {"gateway": False, "java_children": []}
