@@ -87,3 +87,13 @@ def extra_input(spec, vocab, stats, model_cfg):
 def two_args(spec, vocab):
     """The wrong signature."""
     raise AssertionError("never called")
+
+
+def train_raises(ctx):
+    """A training function that fails as user code does, on every node."""
+    raise ValueError(f"boom: this training function always fails (on {ctx.job_name} {ctx.task_index})")
+
+
+def train_forgets_export(ctx):
+    """A training function that trains nothing and never calls ctx.export."""
+    ctx.dataset("train")

@@ -37,15 +37,17 @@ def nothing_left_running():
     kill_started()
 
 
-def start_train(dataset: Path, model_dir: Path, *overrides: str, tmpfs: tuple[Path, str] | None = None
-                ) -> subprocess.Popen:  # later --set wins
+def start_train(dataset: Path, model_dir: Path, *overrides: str, tmpfs: tuple[Path, str] | None = None,
+                path: Path | None = None) -> subprocess.Popen:  # later --set wins
     """`tmpfs`: (directory, size): the run (driver and executors) sees a tmpfs of that size there,
-    mounted in a mount namespace of its own."""
+    mounted in a mount namespace of its own. `path`: a directory of modules the driver imports besides the checkout."""
     # 600 steps of 64 examples per epoch: epochs of a few seconds, so a kill after the first lands mid-run
     sets = [f"train.dataset={dataset}", f"train.model_dir={model_dir}", "train.batch_size=64", "train.steps_per_epoch=600",
             "spark.conf.spark.ui.showConsoleProgress=false", "train.reservation_timeout=90",
             "spark.master=local-cluster[2,1,1536]", f"spark.conf.spark.executorEnv.PYTHONPATH={ROOT}", *overrides]
     cmd = tfos_command("train", *sets)
+    if path is not None:
+        cmd = ["env", f"PYTHONPATH={ROOT}{os.pathsep}{path}", *cmd]
     if tmpfs is not None:
         where, size = tmpfs
         cmd = ["unshare", "-m" if os.geteuid() == 0 else "-rm", "sh", "-c",
@@ -119,6 +121,28 @@ def test_a_killed_executor_costs_an_attempt_not_the_run(dataset, tmp_path):
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
     assert sorted(p.name for p in model_dir.iterdir()) == [
         "learning_curve.png", "logs", "metrics.json", "progress.jsonl", "sample_predictions.json", "saved_model"]
+
+
+def test_a_custom_training_loop_killed_mid_run_resumes_at_its_last_step_checkpoint(dataset, tmp_path):
+    """A training function's own tf.GradientTape loop (examples/mytraining.py, `ctx.loop`) on two workers, a worker's
+    executor killed after epoch 1: the relaunch restores the model, the optimizer and the position from the loop's
+    last step checkpoint, each worker's data skipped to there, and trains on."""
+    model_dir = tmp_path / "model"
+    proc = start_train(dataset, model_dir, "train.epochs=3", "train.max_attempts=3", "train.checkpoint_steps=100",
+                       "train.fn=mytraining:loop", path=ROOT / "examples")  # the driver imports it; executors get it
+    out, err, killed = run_killing_executor_of(proc, model_dir, "worker-0")
+    assert killed, "the executor was never killed"
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    assert "relaunching the TF cluster" in out
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["attempts"] == 2 and m["model"]["kind"] == "mytraining:loop"
+    epochs = [e["epoch"] for e in m["history"]]
+    assert sorted(set(epochs)) == [1, 2, 3] and epochs.count(1) == 1  # resumed, not restarted
+    [recovery] = m["recoveries"]
+    assert recovery["resumed_at_steps"] >= 600 and recovery["resumed_at_steps"] % 100 == 0, recovery
+    assert recovery["trained_again"] <= 200, recovery
+    assert m["eval"]["auc"] > 0.75, m["eval"]
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()
 
 
 def test_an_elastic_run_shrinks_when_an_executor_is_gone_for_good_and_grows_when_one_joins(dataset, tmp_path):

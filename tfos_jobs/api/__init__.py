@@ -28,10 +28,11 @@ from tfos_jobs.api.queries import serve_sql, show
 from tfos_jobs.api.serving import baseline, evaluate, predict, register, register_saved_model, replay, sql, stream
 from tfos_jobs.api.training import SweepResult, TrainResult, check_model, check_sweep, sweep, train
 from tfos_jobs.contracts.prediction import PredictionSummary
+from tfos_jobs.model.train_function import CheckedFunction
 from udfs import PredictionUdf, SignatureUdf
 
 __all__ = ["session", "generate", "check_sources", "prepare", "check_model", "train", "check_sweep", "sweep", "register",
            "register_saved_model", "sql",
            "show", "serve_sql", "predict", "evaluate", "baseline", "stream", "replay_rows", "replay", "demo",
            "demo_stream", "demo_warehouse", "DatasetManifest", "TrainResult", "SweepResult",
-           "PredictionUdf", "SignatureUdf", "PredictionSummary"]
+           "PredictionUdf", "SignatureUdf", "PredictionSummary", "CheckedFunction"]

@@ -16,6 +16,8 @@ from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.sweep_dir import SweepDir
 from tfos_jobs.contracts.trial import TrialResult
 from tfos_jobs.errors import ConfigError
+from tfos_jobs.model import train_function
+from tfos_jobs.model.train_function import CheckedFunction
 from tfos_jobs.model.builder import OWN_COMPILE_IGNORES, CheckedBuild, check_build, kind_of
 from tfos_jobs.search import space as search_space
 from tfos_jobs.search.space import CheckedSweep
@@ -52,7 +54,8 @@ class TrainResult:
 
 def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_dir: str | None = None,
           build: str | Callable[..., Any] | CheckedBuild | None = None, config: Config | TrainConfig | None = None,
-          overwrite: bool = False, log: Log = print) -> TrainResult:
+          fn: str | Callable[..., Any] | CheckedFunction | None = None, overwrite: bool = False,
+          log: Log = print) -> TrainResult:
     """Train on `dataset` and export a SavedModel into `model_dir`; the model is built from the
     dataset's own feature spec.
 
@@ -69,6 +72,11 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
         `[train]` applies and whose `[tracking]` logs the run to MLflow (what `tfos train` does).
         Default: `TrainConfig()`. The three above may come from it instead (its `dataset`,
         `model_dir`, `model.kind`); given both ways, they must agree.
+    fn : a training function of your own (a config's `train.fn`), "module:function" or a callable, called as
+        `fn(ctx)` on every TF node (under parameter_server, on the chief, which coordinates) in place of the
+        package's build, fit and export: `ctx` gives the strategy, this worker's shard of the dataset, the callbacks
+        that report, checkpoint and resume, a custom loop's steps (`ctx.loop`), the params and `ctx.export(model)`
+        (docs/training.md, "Your own training function"). TensorFlowOnSpark's `main_fun(args, ctx)` is taken too.
     overwrite : replace a trained model already in `model_dir`.
 
     Returns
@@ -94,19 +102,26 @@ def train(spark: SparkSession, *, dataset: str | Manifest | None = None, model_d
                              model_dir=model_dir, kind=None if build is None else kind_of(build)[0],
                              from_config=config is not None, where=where,
                              same=lambda a, b: a == b or storage.qualify(a) == storage.qualify(b))
+    own = train_function.check(fn if fn is not None else settings.fn) if fn is not None or settings.fn else None
+    if own is not None:
+        if build is not None:
+            raise ConfigError(f"{where}: give build= or fn=, not both: a training function builds its own model")
+        settings = dataclasses.replace(settings, fn=own.name)
     meta = node_inputs.read_dataset(storage, "train.dataset" if whole is not None else "dataset", settings.dataset)
     errors = settings.errors(meta.spec)
     if errors:
         raise ConfigError(f"{where}: invalid settings:\n  " + "\n  ".join(errors))
-    definition = check_build(model_cfg=settings.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
-    if definition.compiled:
-        log(f"train.model.kind: {settings.model.kind} compiles its model itself: {definition.compiled} "
-            f"({' and '.join(OWN_COMPILE_IGNORES)} are not used)")
+    definition = None
+    if own is None:
+        definition = check_build(model_cfg=settings.model, spec=meta.spec, build=build)  # a dry build: a wrong model fails here, once
+        if definition.compiled:
+            log(f"train.model.kind: {settings.model.kind} compiles its model itself: {definition.compiled} "
+                f"({' and '.join(OWN_COMPILE_IGNORES)} are not used)")
     if whole is not None:
         metrics = tracked.run(spark, dataclasses.replace(whole, train=settings), overwrite=overwrite, log=log,
-                              model=definition, meta=meta)
+                              model=definition, meta=meta, fn=own)
     else:
-        metrics = job.run(spark, settings, overwrite=overwrite, log=log, model=definition, meta=meta)
+        metrics = job.run(spark, settings, overwrite=overwrite, log=log, model=definition, meta=meta, fn=own)
     return TrainResult.of(ModelDir.holding(metrics["saved_model"]).path, metrics)
 
 
@@ -142,16 +157,20 @@ class SweepResult:
     best_model: ModelDir | None = None
 
 
-def check_model(*, config: Config, build: str | Callable[..., Any] | None = None) -> CheckedBuild:
+def check_model(*, config: Config, build: str | Callable[..., Any] | None = None) -> CheckedBuild | CheckedFunction:
     """The model a training run with `config` builds (`build`, else its `train.model.kind`), checked
     by a dry build against the config's feature spec before any Spark session exists; `train`
-    takes the result as `build=` and does not build it again (`tfos train` checks this way).
+    takes the result as `build=` and does not build it again (`tfos train` checks this way). With a
+    training function (`train.fn`) and no `build`, the function instead, found and its arguments
+    checked: `train` takes it as `fn=`.
 
     Raises
     ------
     ConfigError : the model cannot be imported or built, or does not fit the spec, named.
 
     Stable. Example: ``api.train(spark, build=api.check_model(config=census), config=census)``"""
+    if config.train.fn and build is None:
+        return train_function.check(config.train.fn)
     model = config.train.model if build is None else dataclasses.replace(config.train.model, kind=kind_of(build)[0])
     return check_build(model_cfg=model, spec=config.features, build=build)
 

@@ -37,8 +37,12 @@ def cmd_prepare(config: Config, args: Args) -> int:
 
 
 def cmd_train(config: Config, args: Args) -> int:
-    model = api.check_model(config=config)  # a wrong model fails here, before Spark starts
-    api.train(api.session(config=config), build=model, config=config, overwrite=args.overwrite)
+    checked = api.check_model(config=config)  # a wrong model or training function fails here, before Spark starts
+    spark = api.session(config=config)
+    if isinstance(checked, api.CheckedFunction):
+        api.train(spark, fn=checked, config=config, overwrite=args.overwrite)
+    else:
+        api.train(spark, build=checked, config=config, overwrite=args.overwrite)
     return 0
 
 

@@ -116,7 +116,8 @@ class ModelConfig:
     def hidden_units(self) -> tuple[int, ...]:
         return tuple(max(2, round(self.first_layer_size * self.scale_factor**i)) for i in range(self.num_layers))
 
-    def errors(self, spec: FeatureSpec) -> list[str]:
+    def errors(self, spec: FeatureSpec, *, own_training: bool = False) -> list[str]:
+        """`own_training`: a training function of the user's trains (`train.fn`), which takes the params too."""
         errs = [f"train.model.{k}: must be >= 1, got {v}" for k, v in (
             ("first_layer_size", self.first_layer_size), ("num_layers", self.num_layers), ("units", self.units),
             ("latent_dim", self.latent_dim)) if v < 1]
@@ -141,7 +142,7 @@ class ModelConfig:
         if not self.clip >= 0:
             errs.append(f"train.model.clip: must be >= 0 (0: not clipped), got {self.clip}")
         errs += param_errors(self.params)
-        if self.params and not self.is_user_function:
+        if self.params and not self.is_user_function and not own_training:
             errs.append(f"{PARAMS_KEY}: {', '.join(sorted(self.params))}: the built-in model {self.kind!r} takes no "
                         "params (they are a 'module:function' model's own settings); its settings are the other "
                         "train.model keys")
@@ -236,6 +237,9 @@ class TrainConfig:
     # Arrow chunks, for Python workers that cannot see their executor's local directories
     node_inputs: DeliveryName = "spool"
     overwrite: bool = False
+    # "module:function": a training function of your own, called as fn(ctx) on every TF node in place of the
+    # package's build, fit and export (docs/training.md, "Your own training function"); "" = the package's
+    fn: str = ""
     model: ModelConfig = ModelConfig()
     elastic: ElasticConfig = ElasticConfig()
 
@@ -289,7 +293,10 @@ class TrainConfig:
                     "in_memory_mb", "checkpoint_steps"):
             if getattr(self, key) < 0:
                 errs.append(f"train.{key}: must be >= 0, got {getattr(self, key)}")
-        return errs + self.elastic.errors(self.strategy, self.workers) + self.model.errors(spec)
+        module, sep, function = self.fn.partition(":")
+        if self.fn and not (sep and module and function):
+            errs.append(f"train.fn: {self.fn!r} is not 'module:function'")
+        return errs + self.elastic.errors(self.strategy, self.workers) + self.model.errors(spec, own_training=bool(self.fn))
 
 
 def parse_ports(spec: str) -> list[int]:

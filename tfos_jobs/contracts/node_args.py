@@ -38,11 +38,20 @@ class NodeArgs:
     # A model function given as a Python callable (`tfos_jobs.api.train(build=fn)`), pickled by
     # value with cloudpickle, so one defined in a script or notebook reaches the nodes; None: `train.model.kind`.
     model_fn: bytes | None = None
+    # A training function given as a callable (`tfos_jobs.api.train(fn=fn)`), pickled the same way; None: `train.fn`.
+    train_fn: bytes | None = None
 
     @classmethod
-    def from_train_config(cls, train: TrainConfig, *, dataset: str, model_fn: Callable | None = None) -> "NodeArgs":
+    def from_train_config(cls, train: TrainConfig, *, dataset: str, model_fn: Callable | None = None,
+                          train_fn: Callable | None = None) -> "NodeArgs":
         return cls(train=train, num_ps=parameter_servers(train.strategy, train.ps), dataset=dataset,
-                   model_fn=None if model_fn is None else cloudpickle.dumps(model_fn))
+                   model_fn=None if model_fn is None else cloudpickle.dumps(model_fn),
+                   train_fn=None if train_fn is None else cloudpickle.dumps(train_fn))
+
+    @property
+    def own_training(self) -> bool:
+        """Whether a training function of the user's trains (`train.fn` or a pickled one)."""
+        return self.train_fn is not None or bool(self.train.fn)
 
     def to_dict(self) -> dict[str, object]:
         """Plain values: `train` a table of its keys, as in a config file, `model_fn` bytes."""
@@ -93,14 +102,19 @@ class Launch:
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
-        model_fn = self.args.model_fn
-        data["args"]["model_fn"] = None if model_fn is None else base64.b64encode(model_fn).decode("ascii")
+        for key in PICKLED:
+            value = getattr(self.args, key)
+            data["args"][key] = None if value is None else base64.b64encode(value).decode("ascii")
         return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> "Launch":
         data = json.loads(text)
         args = data["args"]
-        if args["model_fn"] is not None:
-            args["model_fn"] = base64.b64decode(args["model_fn"])
+        for key in PICKLED:
+            if args.get(key) is not None:
+                args[key] = base64.b64decode(args[key])
         return cls(**{**data, "server": tuple(data["server"]), "args": NodeArgs.from_dict(args)})
+
+
+PICKLED = ("model_fn", "train_fn")  # NodeArgs' callables, as bytes (base64 in JSON)

@@ -83,11 +83,19 @@ def run(args: NodeArgs, node: Node, place: Place, *, pruning: bool = False, own_
     pruner = training.pruning(node.link) if pruning else None
     status = cc.RUN_FAILED
     try:
+        rank, workers = worker_rank(place.role, place.index), training_workers(place.cluster) or 1
+        extra = (pruner,) if pruner else ()
         with training.temp_files_in(node.workspace.scratch) if own_process else _nothing():
-            training.fit_and_export(args, role=place.role, worker_index=worker_rank(place.role, place.index),
-                                    num_workers=training_workers(place.cluster) or 1, link=node.link,
-                                    workspace=node.workspace, ports=node.ports,
-                                    extra_callbacks=(pruner,) if pruner else ())
+            if args.own_training:  # the user's training function, in place of the package's fit
+                from tfos_jobs.cluster.node import train_context
+
+                train_context.run(args, role=place.role, index=place.index, cluster=place.cluster, worker_index=rank,
+                                  num_workers=workers, link=node.link, workspace=node.workspace,
+                                  extra_callbacks=extra, in_scratch=own_process)
+            else:
+                training.fit_and_export(args, role=place.role, worker_index=rank, num_workers=workers,
+                                        link=node.link, workspace=node.workspace, ports=node.ports,
+                                        extra_callbacks=extra)
         status = cc.RUN_PRUNED if pruner is not None and pruner.skip_export else cc.RUN_OK
     finally:
         if place.role == Role.CHIEF:

@@ -36,7 +36,9 @@ from tfos_jobs.contracts.node_args import STOPPING_METRIC, NodeArgs
 from tfos_jobs.errors import ConfigError, OutputExistsError, Pruned, TrainingError
 from tfos_jobs.jobs.train.driver.progress import ProgressPrinter, format_breakdown, plot_learning_curve, step_breakdown
 from tfos_jobs.data.dataset import DatasetMeta
+from tfos_jobs.model import train_function
 from tfos_jobs.model.builder import CheckedBuild, resolve_build
+from tfos_jobs.model.train_function import CheckedFunction
 from tfos_jobs.progress_log import ProgressLog
 from tfos_jobs.storage import Storage, named, restore_aside
 from tfos_jobs.topology import Strategy
@@ -49,7 +51,7 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
         log: Callable[[str], None] = print, stop: threading.Event | None = None, progress: ProgressLog | None = None,
         on_epoch: Callable[[EpochLine], None] | None = None, model: CheckedBuild | None = None,
         meta: DatasetMeta | None = None, launcher: Launcher | None = None, judge: Judge | None = None,
-        model_dir: ModelDir | None = None) -> Metrics:
+        model_dir: ModelDir | None = None, fn: CheckedFunction | None = None) -> Metrics:
     """Train as configured; returns the metrics written to `<model_dir>/metrics.json`.
 
     Setting `stop` ends a run early (a sweep's time budget or pruner): it fails with `TrainingError` and keeps its
@@ -60,18 +62,25 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
     `train.model.kind` is imported here; `meta`: the dataset's, already read; `model_dir`: `model_directory`'s, when the
     caller needed it first. `launcher`: where the nodes run (default: this process for `local`, else the executors);
     `judge` answers a lone node that asks whether to go on after an epoch (a sweep's pruner): a run it stops raises
-    `Pruned`."""
+    `Pruned`. `fn`: a training function of the user's (`train.fn`) already checked, which trains in place of the
+    package's build and fit (its callable, if it has one, reaches the nodes pickled by value); without it a `train.fn`
+    is checked here."""
     train = config if isinstance(config, TrainConfig) else config.train
     storage = Storage(spark)
     meta = meta or node_inputs.read_dataset(storage, "train.dataset", train.dataset)
-    if model is None:
+    if train.fn and fn is None:
+        fn = train_function.check(train.fn)
+    if fn is None and model is None:
         try:
             resolve_build(train.model.kind)  # a user model function must import here before nodes start
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    model_fn = model.by_value if model is not None else None
-    if model_fn is None and spark is not None:  # a callable travels pickled in the node args
+    model_fn = model.by_value if model is not None and fn is None else None
+    train_fn = fn.by_value if fn is not None else None
+    if spark is not None and fn is None and model_fn is None:  # a callable travels pickled in the node args
         user_code.ship(spark, [train.model.kind], log)  # a module the executors cannot import themselves
+    if spark is not None and fn is not None and train_fn is None:
+        user_code.ship(spark, [fn.name], log)
     model_dir = model_dir or model_directory(storage, train)
     storage.check_writable("train.model_dir", model_dir.path)
     if launcher is None:
@@ -85,18 +94,20 @@ def run(spark: SparkSession | None, config: Config | TrainConfig, *, overwrite: 
         done = len(progress.lines())
         kept = f": epochs 1-{done} are not trained again" if done else ""
         log(f"resuming the unfinished run in {model_dir.path} from its last checkpoint{kept}")
-    log(f"training {train.strategy} on {meta.records(Split.TRAIN):,} records "
+    by = f" with the training function {fn.name}" if fn is not None else ""
+    log(f"training {train.strategy}{by} on {meta.records(Split.TRAIN):,} records "
         f"({train.epochs} epochs, batch {train.batch_size}) into {model_dir.path}")
     started = time.time()
     printer = ProgressPrinter(progress, log, on_epoch)
     transfers = Transfers(storage, model_dir_targets(model_dir))
-    args = NodeArgs.from_train_config(train, dataset=meta.root, model_fn=model_fn)
+    args = NodeArgs.from_train_config(train, dataset=meta.root, model_fn=model_fn, train_fn=train_fn)
     watch = Watch(log=printer.log, poll=printer.poll, stop=stop)
 
     def attempt(number: int, workers: int | None) -> Attempt:
         """Attempt `number`, with `workers` workers when elastic training resized the cluster."""
         sized = train.resized(workers or train.workers)
-        sized_args = args if sized is train else NodeArgs.from_train_config(sized, dataset=meta.root, model_fn=model_fn)
+        sized_args = args if sized is train else NodeArgs.from_train_config(sized, dataset=meta.root, model_fn=model_fn,
+                                                                             train_fn=train_fn)
         run_id = new_run_id()
         state = RunState(run_id, sized.nodes(), progress, transfers, keep=_keeper(storage, model_dir, run_id),
                          judge=judge, lone=train.strategy == Strategy.LOCAL)
@@ -171,7 +182,7 @@ def _finish(storage: Storage, model_dir: ModelDir, finished: Attempt, progress: 
         step_profile=step_breakdown(epochs, result["step_profile"], result["steps_per_epoch"],
                                     train.workers if train.strategy == Strategy.PARAMETER_SERVER else 1),
         eval=evaluation, kept_epoch=result["kept_epoch"], history=[e.to_json() for e in epochs],
-        saved_model=model_dir.saved_model, model=ModelSummary(kind=train.model.kind, params=dict(train.model.params)),
+        saved_model=model_dir.saved_model, model=ModelSummary(kind=train.fn or train.model.kind, params=dict(train.model.params)),
         **extras)
     storage.write_text(model_dir.metrics, json.dumps(metrics, indent=2))
     storage.write_text(model_dir.sample_predictions, json.dumps(result["sample"]))  # outputs on a few eval rows

@@ -13,6 +13,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts.metrics import Metrics
 from tfos_jobs.data.dataset import DatasetMeta
 from tfos_jobs.model.builder import CheckedBuild
+from tfos_jobs.model.train_function import CheckedFunction
 from tfos_jobs.jobs.train.driver import job as train
 from tfos_jobs.storage import Storage
 from tfos_jobs.tracking.model_log import CONFIG_ARTIFACT, log_training
@@ -21,10 +22,11 @@ from tfos_jobs.tracking.run_logger import Tracking
 
 
 def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Callable[[str], None] = print,
-        model: CheckedBuild | None = None, meta: DatasetMeta | None = None) -> Metrics:
-    """`train.run`, tracked when `[tracking]` names a server; `model` and `meta`: as `train.run` takes them."""
+        model: CheckedBuild | None = None, meta: DatasetMeta | None = None,
+        fn: CheckedFunction | None = None) -> Metrics:
+    """`train.run`, tracked when `[tracking]` names a server; `model`, `meta` and `fn`: as `train.run` takes them."""
     if not config.tracking.enabled:
-        return train.run(spark, config, overwrite=overwrite, log=log, model=model, meta=meta)
+        return train.run(spark, config, overwrite=overwrite, log=log, model=model, meta=meta, fn=fn)
     tc = config.tracking
     tracking = Tracking(tc, log)
     storage = Storage(spark)
@@ -40,7 +42,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False, log: Ca
             json.dump(params, fh, indent=2)
         run.artifact(os.path.join(workdir, CONFIG_ARTIFACT))
         try:
-            metrics = train.run(spark, config, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta,
+            metrics = train.run(spark, config, overwrite=overwrite, log=log, on_epoch=run.epoch, model=model, meta=meta, fn=fn,
                                 model_dir=model_dir)
         except BaseException:
             run.end("FAILED")
