@@ -184,6 +184,7 @@ def test_files_larger_than_an_executors_heap_reach_their_nodes(dataset, tmp_path
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
 
 
+@pytest.mark.slow  # waits out a reservation timeout, about 30 s: `make test-all`
 def test_too_few_executors_fails_clearly_within_the_timeout(dataset, tmp_path):
     proc, _ = train(dataset, tmp_path / "model", "spark.master=local-cluster[2,1,1024]", "train.workers=3",
                     "train.reservation_timeout=10", expect=2)
@@ -208,6 +209,7 @@ def test_exception_in_training_reaches_the_driver_and_nothing_is_left(dataset, t
     assert_no_node_process_left({"nodes": nodes})
 
 
+@pytest.mark.slow  # two workers, about a minute: `make test-all` (tests/unit/test_own_compile.py: `make test`)
 def test_a_model_its_function_compiled_keeps_its_loss_metrics_and_optimizer(dataset, tmp_path):
     model_dir = tmp_path / "model"
     proc, _ = train(dataset, model_dir, "spark.master=local-cluster[2,1,1536]", "train.model.kind=mymodels:build_focal",
