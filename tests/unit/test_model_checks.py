@@ -176,6 +176,13 @@ def test_submit_adds_the_model_module_to_py_files(tmp_path):
         args = proc.stdout.split()
         assert args[args.index("--py-files") + 1] == f"extra.py,{tmp_path / 'submitnets.py'}"
         assert args.count("--py-files") == 1
+    # a training function's module too
+    (tmp_path / "submittraining.py").write_text("def fit(ctx):\n    pass\n")
+    proc = subprocess.run([str(BIN / "tfos"), "submit", "--dry-run", "--master", "yarn", "--deploy-mode", "cluster",
+                           "train", "--config", "census", "--set", "train.fn=submittraining:fit"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--py-files {tmp_path / 'submittraining.py'}" in proc.stdout
     # a sweep ships every kind its trials may build, read from its sweep file too
     space = tmp_path / "space.toml"
     space.write_text(f'[sweep]\ndir = "{tmp_path}/s"\n[params."train.model.kind"]\ntype = "categorical"\n'

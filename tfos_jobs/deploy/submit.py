@@ -196,7 +196,7 @@ def _job_parser() -> argparse.ArgumentParser:
 
 
 def model_kinds(app_args: Sequence[str]) -> list[str]:
-    """The `train.model.kind`s a `train` or `sweep` job builds, from its `--config` and `--set`
+    """The `train.model.kind`s a `train` or `sweep` job builds, and its `train.fn`, from its `--config` and `--set`
     (and a sweep's `--space`), as far as they are files on this machine."""
     from tfos_jobs import config as config_mod
     from tfos_jobs import resources
@@ -215,15 +215,17 @@ def model_kinds(app_args: Sequence[str]) -> list[str]:
                 config_mod.apply_override(raw, item)
     except TfosError:  # the job itself reports a config it cannot read
         pass
-    model = raw.get("train", {}).get("model", {}) if isinstance(raw.get("train"), dict) else {}
+    train = raw.get("train", {}) if isinstance(raw.get("train"), dict) else {}
+    model = train.get("model", {})
     kind = model.get("kind", ModelKind.WIDE_DEEP.value) if isinstance(model, dict) else ModelKind.WIDE_DEEP.value
+    own = [str(train["fn"])] if train.get("fn") else []  # a training function's module ships as a model's does
     if app_args[0] != "sweep" or not args.space or config_mod.is_url(args.space):
-        return [str(kind)]
+        return [str(kind), *own]
     try:
         sweep = sweep_config.load(resources.config_path(args.space), [o for o in args.overrides if o.startswith(("sweep.", "params."))])
     except TfosError:
-        return [str(kind)]
-    return space.model_kinds(sweep, str(kind))
+        return [str(kind), *own]
+    return [*space.model_kinds(sweep, str(kind)), *own]
 
 
 def _conf(sub: Submission, key: str, value: str) -> list[str]:

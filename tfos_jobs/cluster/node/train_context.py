@@ -107,6 +107,8 @@ class TrainContext:
         """The split's (features dict, label) batches of `batch_size` (default train.batch_size), parsed by the spec,
         repeated. `train` is this worker's shard, shuffled, from where a relaunch resumes (under parameter_server a
         `DatasetCreator` giving each worker its own); `eval` and `test` are whole on every worker."""
+        if split not in (Split.TRAIN, Split.EVAL, Split.TEST):
+            raise ValueError(f"ctx.dataset: no split {split!r}; one of train, eval, test")
         node = self._node
         if batch_size is not None:
             args = dataclasses.replace(node.args, train=dataclasses.replace(node.args.train, batch_size=batch_size))
@@ -119,8 +121,6 @@ class TrainContext:
                                        repeat=True)
         skip = 0 if node.parameter_server else self.resumed.batches(self.steps_per_epoch)
         inputs = training.input_pipelines(node, skip=skip)
-        if split not in (Split.TRAIN, Split.EVAL):
-            raise ValueError(f"ctx.dataset: no split {split!r}; one of train, eval, test")
         return inputs.train if split == Split.TRAIN else inputs.eval
 
     def callbacks(self) -> list:
