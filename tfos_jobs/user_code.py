@@ -45,6 +45,27 @@ def find_in_current_dir(kind: str) -> None:
         importlib.invalidate_caches()
 
 
+def import_function(ref: str, setting: str) -> Callable[..., Any]:
+    """The callable a "module:function" `ref` names, imported here (the current directory too: `find_in_current_dir`).
+    ValueError names `setting`, the module and, for a misspelled function, the closest one the module has."""
+    import difflib
+    import importlib
+
+    module_name, _, attr = ref.partition(":")
+    find_in_current_dir(ref)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"{setting}: cannot import module {module_name!r} of {ref!r}: {e}") from e
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        close = difflib.get_close_matches(attr, public, n=1)
+        hint = f" (did you mean {module_name}:{close[0]}?)" if close else ""
+        raise ValueError(f"{setting}: {ref!r}: module {module_name!r} has no callable {attr!r}{hint}")
+    return fn
+
+
 def to_ship(kind: str) -> str | None:
     """The file Spark must hand the executors so that they import `kind`'s module: its `.py`
     file, or a `.zip` of its top-level package; None when there is nothing to ship (a built-in

@@ -10,7 +10,6 @@ builds under `strategy.scope()` for MultiWorkerMirrored and ParameterServer stra
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import traceback
@@ -151,20 +150,9 @@ def resolve_build(kind: str) -> BuildFn:
     if not sep or not module_name or not attr:
         raise ValueError(f"train.model.kind: {kind!r} is not '{ModelKind.WIDE_DEEP}', "
                          f"'{ModelKind.SEQUENCE_AUTOENCODER}' or 'module:function'")
-    from tfos_jobs.user_code import find_in_current_dir
+    from tfos_jobs.user_code import import_function
 
-    find_in_current_dir(kind)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"train.model.kind: cannot import module {module_name!r} of {kind!r}: {e}") from e
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        close = difflib.get_close_matches(attr, public, n=1)
-        hint = f" (did you mean {module_name}:{close[0]}?)" if close else ""
-        raise ValueError(f"train.model.kind: {kind!r}: module {module_name!r} has no callable {attr!r}{hint}")
-    return fn
+    return import_function(kind, KIND)
 
 
 DRY_ROWS = 2  # rows of the placeholder batch a dry build's model is called on

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import inspect
 from typing import Any, Callable, Mapping
 
@@ -34,21 +33,16 @@ def resolve(name: str) -> Callable[..., Any]:
     """The function `name` ("module:function") names, imported here (the current directory too, as for a model
     function)."""
     from tfos_jobs.tf_import import tensorflow
-    from tfos_jobs.user_code import find_in_current_dir
+    from tfos_jobs.user_code import import_function
 
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{KEY}: {name!r} is not 'module:function'")
-    find_in_current_dir(name)
     tensorflow(devices=False)  # the module imports TensorFlow the package's way (tf-keras, quietly)
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"{KEY}: cannot import module {module_name!r} of {name!r}: {e}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"{KEY}: {name!r}: module {module_name!r} has no callable {attr!r}")
-    return fn
+        return import_function(name, KEY)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check(fn: "str | Callable[..., Any] | CheckedFunction") -> CheckedFunction:
