@@ -78,6 +78,12 @@ def test_wrong_arguments_fail_at_analysis_or_name_the_argument_and_a_struct_of_t
     with pytest.raises(Exception, match="argument codes: an array of 2 elements where the model takes 3"):
         spark.sql("SELECT price_sized(1.0, array(1, 2), 'x') AS p").collect()
     people.createOrReplaceTempView("people_struct")
+    # columns named as the inputs, given out of the signature's order: their types could fit, the scores would not
+    with pytest.raises(AnalysisException, match="argument 1 is the column 'label', which is input 3; argument 3 is "
+                                                "the column 'amount', which is input 1. price_sized takes the "
+                                                "features as 3 arguments in this order: amount, codes, label"):
+        spark.sql("SELECT price_sized(label, codes, amount) AS p "
+                  "FROM (SELECT amount AS label, codes, label AS amount FROM people_struct)")
     totals = spark.sql("SELECT price_sized(struct(*)).total AS t FROM people_struct ORDER BY t").collect()
     assert [r.t for r in totals] == [None, 9.0, 11.0]
 

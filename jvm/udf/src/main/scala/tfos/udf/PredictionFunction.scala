@@ -5,7 +5,7 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.sql.AnalysisException
 import org.apache.spark.sql.catalyst.FunctionIdentifier
-import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression}
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.execution.python.UserDefinedPythonFunction
 import org.apache.spark.sql.types.{ArrayType, DataType, DecimalType, StringType, StructType}
@@ -26,7 +26,7 @@ object PredictionFunction {
   def register(session: SparkSession, name: String, udf: UserDefinedPythonFunction, inputsJson: String): Unit = {
     val inputs = parse(inputsJson)
     val builder = (args: Seq[Expression]) => {
-      problem(name, inputs, args.map(_.dataType)).foreach(message => throw error(name, message))
+      check(name, inputs, args)
       udf.builder(args)
     }
     session.sessionState.functionRegistry.createOrReplaceTempFunction(name, builder, "python_udf")
@@ -40,10 +40,34 @@ object PredictionFunction {
       throw new IllegalArgumentException(s"no function '$name' is registered in this session"))
     val inputs = parse(inputsJson)
     val checked = (args: Seq[Expression]) => {
-      problem(name, inputs, args.map(_.dataType)).foreach(message => throw error(name, message))
+      check(name, inputs, args)
       builder(args)
     }
     registry.createOrReplaceTempFunction(name, checked, "python_udf")
+  }
+
+  private def check(name: String, inputs: Seq[Input], args: Seq[Expression]): Unit =
+    problem(name, inputs, args.map(_.dataType)).orElse(misplaced(name, inputs, args.map(columnName)))
+      .foreach(message => throw error(name, message))
+
+  private def columnName(e: Expression): Option[String] = e match {
+    case a: AttributeReference => Some(a.name)
+    case _ => None
+  }
+
+  /** Arguments given one per input where a column named as one input stands in another's place (`f(title, medium)`
+    * for inputs medium, title): the types may all fit, the scores would not. Names compare as Spark resolves
+    * columns, without case. */
+  def misplaced(name: String, inputs: Seq[Input], columns: Seq[Option[String]]): Option[String] = {
+    val position = inputs.map(_.name.toLowerCase).zipWithIndex.toMap
+    if (columns.size != inputs.size || position.size != inputs.size) return None
+    val wrong = columns.zipWithIndex.collect {
+      case (Some(column), n) if position.get(column.toLowerCase).exists(_ != n) =>
+        s"argument ${n + 1} is the column '$column', which is input ${position(column.toLowerCase) + 1}"
+    }
+    if (wrong.isEmpty) None
+    else Some(s"${wrong.mkString("; ")}. $name takes the features as ${inputs.size} arguments in this order: " +
+      s"${inputs.map(_.name).mkString(", ")}; or one struct of them")
   }
 
   /** What is wrong with a call of `name` on arguments of these types, if anything. */
