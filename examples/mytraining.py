@@ -48,8 +48,8 @@ def fit(ctx) -> None:
 
 
 def loop(ctx) -> None:
-    """A custom loop: each step's gradients taken with tf.GradientTape and summed across the workers by the strategy;
-    `ctx.loop` reports the steps and epochs, checkpoints the model, the optimizer and the position, and resumes a
+    """A custom loop: each step's gradients taken with tf.GradientTape and summed across the workers by the strategy
+    (under parameter_server, each step run on a free worker, as the coordinator schedules it); `ctx.loop` reports the steps and epochs, checkpoints the model, the optimizer and the position, and resumes a
     relaunched run there (this worker's data skipped to the same place)."""
     params = {**DEFAULTS, **ctx.params}
     strategy = ctx.strategy
@@ -57,24 +57,22 @@ def loop(ctx) -> None:
         model = classifier(ctx.spec, ctx.vocab, ctx.stats, params)
         optimizer = tf.keras.optimizers.Adam(float(params["learning_rate"]))
     progress = ctx.loop(model=model, optimizer=optimizer)
-    global_batch = ctx.batch_size * ctx.num_workers
-    batches = iter(strategy.experimental_distribute_dataset(ctx.dataset("train")))
+    batches = progress.batches(ctx.dataset("train"))  # the strategy's distributed iterator (each worker's, under PS)
 
     @tf.function
-    def step(batch):
+    def step(iterator):
         def replica(features, label):
             with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(
-                    tf.keras.losses.binary_crossentropy(tf.reshape(label, (-1, 1)), model(features, training=True)),
-                    global_batch_size=global_batch)
+                loss = tf.nn.compute_average_loss(  # over the global batch: the strategy sums the replicas' gradients
+                    tf.keras.losses.binary_crossentropy(tf.reshape(label, (-1, 1)), model(features, training=True)))
             optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
             return loss
 
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica, args=batch), axis=None)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica, args=next(iterator)), axis=None)
 
     for _ in progress.epochs():
         for _ in progress.steps():
-            progress.record(loss=step(next(batches)))
+            progress.record(loss=progress.schedule(step, batches))  # a call, or under PS a step on a free worker
         progress.end_epoch(val_auc=evaluate(model, ctx.dataset("eval"), ctx.validation_steps))
     ctx.export(model)
 

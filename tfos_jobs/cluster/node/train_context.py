@@ -88,6 +88,7 @@ class TrainContext:
         self._strategy: Any = None
         self._callbacks: training.Callbacks | None = None
         self._loop: Loop | None = None
+        self._history: Any = None
         self.exported = False
 
     @property
@@ -126,14 +127,14 @@ class TrainContext:
     def callbacks(self) -> list:
         """For `model.fit(..., callbacks=ctx.callbacks())`: the resume state (step checkpoints), the epoch lines on the
         driver, the first step, heartbeats, TensorBoard, early stopping when set, a sweep's pruner."""
+        import tensorflow as tf
+
         self._callbacks = training.training_callbacks(self._node, self.steps_per_epoch, self.resumed, self._extra)
-        return list(self._callbacks.all)
+        self._history = tf.keras.callbacks.History()  # fit's own (it adds none): the run's epochs, whatever is exported
+        return [*self._callbacks.all, self._history]
 
     def loop(self, *, model: Any, optimizer: Any) -> "Loop":
         """A custom training loop's epochs and steps (`tf.GradientTape`), with fit's guarantees (`Loop`)."""
-        if self._node.parameter_server:
-            raise ValueError("ctx.loop: a custom loop runs under multi_worker_mirrored or local; under "
-                             "parameter_server train with model.fit(..., callbacks=ctx.callbacks())")
         self._loop = Loop(self, model, optimizer)
         return self._loop
 
@@ -170,7 +171,7 @@ class TrainContext:
 
     def _result(self, model: Any, ours: bool) -> ChiefResult:
         node, meta = self._node, self._node.meta
-        history = self._loop.history if self._loop is not None else getattr(model, "history", None)
+        history = self._loop.history if self._loop is not None else self._history or getattr(model, "history", None)
         epochs = list(getattr(history, "epoch", []) or [])
         stopper = self._callbacks.stopper if self._callbacks is not None else None
         kept = trained.kept_epoch(history, stopper) if history is not None and epochs else None
@@ -229,15 +230,20 @@ class Loop:
     there), heartbeats and the first step reported, an epoch line on the driver per epoch::
 
         loop = ctx.loop(model=model, optimizer=optimizer)
-        batches = iter(ctx.dataset("train"))
+        batches = loop.batches(ctx.dataset("train"))
         for epoch in loop.epochs():
             for step in loop.steps():
-                loss = train_step(next(batches))
-                loop.record(loss=loss)
+                loop.record(loss=loop.schedule(train_step, batches))   # train_step(batches) -> the step's loss
             loop.end_epoch(val_loss=...)
 
     `steps` yields this epoch's step numbers (after a resume, the ones left); `record` averages metrics over the
-    epoch; `end_epoch` checkpoints and reports the epoch with the averages and the metrics given to it."""
+    epoch; `end_epoch` checkpoints and reports the epoch with the averages and the metrics given to it.
+
+    `batches` and `schedule` let one loop run under every strategy: under multi_worker_mirrored and local, the
+    strategy's distributed iterator and a call; under parameter_server, each worker's iterator and a step scheduled on
+    a free worker by the coordinator (the chief runs the loop), its result fetched at the epoch's end, after every
+    scheduled step has run. Parameter-server training checkpoints at each epoch's end only (its steps run
+    asynchronously on the workers: there is no one step position to resume from)."""
 
     def __init__(self, ctx: TrainContext, model: Any, optimizer: Any):
         import tensorflow as tf
@@ -245,7 +251,16 @@ class Loop:
         self._ctx, node = ctx, ctx._node
         self._node = node
         self._steps = ctx.steps_per_epoch
-        self._every = node.args.train.checkpoint_interval()
+        self._strategy = ctx.strategy
+        self._coordinator = None
+        if node.parameter_server:
+            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self._strategy)
+            if hasattr(optimizer, "build"):  # its slots on the parameter servers before any step is scheduled
+                with self._strategy.scope():
+                    optimizer.build(model.trainable_variables)
+        self._every = 0 if node.parameter_server else node.args.train.checkpoint_interval()
+        self._options = tf.train.CheckpointOptions(experimental_io_device=CHIEF_DEVICE) if node.parameter_server \
+            else None
         self._epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self._epoch_var,
@@ -253,7 +268,7 @@ class Loop:
         self._dir = os.path.join(node.workspace.backup, LOOP_CHECKPOINTS)
         latest = tf.train.latest_checkpoint(self._dir)
         if latest is not None:
-            self._checkpoint.read(latest).expect_partial()
+            self._checkpoint.read(latest, options=self._options).expect_partial()
         self.position = Position(int(self._epoch_var.numpy()), int(self._step_var.numpy()))
         self.history = _History()
         self.publisher = Publisher(node.link, node.workspace) if node.is_chief else None
@@ -264,12 +279,32 @@ class Loop:
                          first_step(node.link, done), heartbeat(node.link, self._steps, done)] if node.is_chief else []
         self._sums: dict[str, float] = {}
         self._count = 0
+        self._scheduled: list[tuple[str, Any]] = []  # parameter_server: metrics not yet fetched
         self._epoch = self.position.epoch
 
     @property
     def resumed_batches(self) -> int:
         """The batches trained before this attempt: what a relaunch skips of this worker's train shard."""
         return self.position.batches(self._steps)
+
+    def batches(self, dataset: Any) -> Any:
+        """An iterator over `ctx.dataset(...)`'s batches for `schedule`'s steps: the strategy's distributed one (each
+        replica its part), or under parameter_server each worker's own."""
+        if self._coordinator is None:
+            return iter(self._strategy.experimental_distribute_dataset(dataset))
+        strategy = self._strategy
+
+        def per_worker() -> Any:
+            return strategy.distribute_datasets_from_function(dataset, options=getattr(dataset, "input_options", None))
+
+        return iter(self._coordinator.create_per_worker_dataset(per_worker))
+
+    def schedule(self, step: Any, *args: Any) -> Any:
+        """`step(*args)` now (its result), or under parameter_server on a free worker (a result `record` fetches at
+        the epoch's end)."""
+        if self._coordinator is None:
+            return step(*args)
+        return self._coordinator.schedule(step, args=args)
 
     def epochs(self) -> Iterator[int]:
         for epoch in range(self.position.epoch, self._node.args.train.epochs):
@@ -293,11 +328,19 @@ class Loop:
     def record(self, **metrics: Any) -> None:
         """This step's metrics (tensors or numbers), averaged over the epoch in its line."""
         for k, v in metrics.items():
-            self._sums[k] = self._sums.get(k, 0.0) + float(v)
+            if hasattr(v, "fetch"):  # scheduled on a worker: fetched once the epoch's steps have run
+                self._scheduled.append((k, v))
+            else:
+                self._sums[k] = self._sums.get(k, 0.0) + float(v)
         self._count += 1
 
     def end_epoch(self, **metrics: Any) -> None:
         """The epoch's checkpoint, published before its line reaches the driver (a relaunch resumes after it)."""
+        if self._coordinator is not None:
+            self._coordinator.join()
+            for k, v in self._scheduled:
+                self._sums[k] = self._sums.get(k, 0.0) + float(v.fetch())
+            self._scheduled = []
         averages = {k: v / max(self._count, 1) for k, v in self._sums.items()}
         logs = {**averages, **{k: float(v) for k, v in metrics.items()}}
         self._save(self._epoch + 1, 0)
@@ -312,7 +355,7 @@ class Loop:
         self._epoch_var.assign(epoch)
         self._step_var.assign(step)
         if self._node.is_chief:
-            _write_newest(self._checkpoint, self._dir, f"ckpt-{epoch}-{step}")
+            _write_newest(self._checkpoint, self._dir, f"ckpt-{epoch}-{step}", self._options)
         else:
             scratch = tempfile.mkdtemp(prefix="tfos-loop-")
             try:
@@ -336,7 +379,7 @@ def _loop_position(backup_dir: str) -> Position | None:
     return Position(int(saved.get_tensor(_LOOP_EPOCH)), int(saved.get_tensor(_LOOP_STEP)))
 
 
-def _write_newest(checkpoint: Any, directory: str, name: str) -> None:
+def _write_newest(checkpoint: Any, directory: str, name: str, options: Any = None) -> None:
     """`checkpoint` written as `name`, named newest in `directory`'s `checkpoint` file, the older ones removed. No
     CheckpointManager: its save counter is a variable only the chief would create, and under a strategy's scope every
     worker must create the same variables."""
@@ -344,7 +387,7 @@ def _write_newest(checkpoint: Any, directory: str, name: str) -> None:
 
     os.makedirs(directory, exist_ok=True)
     older = {n.split(".")[0] for n in os.listdir(directory) if n.startswith("ckpt-")} - {name}
-    checkpoint.write(os.path.join(directory, name))
+    checkpoint.write(os.path.join(directory, name), options=options)
     tf.compat.v1.train.update_checkpoint_state(directory, name, all_model_checkpoint_paths=[name])
     for entry in os.listdir(directory):
         if entry.split(".")[0] in older:
