@@ -145,6 +145,62 @@ def test_a_custom_training_loop_killed_mid_run_resumes_at_its_last_step_checkpoi
     assert (model_dir / "saved_model" / "saved_model.pb").exists()
 
 
+@pytest.fixture(scope="module")
+def tate(spark, tmp_path_factory):
+    from tests.cluster.test_two_tower import prepare_tate
+
+    return prepare_tate(spark, tmp_path_factory.mktemp("faults-tate"))
+
+
+def test_a_two_tower_loop_killed_under_multi_worker_mirrored_resumes_at_its_last_step_checkpoint(tate, tmp_path):
+    """examples/two_tower.py's tf.GradientTape loop with its contrastive loss on two workers, a worker's executor
+    killed after epoch 1: the relaunch resumes from the loop's last step checkpoint (every 20 steps) and trains on."""
+    from tests.cluster.test_two_tower import two_tower_command
+
+    model_dir = tmp_path / "model"
+    proc = start(two_tower_command(tate, model_dir, "train.fn=two_tower:loop", "train.steps_per_epoch=150",
+                                   "train.checkpoint_steps=20", "train.max_attempts=3",
+                                   "spark.master=local-cluster[2,1,1536]"))
+    out, err, killed = run_killing_executor_of(proc, model_dir, "worker-0")
+    assert killed, "the executor was never killed"
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    assert "relaunching the TF cluster" in out
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["attempts"] == 2 and m["model"]["kind"] == "two_tower:loop"
+    epochs = [e["epoch"] for e in m["history"]]
+    assert sorted(set(epochs)) == [1, 2, 3] and epochs.count(1) == 1  # resumed, not restarted
+    [recovery] = m["recoveries"]
+    assert recovery["resumed_at_steps"] >= 150 and recovery["resumed_at_steps"] % 150 % 20 == 0, recovery
+    assert recovery["trained_again"] <= 40, recovery
+    assert m["eval"]["top1"] > 0.08, m["eval"]  # 10 times chance among a batch's 128
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()
+
+
+def test_a_two_tower_loop_under_parameter_server_resumes_from_its_epoch_checkpoint_when_a_ps_is_lost(tate, tmp_path):
+    """The same loop under parameter_server (its steps scheduled on the worker by the chief's coordinator), the
+    parameter server's executor killed after epoch 1: the attempt fails, the relaunch restores the model and the
+    optimizer from the last epoch's checkpoint (parameter-server training keeps no other) and trains the rest."""
+    from tests.cluster.test_two_tower import two_tower_command
+
+    model_dir = tmp_path / "model"
+    proc = start(two_tower_command(tate, model_dir, "train.fn=two_tower:loop", "train.epochs=4",
+                                   "train.max_attempts=2", "train.strategy=parameter_server", "train.workers=1",
+                                   "train.ps=1", "spark.master=local-cluster[3,1,1536]"))
+    out, err, killed = run_killing_executor_of(proc, model_dir, "ps-0")
+    assert killed, "the parameter server's executor was never killed"
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    assert "attempt 1 of 2 failed" in out
+    m = json.loads((model_dir / "metrics.json").read_text())
+    assert m["attempts"] == 2 and m["model"]["kind"] == "two_tower:loop"
+    epochs = [e["epoch"] for e in m["history"]]
+    assert epochs[0] == 1 and epochs.count(1) == 1 and sorted(set(epochs)) == [1, 2, 3, 4], epochs
+    [recovery] = m["recoveries"]
+    assert recovery["resumed_at_steps"] >= m["steps_per_epoch"], recovery
+    assert recovery["resumed_at_steps"] % m["steps_per_epoch"] == 0, recovery  # at an epoch's end
+    assert m["eval"]["top1"] > 0.08, m["eval"]
+    assert (model_dir / "saved_model" / "saved_model.pb").exists()
+
+
 def test_an_elastic_run_shrinks_when_an_executor_is_gone_for_good_and_grows_when_one_joins(dataset, tmp_path):
     """train.elastic on 2 executors: worker-0's is taken away after epoch 1 and not replaced, so
     after train.elastic.wait_seconds the chief trains alone (the global batch kept); an executor
