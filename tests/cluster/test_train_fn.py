@@ -33,11 +33,11 @@ PARAMETER_SERVER = ("spark.master=local-cluster[3,1,1536]", "train.strategy=para
                     "train.ps=1")
 
 
+@pytest.mark.slow  # 70 to 90 s each: `make test-all`; `make test` runs a training function in the never-exports case
 @pytest.mark.parametrize("fn, settings, roles", [
     ("fit", (TWO_WORKERS,), ["chief", "worker"]),
-    # about 75 and 90 s each: `make test-all`
-    pytest.param("loop", (TWO_WORKERS,), ["chief", "worker"], marks=pytest.mark.slow),
-    pytest.param("fit", PARAMETER_SERVER, ["chief", "ps", "worker"], marks=pytest.mark.slow),
+    ("loop", (TWO_WORKERS,), ["chief", "worker"]),
+    ("fit", PARAMETER_SERVER, ["chief", "ps", "worker"]),
 ], ids=["fit", "loop", "fit-parameter-server"])
 def test_a_training_function_trains_on_a_cluster_and_exports_a_model_sql_serves(spark, dataset, tmp_path, fn, settings,
                                                                                 roles):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.conftest import ROOT
 
 # Calls udfs.predict.use_task_gpus (what Scorer does before it imports TensorFlow) inside
@@ -60,5 +62,6 @@ def test_tasks_with_gpus_see_only_theirs(tmp_path):
     assert seen and all(given in ("0", "1") and visible == given for given, visible in seen)
 
 
+@pytest.mark.slow  # about 12 s: `make test-all`; `make test` keeps the tasks with GPUs
 def test_tasks_without_gpus_see_none(tmp_path):
     assert run("local[2]", "cpu", tmp_path) == [["", ""]]

@@ -22,6 +22,7 @@ from tests.serving.conftest import PEOPLE
 TFOS = Path(sys.executable).parent / "tfos"
 
 
+@pytest.mark.slow  # about 20 s: `make test-all`; `make test` keeps the next one's wrong count and type
 def test_tfos_sql_ends_a_wrong_call_with_one_error_line_and_no_task(setup, tmp_path):
     """On a master that retries a failed task 4 times, a struct lacking features ends `tfos sql`
     at analysis: exit 2, one error line naming them, no task started, within seconds."""

@@ -104,6 +104,7 @@ def test_train_logs_params_epochs_figures_and_the_model(trained, mlflow_server):
     assert "registered model 'census' version" in proc.stdout and "models:/census@candidate" in proc.stdout
 
 
+@pytest.mark.slow  # about 25 s: `make test-all`; `make test` keeps the flavour's model served by its signature
 def test_the_registered_model_loads_in_mlflow_and_serves_from_sql(spark, data, trained, mlflow_server):
     import mlflow.artifacts
     import mlflow.pyfunc
