@@ -30,7 +30,9 @@ RUN mkdir -p /usr/share/man/man1 \
 WORKDIR /build
 COPY constraints.txt ./
 COPY jvm/ jvm/
-COPY scripts/build_tfrecord_jar.sh scripts/
+COPY scripts/build_tfrecord_jar.sh scripts/fetch-maven-jars scripts/tfjava-jars.txt scripts/
+# TensorFlow Java (the prediction function scoring in the executor JVM), beside the jar it is compiled with.
+RUN python scripts/fetch-maven-jars scripts/tfjava-jars.txt /build/out/tfjava
 # Only pyspark, at the tested version (constraints.txt): the jar must match the image's Spark exactly.
 RUN python -m venv /build/venv \
  && /build/venv/bin/pip install --no-cache-dir "$(grep -oE '^pyspark==[0-9][0-9.]*' constraints.txt)" \
@@ -39,7 +41,7 @@ RUN python -m venv /build/venv \
 # on Kubernetes a job's jars cannot come from the submitting machine's disk, and a driver pod
 # cannot fetch the connector from S3 before it has the connector.
 ARG S3A=true
-COPY scripts/fetch-maven-jars scripts/s3a-jars.txt scripts/
+COPY scripts/s3a-jars.txt scripts/
 RUN mkdir -p /build/s3a && if [ "$S3A" = "true" ]; then python scripts/fetch-maven-jars scripts/s3a-jars.txt /build/s3a; fi
 
 # ---- stage 2: the image ---------------------------------------------------------------------------
@@ -97,6 +99,7 @@ COPY scripts/ scripts/
 COPY tfos_jobs/ tfos_jobs/
 COPY udfs/ udfs/
 COPY --from=jar /build/out/tfos-tfrecord.jar tfos_jobs/jars/tfos-tfrecord.jar
+COPY --from=jar /build/out/tfjava/ tfos_jobs/jars/tfjava/
 RUN pip install --no-cache-dir --no-deps . \
  && rm -rf build ./*.egg-info \
  && cd / && python -c "import pyspark, tensorflowonspark, tf_keras, tfos_jobs.cli, tfos_jobs.session_builder as s; \

@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAR := tfos_jobs/jars/tfos-tfrecord.jar
 KAFKA_JARS := tfos_jobs/jars/kafka
+TFJAVA_JARS := tfos_jobs/jars/tfjava
 TEST_JARS := .cache/test-jars
 MLFLOW_SERVER := .cache/mlflow-server
 SCALA_SRC := $(shell find jvm -name '*.scala' 2>/dev/null)
@@ -53,7 +54,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt tsb-ad
 	touch $@
 
-$(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
+$(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP) $(TFJAVA_JARS)/.fetched
 	scripts/build_tfrecord_jar.sh $(abspath $(PY)) $@
 
 # The Spark Kafka connector (scripts/kafka-jars.txt), each jar checked against Maven Central's SHA-1;
@@ -61,6 +62,12 @@ $(JAR): $(SCALA_SRC) scripts/build_tfrecord_jar.sh $(STAMP)
 $(KAFKA_JARS)/.fetched: scripts/kafka-jars.txt
 	rm -rf $(KAFKA_JARS)
 	scripts/fetch-maven-jars scripts/kafka-jars.txt $(KAFKA_JARS)
+	touch $@
+
+# TensorFlow Java (scripts/tfjava-jars.txt) for the prediction function scoring in the executor JVM.
+$(TFJAVA_JARS)/.fetched: scripts/tfjava-jars.txt
+	rm -rf $(TFJAVA_JARS)
+	scripts/fetch-maven-jars scripts/tfjava-jars.txt $(TFJAVA_JARS)
 	touch $@
 
 # MariaDB for the database tests: Debian's mariadb-server, installed when missing (as root, with

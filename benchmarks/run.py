@@ -40,6 +40,7 @@ P17 = "P17 wide sensor tables"
 P18 = "P18 a lost executor"
 P19 = "P19 a text column"
 TRAINING = "P3 P6 P7 P8 training and scaling"
+P4J = "P4j P9j the prediction function in the executor JVM"
 
 
 def run_all(bench: Bench, only: str | None = None) -> Run:
@@ -55,6 +56,14 @@ def run_all(bench: Bench, only: str | None = None) -> Run:
             bench.session(bench.spark_master)
             bench.stage("P15 data and model", lambda: streaming.ready(bench))
             bench.stage(P15, lambda: streaming.streaming(bench, alone=True))
+        finally:
+            bench.stop()
+        return bench.run
+    if only == "P4j":
+        try:
+            bench.session(bench.spark_master)
+            bench.stage("P4j data and model", lambda: streaming.ready(bench))
+            bench.stage(P4J, lambda: serving.jvm_alone(bench))
         finally:
             bench.stop()
         return bench.run

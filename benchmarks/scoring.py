@@ -133,6 +133,15 @@ def spark_predict_batch_udf(export_dir: str, spec: FeatureSpec, batch_size: int)
     return predict_batch_udf(make_predict_fn, return_type=contract.udf_return_type(task), batch_size=batch_size)
 
 
+def every_field_sql(function: str, task: str, table: str, args: str) -> str:
+    """`score_sql`, each field of the result consumed (the label too, where there is one)."""
+    if not contract.udf_returns_struct(task):
+        return score_sql(function, task, table, args)
+    first, *rest = contract.UDF_FIELDS[task]
+    others = "".join(f", max(s.{f}) AS {f}" for f in rest)
+    return f"SELECT count(*) AS n, sum(s.{first}) AS total{others} FROM (SELECT {function}({args}) AS s FROM {table})"
+
+
 def score_sql(function: str, task: str, table: str, args: str = "struct(*)", plain: bool = False) -> str:
     """One query that makes Spark score every row: the sum of the predictions. `plain`: the
     function returns the probability itself, not the UDF's result for `task`."""

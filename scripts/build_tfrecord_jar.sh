@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the package's jar (the TFRecord Spark data source, the prediction function's argument
-# check, the SQL server's password check) with
+# check and its JVM scoring, the SQL server's password check) with
 # the Scala compiler shipped inside pyspark, so the jar matches that pyspark's Scala and Spark
 # versions exactly. Sources: every jvm/*/src/main/scala tree.
 #   usage: scripts/build_tfrecord_jar.sh <python-of-venv> <out.jar>
@@ -30,6 +30,10 @@ for name in scala-compiler scala-library scala-reflect; do
   compiler_cp="$compiler_cp:${found[0]}"
 done
 classpath="$(printf '%s:' "$jars"/*.jar)"
+# TensorFlow Java (scripts/tfjava-jars.txt, fetched beside the jar) for the prediction function that scores in the JVM.
+tfjava="$(dirname "$out")/tfjava"
+compgen -G "$tfjava/tensorflow-core-api-*.jar" >/dev/null || die "no TensorFlow Java jars in $tfjava (make setup fetches them)"
+classpath="$classpath$(printf '%s:' "$tfjava"/*.jar)"
 
 mapfile -t sources < <(find "$src" -path '*/src/main/scala/*' -name '*.scala' | sort)
 [[ ${#sources[@]} -gt 0 ]] || die "no Scala sources under $src"

@@ -38,13 +38,17 @@ CLUSTER_CONF = "cluster.conf"  # a setting of the driver's SparkConf (`key`), or
 JOB_FAILURES = "jobs.failures"
 JOB_TASKS = "jobs.tasks"  # the tasks of the first stage of the jobs tagged `tag`
 UDF_CHECK = "udf.check"  # wrap the function `name` with the check of its arguments (`inputs`, JSON)
+# register `name` (and `counted_name`) scoring in the executor JVM by `plan` (`udfs.jvm_engine`), checked by `inputs`
+UDF_JVM = "udf.jvm"
+UDF_JVM_COUNTS = "udf.jvm.counts"  # the counters of the JVM function `name` over this session's queries
 # The control channel's relay (`cluster.driver.relay`)
 RELAY_OPEN = "relay.open"  # `token` (hex), `ports` (the first free; 0: any) -> {"id", "host", "port"}
 RELAY_EXCHANGE = "relay.exchange"  # `id`, `out` [[conn, base64 or None]], `wait_ms` -> {"events": [[kind, conn, data]]}
 RELAY_CLOSE = "relay.close"
 
 CALLS = (FS_QUALIFY, FS_EXISTS, FS_STATUS, FS_LIST, FS_TREE, FS_DATA_FILES, FS_MKDIRS, FS_DELETE, FS_RENAME, FS_READ,
-         FS_WRITE, CLUSTER_INFO, CLUSTER_CONF, JOB_FAILURES, JOB_TASKS, UDF_CHECK, RELAY_OPEN, RELAY_EXCHANGE, RELAY_CLOSE)
+         FS_WRITE, CLUSTER_INFO, CLUSTER_CONF, JOB_FAILURES, JOB_TASKS, UDF_CHECK, UDF_JVM,
+         UDF_JVM_COUNTS, RELAY_OPEN, RELAY_EXCHANGE, RELAY_CLOSE)
 
 
 class DriverCallError(OSError):

@@ -19,6 +19,10 @@ from tfos_jobs.tf_import import LEGACY_KERAS
 from tfos_jobs.worker_python import is_local
 
 TFRECORD_JAR = Path(__file__).parent / "jars" / "tfos-tfrecord.jar"
+# TensorFlow Java (scripts/tfjava-jars.txt) beside it: the prediction function scoring in the JVM (`udfs.jvm_engine`)
+# adds them to a cluster's application when it is registered; a local master's executor is the driver's JVM, whose
+# class path is fixed at start, so they are on it from the start there.
+TFJAVA_JARS = Path(__file__).parent / "jars" / "tfjava"
 # Spark's Kafka connector, as `make setup` fetches it into a source checkout (scripts/kafka-jars.txt).
 KAFKA_JARS = Path(__file__).parent / "jars" / "kafka"
 KAFKA_CONNECTOR = "spark-sql-kafka-0-10"
@@ -134,6 +138,7 @@ def build(spark_cfg: SparkConfig, extra_conf: Mapping[str, str] | None = None) -
         # spark-submit started the driver with its own profile; executors are the cluster's
         **console_settings(configured, hive, master=spark_cfg.master, profile=not (verbose or submitted)),
         "spark.jars": ",".join(dict.fromkeys(jars)),
+        **({} if submitted else _local_class_path(spark_cfg.master or "local[*]", configured)),
     }
     if packages:
         settings["spark.jars.packages"] = ",".join(dict.fromkeys(packages))
@@ -236,6 +241,18 @@ def jars_given_to_submit(conf: SparkConf) -> list[str]:
 
 def _listed(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _local_class_path(master: str, configured: Mapping[str, str]) -> dict[str, str]:
+    """A local master's driver class path with TensorFlow Java's jars (see TFJAVA_JARS)."""
+    from tfos_jobs.worker_python import executors_in_driver
+
+    if not executors_in_driver(master):
+        return {}
+    key = "spark.driver.extraClassPath"
+    jars = [str(p) for p in sorted(TFJAVA_JARS.glob("*.jar"))]
+    given = [p for p in configured.get(key, "").split(os.pathsep) if p]
+    return {key: os.pathsep.join(dict.fromkeys([*given, *jars]))} if jars else {}
 
 
 def _jar_lists(conf: SparkConf, spark_cfg: SparkConfig, submitted: bool) -> tuple[list[str], list[str]]:

@@ -28,6 +28,14 @@ _lock = threading.Lock()
 _checked: set[str] = set()  # applications (Connect sessions) whose workers imported MODULES
 
 
+IN_DRIVER_MASTER = re.compile(r"local(\[[^]]*\])?")  # local, local[N], local[N,F]: the executor is the driver's JVM
+
+
+def executors_in_driver(master: str) -> bool:
+    """Whether the master runs its executor inside the driver's JVM (its class path is the driver's)."""
+    return IN_DRIVER_MASTER.fullmatch(master.strip()) is not None
+
+
 def is_local(master: str) -> bool:
     """Whether executors run on this host (local and local-cluster masters)."""
     return LOCAL_MASTER.fullmatch(master.strip()) is not None

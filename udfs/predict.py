@@ -85,7 +85,7 @@ class Scorer:
         self.vocab = {f.name: pa.array(_read_lines(contract.vocab_asset(export_dir, f.name)), pa.string())
                       for f in self.spec.with_vocabulary}
         if self.sequences and self.spec.key is not None:  # an asset not among the train split's is counted as unseen
-            self.vocab[self.spec.key.name] = pa.array(_trained_assets(export_dir, self.spec), pa.string())
+            self.vocab[self.spec.key.name] = pa.array(trained_assets(export_dir, self.spec), pa.string())
         self.defaults = np.array([[float(f.default)] for f in self.numeric] or np.zeros((0, 1)), np.float64)
         classifier = contract.udf_returns_struct(self.task) and self.task != contract.AUTOENCODER
         self.labels = pa.array(contract.class_names(self.spec), pa.string()) if classifier else None
@@ -236,7 +236,7 @@ def _vectors(matrix: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(matrix).ravel()))
 
 
-def _trained_assets(export_dir: str, spec: FeatureSpec) -> list[str]:
+def trained_assets(export_dir: str, spec: FeatureSpec) -> list[str]:
     """The assets an autoencoder has statistics of (`_meta/stats.json` under the key)."""
     import json
 

@@ -24,7 +24,7 @@ from tfos_jobs.errors import ConfigError, TfosError
 from tfos_jobs.features.spec import FeatureSpec
 from tfos_jobs.storage import Storage, named
 from tfos_jobs.worker_python import check_worker_python
-from udfs import shipping
+from udfs import jvm_engine, shipping
 from udfs.argument_check import check_arguments_at_analysis
 from udfs.model_location import Resolver, locate_saved_model, read_spec_asset, version_of
 from udfs.predict import make_udf_function
@@ -57,6 +57,10 @@ class PredictionUdf:
     version: str = ""  # the model's version (`served_version`): a new export or alias target changes it
     checked: bool = False  # whether the analyzer checks its arguments (the package's jar is in the session)
     counting: Any = None  # the same function with each batch's counters beside its result (`counted`)
+    batch_size: int | None = None  # rows per call of the model (None: each Arrow batch)
+    engine: str = "python"  # where it scores: "python" (an Arrow UDF) or "jvm" (`udfs.jvm_engine`)
+    engine_reason: str = ""  # why `auto` chose the Python UDF
+    spark: Any = None  # the session it is registered in (the JVM function's counters are read there)
 
     def __call__(self, *cols: Column | str) -> Column:
         """The function on DataFrame columns: the features in spec order, or none for all of them.
@@ -69,7 +73,9 @@ class PredictionUdf:
         run over the result (`counts_of`): what a query of a Spark Connect client has in place of `counts`."""
         hidden = f"__{column}_counted"
         seen = Observation()
-        scored = df.withColumn(hidden, self.counting(*self.spec.model_inputs))
+        counting = self.counting if self.engine == "python" else \
+            (lambda *cols: call_function(jvm_engine.counted_name(self.name), *cols))
+        scored = df.withColumn(hidden, counting(*self.spec.model_inputs))
         counters = F.col(hidden)[contract.COUNTED]
         totals = [F.sum(F.coalesce(counters[k], F.lit(0))).alias(k) for k in contract.count_keys(self.spec)]
         out = scored.observe(seen, *totals).withColumn(column, F.col(f"{hidden}.{contract.COUNTED_VALUE}"))
@@ -82,6 +88,8 @@ class PredictionUdf:
 
     def counts(self) -> dict[str, int]:
         """Totals so far over every query that used this UDF (updated when a query finishes)."""
+        if self.engine == "jvm":
+            return jvm_engine.counts(self.spark, self.name)
         if self.counter is None:
             raise TfosError(f"{self.name}: the counters of a function registered from a Spark Connect client are not "
                             "kept across queries (Spark Connect has no accumulators); `tfos predict` observes them "
@@ -90,18 +98,53 @@ class PredictionUdf:
 
     def __repr__(self) -> str:
         return (f"PredictionUdf(name={self.name!r}, model={self.export_dir!r}, version={self.version!r}, "
-                f"inputs={len(self.spec.model_inputs)})")
+                f"inputs={len(self.spec.model_inputs)}, engine={self.engine!r})")
 
 
 def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
     """`udf` under its name in `spark` (as well: a streaming query runs in a copy of the session)."""
     registered = spark.udf.register(udf.name, udf.udf)
-    return dataclasses.replace(udf, udf=registered, checked=check_arguments_at_analysis(spark, udf.name, udf.spec))
+    udf = dataclasses.replace(udf, udf=registered, checked=check_arguments_at_analysis(spark, udf.name, udf.spec),
+                              spark=spark)
+    if udf.engine == "jvm":
+        model = shipping.ShippedModel(shipping.archive_name(udf.version), udf.version)
+        jvm_engine.register_jvm(spark, udf.name, udf.spec, model, batch_size=udf.batch_size or jvm_engine.DEFAULT_BATCH)
+    return udf
+
+
+def choose_engine(spark: SparkSession, udf: PredictionUdf, model: shipping.ShippedModel, engine: str,
+                  setting: str) -> PredictionUdf:
+    """`udf` scoring in the JVM (engine "jvm", or "auto" once the check batch agrees), else as it is, with the reason."""
+    if engine not in jvm_engine.ENGINES:
+        raise ConfigError(f"{setting}: engine {engine!r} is not one of {', '.join(jvm_engine.ENGINES)}")
+    if engine == "python":
+        return udf
+    batch = udf.batch_size or jvm_engine.DEFAULT_BATCH
+    try:
+        reason = jvm_engine.unsupported(udf.spec)
+        if reason is not None:
+            raise jvm_engine.JvmUnavailable(reason)
+        # the JVM function on a check batch under another name first: loaded on the executors, and with "auto"
+        # compared with the Python UDF, before it takes the name
+        probe = f"{jvm_engine.CHECK_PREFIX}{udf.name}"
+        jvm_engine.register_jvm(spark, probe, udf.spec, model, batch_size=batch)
+        vocabularies = jvm_engine.vocabularies(udf.spec, udf.local_dir)
+        differs = jvm_engine.check_batch(spark, udf.spec, vocabularies, udf.counting if engine == "auto" else None,
+                                         jvm_engine.counted_name(probe))
+        if differs is not None:
+            raise jvm_engine.JvmUnavailable(f"its answer to the check batch differs from the Python UDF's: {differs}")
+        jvm_engine.register_jvm(spark, udf.name, udf.spec, model, batch_size=batch)
+    except jvm_engine.JvmUnavailable as e:
+        if engine == "jvm":
+            raise ConfigError(f"{setting}: engine 'jvm' cannot score {udf.export_dir!r}: {e}") from None
+        jvm_engine.log.warning("%s scores in a Python worker: the JVM cannot score this model: %s", udf.name, e)
+        return dataclasses.replace(udf, engine_reason=str(e))
+    return dataclasses.replace(udf, engine="jvm")
 
 
 @overload
 def register(spark: SparkSession, name: str, model_dir: str, *, batch_size: int | None = None,
-             setting: str = "model_dir", resolve: Resolver | None = None) -> PredictionUdf: ...
+             setting: str = "model_dir", resolve: Resolver | None = None, engine: str = "python") -> PredictionUdf: ...
 
 
 @overload
@@ -111,7 +154,7 @@ def register(spark: SparkSession, name: str, model_dir: str, *, signature: str, 
 
 def register(spark: SparkSession, name: str, model_dir: str, *, signature: str | None = None,
              batch_size: int | None = None, setting: str = "model_dir",
-             resolve: Resolver | None = None) -> PredictionUdf | SignatureUdf:
+             resolve: Resolver | None = None, engine: str = "python") -> PredictionUdf | SignatureUdf:
     """Register `name` as a SQL function scoring with the model in `model_dir` (any filesystem the session reaches, or
     `models:/NAME@alias` that `resolve` finds; errors name `setting`, the caller's name for it) on `batch_size` rows per
     call (default: each Arrow batch), whatever the session's other functions use. Its arguments are checked when a query
@@ -119,8 +162,12 @@ def register(spark: SparkSession, name: str, model_dir: str, *, signature: str |
     model reaches the executors as an artifact, and its counters are those `tfos predict` observes.
 
     With `signature`, any SavedModel (saved by TensorFlow, tf-keras or Keras 3's `export`) is served by that signature:
-    its inputs are the arguments, by name, and its outputs the result struct (`udfs.signature_udf`)."""
-    check_worker_python(spark)
+    its inputs are the arguments, by name, and its outputs the result struct (`udfs.signature_udf`).
+
+    `engine`: where it scores (`udfs.jvm_engine`): "python", "jvm" (inside the executor JVM, by TensorFlow Java), or
+    "auto" (the JVM when it answers a check batch as the Python UDF does, else Python, saying why)."""
+    if engine != "jvm":  # scoring in the JVM needs no Python on the executors
+        check_worker_python(spark)
     storage = Storage(spark)
     export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)
     if signature is not None:
@@ -144,4 +191,6 @@ def register(spark: SparkSession, name: str, model_dir: str, *, signature: str |
                         contract.udf_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
         counting = arrow_udf(make_udf_function(model, None, batch_size, counted=True),  # type: ignore[call-overload]
                              contract.counted_return_type(contract.task_of(spec)), ArrowUDFType.SCALAR_ITER)
-    return register_in(spark, PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version, counting=counting))
+    registered = register_in(spark, PredictionUdf(name, export_dir, local_dir, spec, udf, counter, version,
+                                                  counting=counting, batch_size=batch_size))
+    return choose_engine(spark, registered, model, engine, setting)

@@ -47,9 +47,14 @@ def fetch(storage: Storage, export_dir: str, version: str) -> str:
         return local
 
 
+def archive_name(version: str) -> str:
+    """The name a model's version is shipped under (`SparkFiles`), on the driver and the executors alike."""
+    return f"tfos-model-{version}.zip"
+
+
 def ship(spark: Any, local_copy: str, version: str) -> ShippedModel:
-    """Add the model to the application (a Connect client's session) as `tfos-model-<version>.zip`, once."""
-    name = f"tfos-model-{version}.zip"
+    """Add the model to the application (a Connect client's session) as `archive_name(version)`, once."""
+    name = archive_name(version)
     with _lock:
         if (sessions.identity(spark), name) not in _shipped:
             archive = os.path.join(_cache_root(), name)

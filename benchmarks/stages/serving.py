@@ -19,21 +19,19 @@ NOOP = "bench_noop"  # the no-op Arrow UDF: the floor of P4 and of P12
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"  # the session's rows per Arrow batch, for every UDF
 
 
-def serving(bench: Bench) -> None:
+def _scored_inputs(bench: Bench) -> tuple[Any, Any, str, Any, int]:
+    """The model's function registered, the 16x rows it scores cached as `bench_inputs`, and beside it the no-op
+    Arrow UDF and Spark's predict_batch_udf: (udf, spec, task, inputs, rows)."""
     from pyspark.sql.functions import ArrowUDFType, arrow_udf
 
     import udfs
-    from tfos_jobs.contracts.serving import CODES_SIGNATURE, udf_return_type
-    from tfos_jobs.jobs.serve import sql
-    from tfos_jobs.model.export import load_signature
-    from udfs.predict import settle_heap
+    from tfos_jobs.contracts.serving import udf_return_type
 
     spark, pr = bench.spark, bench.big.predict
     udf = udfs.register(spark, pr.name, pr.model, batch_size=pr.batch_size)
     spark.conf.set(ARROW_BATCH, str(pr.batch_size))  # Arrow batches as large as the model's calls, for every UDF here
     spec, task = udf.spec, udf.spec.label.task
-    with_spec = dataclasses.replace(bench.big, features=spec)
-    table, _ = assemble(spark, with_spec, for_prediction=True)
+    table, _ = assemble(spark, dataclasses.replace(bench.big, features=spec), for_prediction=True)
     inputs = table.select(*spec.model_inputs).repartition(spark.sparkContext.defaultParallelism * 2).cache()
     rows = inputs.count()
     inputs.createOrReplaceTempView("bench_inputs")
@@ -42,15 +40,13 @@ def serving(bench: Bench) -> None:
         spark.udf.register(NOOP, arrow_udf(scoring.make_noop(task), udf_return_type(task),
                                                      ArrowUDFType.SCALAR_ITER))
     spark.udf.register("bench_spark_udf", scoring.spark_predict_batch_udf(udf.local_dir, spec, pr.batch_size))
-    arrays = scoring.numpy_inputs(inputs.toPandas(), spec)
-    signature = load_signature(udf.local_dir)
-    codes_signature = load_signature(udf.local_dir, CODES_SIGNATURE)
-    codes = scoring.codes_inputs(arrays, spec)
-    settle_heap()  # the in-process side gets the heap the UDF's workers have (udfs.predict.settle_heap)
     bench.run.sizes["P4 rows"] = (f"{rows:,} rows (16x people, the model's {len(spec.model_inputs)} inputs), cached, "
                                  f"Arrow batches of {pr.batch_size:,} rows")
+    return udf, spec, task, inputs, rows
 
-    meter = cpu.Meter(spark)
+
+def _measured(bench: Bench, rows: int) -> Callable[[Callable[[], object]], Sample]:
+    meter = cpu.Meter(bench.spark)
 
     def measured(call: Callable[[], object]) -> Sample:
         """rows/s, and CPU seconds per 100k rows of the JVM, the Python workers and this driver."""
@@ -59,6 +55,31 @@ def serving(bench: Bench) -> None:
         if meter.usable:
             sample.update({f"cpu {k}": 1e5 * v / rows for k, v in used.items()})
         return sample
+    return measured
+
+
+def jvm_alone(bench: Bench) -> None:
+    """`--only P4j`: P4j and P9j after the data and model `streaming.ready` makes."""
+    _, spec, task, inputs, rows = _scored_inputs(bench)
+    jvm_function(bench, bench.big.predict, task, ", ".join(spec.model_inputs), rows, _measured(bench, rows))
+    inputs.unpersist()
+
+
+def serving(bench: Bench) -> None:
+    from tfos_jobs.contracts.serving import CODES_SIGNATURE
+    from tfos_jobs.jobs.serve import sql
+    from tfos_jobs.model.export import load_signature
+    from udfs.predict import settle_heap
+
+    spark, pr = bench.spark, bench.big.predict
+    udf, spec, task, inputs, rows = _scored_inputs(bench)
+    with_spec = dataclasses.replace(bench.big, features=spec)
+    arrays = scoring.numpy_inputs(inputs.toPandas(), spec)
+    signature = load_signature(udf.local_dir)
+    codes_signature = load_signature(udf.local_dir, CODES_SIGNATURE)
+    codes = scoring.codes_inputs(arrays, spec)
+    settle_heap()  # the in-process side gets the heap the UDF's workers have (udfs.predict.settle_heap)
+    measured = _measured(bench, rows)
 
     def query(function: str, args: str = "struct(*)", plain: bool = False,
               table: str = "bench_inputs") -> Callable[[], Sample]:
@@ -103,6 +124,7 @@ def serving(bench: Bench) -> None:
     bench.run.details["in-process codes"] = Figure("serving_codes in-process, same rows", "rows/s",
                                                   out["in-process, serving_codes"]["rows_per_sec"])
 
+    jvm_function(bench, pr, task, columns, rows, measured)
     batch_sweep(bench, measured, lambda name: query(name, columns), signature, arrays)
     registered.registered_vs_mlflow(bench, udf.local_dir, spec, inputs, query, NOOP)
     inputs.unpersist()
@@ -121,6 +143,47 @@ def serving(bench: Bench) -> None:
         "P5b", "SQL inference time (views over the raw tables + the UDF on every row) at 16x rows vs 1x rows",
         Figure("SQL at 16x", "s", out["16x"]["seconds"]), Figure("SQL at 1x", "s", out["1x"]["seconds"]),
         16.0, "<="))
+
+
+JVM_NAME = "bench_jvm"  # the prediction function scoring in the executor JVM (`predict.engine = "jvm"`)
+
+
+def jvm_function(bench: Bench, pr: Any, task: str, columns: str, rows: int,
+                 measured: Callable[[Callable[[], object]], Sample]) -> None:
+    """P4j, P9j: the same function scored in the executor JVM by TensorFlow Java, against the no-op Arrow UDF (the
+    floor every Python UDF pays) and Spark's predict_batch_udf; beside it the Python UDF, every field consumed."""
+    import udfs
+
+    spark = bench.spark
+    udfs.register(spark, JVM_NAME, pr.model, batch_size=pr.batch_size, engine="jvm")
+
+    def query(function: str, plain: bool = False) -> Callable[[], Sample]:
+        sql = scoring.score_sql(function, task, "bench_inputs", columns, plain) if plain else \
+            scoring.every_field_sql(function, task, "bench_inputs", columns)
+
+        def once() -> None:
+            n = spark.sql(sql).first()["n"]
+            if n != rows:
+                raise RuntimeError(f"{function} scored {n} of {rows} rows")
+        return lambda: measured(once)
+
+    out = bench.repeat("JVM function", {
+        "JVM function": query(JVM_NAME),
+        "Python UDF": query(pr.name),
+        "no-op UDF": query(NOOP),
+        "predict_batch_udf": query("bench_spark_udf", plain=True),
+    }, repeats=bench.sizes.serving_repeats)
+    jvm = Figure("JVM function", "rows/s", out["JVM function"]["rows_per_sec"])
+    bench.run.results.append(Result(
+        "P4j", "the prediction function scored in the executor JVM (TensorFlow Java) vs the no-op Arrow UDF, the "
+               "floor of any Python UDF (same rows, columns, batch size; every output field consumed)",
+        jvm, Figure("no-op Arrow UDF", "rows/s", out["no-op UDF"]["rows_per_sec"]), 1.3, ">="))
+    bench.run.results.append(Result(
+        "P9j", "the prediction function scored in the executor JVM vs Spark's predict_batch_udf (same SavedModel, "
+               "rows, batch size)",
+        jvm, Figure("predict_batch_udf", "rows/s", out["predict_batch_udf"]["rows_per_sec"]), 2.0, ">="))
+    bench.run.details["jvm vs python"] = Figure("the Python UDF, every field consumed", "rows/s",
+                                                out["Python UDF"]["rows_per_sec"])
 
 
 def batch_sweep(bench: Bench, measured: Callable[[Callable[[], object]], Sample],

@@ -149,3 +149,25 @@ def test_an_asset_unseen_in_training_is_scored_with_the_fleets_statistics_and_co
     np.testing.assert_allclose(got[unseen], as_fleet, rtol=1e-5)
     np.testing.assert_allclose(got[~unseen], as_itself, rtol=1e-5)
     assert not np.allclose(as_fleet, as_itself, rtol=1e-3)  # the asset's own statistics are not the fleet's
+
+
+def test_jvm_engine_scores_every_window_as_the_python_udf(spark, trained):
+    """TensorFlow Java in the executor JVM (`predict.engine = "jvm"`) on every window: the Python UDF's latent
+    vectors and errors within 1e-5, the same anomaly flags and counters, and no Python in the plan."""
+    from udfs import jvm_engine, register
+
+    cfg, model_dir, _ = trained
+    windows = window_table(spark, cfg, cfg.features).cache()
+    python = register(spark, "fleet_py", str(model_dir), batch_size=256)
+    jvm = register(spark, "fleet_jvm", str(model_dir), batch_size=256, engine="jvm")
+    scored = jvm(*[F.col(n) for n in jvm.spec.model_inputs])
+    plan = windows.select(scored.alias("j"))._jdf.queryExecution().executedPlan().toString()
+    assert "TFBatchEval" in plan and "Python" not in plan, plan
+    rows = windows.select(python().alias("p"), scored.alias("j")).collect()
+    assert len(rows) == windows.count() > 100
+    assert jvm_engine.compare([r.p for r in rows], [r.j for r in rows], contract.AUTOENCODER) is None
+    assert sum(r.j.is_anomaly for r in rows) == sum(r.p.is_anomaly for r in rows)
+    latent = np.array([r.j.latent for r in rows])
+    assert latent.shape == (len(rows), cfg.train.model.latent_dim) and np.abs(latent).sum() > 0
+    assert jvm.counts() == python.counts() and jvm.counts()["rows"] == len(rows)
+    windows.unpersist()

@@ -388,3 +388,25 @@ def test_tls(setup, tmp_path):
             if line is not None:
                 srv.seen.append(line)
     assert not [line for line in srv.seen if store_password in line]
+
+
+def test_beeline_over_jvm_scoring_needs_no_python_on_the_executors(spark, setup, tmp_path):
+    """`predict.engine = "jvm"` on a cluster whose executors' Python does not exist: the function scores inside the
+    executor JVMs, EXPLAIN over JDBC shows no Python evaluation, and beeline gets tfos sql's numbers."""
+    cfg, model, _ = setup
+    config_file = tmp_path / "serve.toml"
+    write_config(config_file, model)
+    overrides = ["spark.master=local-cluster[2,1,1024]", "spark.conf.spark.pyspark.python=/nonexistent/bin/python3",
+                 "predict.engine=jvm", *(f"sources.{n}.path={s.path}" for n, s in cfg.sources.items())]
+    srv = Server(config_file, overrides, free_port(), {"TFOS_SQL_PASSWORD": PASSWORD})
+    try:
+        srv.wait_for(contract.READY)
+        want, inputs = in_process(spark, setup, model)
+        url = contract.jdbc_url("127.0.0.1", srv.port, "binary", "cliservice", False)
+        explained = "\n".join(",".join(r) for r in beeline(url, "EXPLAIN " + query(inputs), PASSWORD))
+        assert "TFBatchEval" in explained and "Python" not in explained and "ArrowEval" not in explained, explained
+        header, *rows = beeline(url, query(inputs), PASSWORD)
+        assert header == ["education", "p"]
+        assertDataFrameEqual(spark.createDataFrame([(e, float(p)) for e, p in rows], want.schema), want, rtol=1e-6)
+    finally:
+        assert srv.stop() == 0, "\n".join(srv.seen[-40:])

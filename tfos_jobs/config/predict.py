@@ -22,6 +22,9 @@ class PredictConfig:
     # the partitions this run writes; append: add the rows to it.
     mode: Literal["create", "overwrite", "overwrite_partitions", "append"] = "create"
     batch_size: int = 10_000  # rows per call of the model (each function its own, whatever the Arrow batches)
+    # where the function scores: "python" (an Arrow UDF in a Python worker), "jvm" (TensorFlow Java inside the
+    # executor JVM), "auto" (the JVM when it answers a check batch as Python does, else Python, saying why)
+    engine: Literal["python", "jvm", "auto"] = "python"
 
     def errors(self, sources: Mapping[str, SourceConfig]) -> list[str]:
         errs = [] if self.input is None else unknown(sources, "predict.input", self.input)

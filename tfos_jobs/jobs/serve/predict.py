@@ -24,7 +24,7 @@ def run(spark: SparkSession, config: Config, *, overwrite: bool = False,
     pr = config.predict
     mode = "overwrite" if overwrite and pr.mode == "create" else pr.mode
     started = time.time()
-    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, setting="predict.model",
+    udf = register(spark, pr.name, pr.model, batch_size=pr.batch_size, engine=pr.engine, setting="predict.model",
                    resolve=resolver(config.tracking.uri or None))
     table = input_table(spark, config, udf.spec)
     missing = [c for c in pr.partition_by if c not in table.columns]

@@ -74,7 +74,7 @@ def query(spark: SparkSession, config: Config, script: str, *, model: str | None
     the last one's result, not yet computed. Without a model the views can still be queried."""
     fn = name or config.predict.name
     try:
-        udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size,
+        udf = register(spark, fn, model or config.predict.model, batch_size=config.predict.batch_size, engine=config.predict.engine,
                        setting="predict.model", resolve=resolver(config.tracking.uri or None))
     except ConfigError as e:
         if model:  # asked for by --model

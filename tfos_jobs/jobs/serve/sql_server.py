@@ -142,7 +142,7 @@ class Endpoint:
                 if current and current.model == model and \
                         served_version(self.spark, model, setting=setting, resolve=resolve) == current.udf.version:
                     continue
-                udf = register(self.spark, name, model, batch_size=config.predict.batch_size, setting=setting,
+                udf = register(self.spark, name, model, batch_size=config.predict.batch_size, engine=config.predict.engine, setting=setting,
                                resolve=resolve)
             except TfosError as e:
                 if not serving:

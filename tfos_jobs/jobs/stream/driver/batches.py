@@ -57,13 +57,14 @@ class ModelSlot:
     def __init__(self, spark: SparkSession, config: Config):
         self.model = config.stream.model or config.predict.model
         self.name, self.batch_size = config.predict.name, config.predict.batch_size
+        self.engine = config.predict.engine
         self.resolve = resolver(config.tracking.uri or None)
         self.udf = self._register(spark)
         self.session = sessions.session_id(spark)  # the session `udf` is registered in
         self._refused: str | None = None
 
     def _register(self, spark: SparkSession) -> PredictionUdf:
-        return register(spark, self.name, self.model, batch_size=self.batch_size, setting=SETTING,
+        return register(spark, self.name, self.model, batch_size=self.batch_size, engine=self.engine, setting=SETTING,
                         resolve=self.resolve)
 
     def current(self, batch: int, spark: SparkSession, note: Callable[[str], None]) -> PredictionUdf:

@@ -46,6 +46,12 @@ object PredictionFunction {
     registry.createOrReplaceTempFunction(name, checked, "python_udf")
   }
 
+  /** Raise the analysis error of a call of `name` on `args`, if anything is wrong with it. */
+  def checkArguments(name: String, inputs: Seq[Input], args: Seq[Expression]): Unit = check(name, inputs, args)
+
+  /** Whether one argument of type `t` is the model's only input itself rather than a struct of its inputs. */
+  def acceptsAsIs(t: DataType, inputs: Int): Boolean = inputs == 1 && !t.isInstanceOf[StructType]
+
   private def check(name: String, inputs: Seq[Input], args: Seq[Expression]): Unit =
     problem(name, inputs, args.map(_.dataType)).orElse(misplaced(name, inputs, args.map(columnName)))
       .foreach(message => throw error(name, message))
@@ -101,7 +107,7 @@ object PredictionFunction {
     case other => other.typeName
   }
 
-  private def parse(json: String): Seq[Input] =
+  def parse(json: String): Seq[Input] =
     new ObjectMapper().readTree(json).elements().asScala.map { node =>
       Input(node.get("name").asText(), node.get("kind").asText(), node.get("types").elements().asScala.map(_.asText()).toSeq)
     }.toSeq

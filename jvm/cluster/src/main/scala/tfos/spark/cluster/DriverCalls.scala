@@ -80,6 +80,9 @@ object DriverCalls {
       case "jobs.failures" => Jobs.failures(session.sparkContext, text("tag"))
       case "jobs.tasks" => Jobs.firstStageTasks(session.sparkContext, text("tag"))
       case "udf.check" => tfos.udf.PredictionFunction.wrap(session, text("name"), text("inputs")); true
+      case "udf.jvm" => tfos.udf.jvm.JvmFunction.register(session, text("name"), text("plan"), text("inputs"),
+        text("counted_name"), text("value_field"), text("counts_field")); true
+      case "udf.jvm.counts" => tfos.udf.jvm.JvmFunction.counts(session, text("name"))
       case "relay.open" => Relay.open(text("token"), Option(args.get("ports")).toSeq.flatMap(_.elements().asScala.map(_.asInt())))
       case "relay.exchange" => Relay.exchange(text("id"), args.get("out"), long("wait_ms", 0))
       case "relay.close" => Relay.close(text("id")); true

@@ -1,0 +1,351 @@
+package tfos.udf.jvm
+
+import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Paths}
+
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.ObjectMapper
+import org.apache.spark.{SparkEnv, SparkFiles}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, UnsafeArrayData}
+import org.apache.spark.sql.catalyst.util.ArrayData
+import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.types.UTF8String
+import org.tensorflow.{SavedModelBundle, SessionFunction, Tensor}
+import org.tensorflow.ndarray.{NdArrays, Shape}
+import org.tensorflow.ndarray.buffer.DataBuffers
+import org.tensorflow.proto.{ConfigProto, DataType => TFType}
+import org.tensorflow.types.{TBool, TFloat32, TFloat64, TInt32, TInt64, TString}
+
+/** A SavedModel loaded in this JVM: its serving function and the vocabularies its inputs are
+  * counted against. One per model version and executor, shared by the executor's task threads
+  * (a TensorFlow session runs concurrent calls); TensorFlow's threads sized to the executor's cores. */
+final class LoadedModel(val dir: String, plan: ScoringPlan) extends AutoCloseable {
+  private val cores = Option(SparkEnv.get).map(_.conf.getInt("spark.executor.cores",
+    Runtime.getRuntime.availableProcessors)).getOrElse(Runtime.getRuntime.availableProcessors)
+  private val bundle = SavedModelBundle.loader(dir).withTags("serve").withConfigProto(
+    ConfigProto.newBuilder().setIntraOpParallelismThreads(cores).setInterOpParallelismThreads(cores).build()).load()
+  val function: SessionFunction = try bundle.function(plan.signature) catch {
+    case e: IllegalArgumentException =>
+      bundle.close()
+      throw new IllegalArgumentException(s"the SavedModel in $dir has no signature '${plan.signature}'", e)
+  }
+  /** The signature's input dtypes, by input name. */
+  val inputTypes: Map[String, TFType] = function.signature().getInputs.asScala.map { case (k, v) => k -> v.dataType }.toMap
+  val vocabularies: Map[String, java.util.Set[UTF8String]] = plan.inputs.filter(_.hasVocabulary).map { input =>
+    val values = if (input.vocabFile.nonEmpty) lines(Paths.get(dir, input.vocabFile))
+      else trainedAssets(Paths.get(dir, input.assetsFile), input.assetsKey, input.assetsField)
+    input.name -> new java.util.HashSet[UTF8String](values.map(UTF8String.fromString).asJava)
+  }.toMap
+
+  private def lines(path: java.nio.file.Path): Seq[String] =
+    Files.readAllLines(path, StandardCharsets.UTF_8).asScala.toSeq
+
+  private def trainedAssets(path: java.nio.file.Path, key: String, field: String): Seq[String] = {
+    val entry = new ObjectMapper().readTree(path.toFile).path(key).path(field)
+    if (entry.isObject) entry.fieldNames().asScala.toSeq else Nil
+  }
+
+  override def close(): Unit = bundle.close()
+}
+
+/** The executor's loaded models, kept while tasks use them: at most `Capacity` (a newer version of a
+  * model replaces the older one, which is closed, freeing TensorFlow's memory, once no task holds it). */
+object SavedModels {
+  val Capacity = 3
+  private final class Entry(val model: LoadedModel) { var users = 0; var evicted = false }
+  private val entries = new java.util.LinkedHashMap[String, Entry](16, 0.75f, true)
+  private val byModel = new java.util.IdentityHashMap[LoadedModel, Entry]()
+
+  def acquire(plan: ScoringPlan): LoadedModel = synchronized {
+    val key = s"${plan.archive}@${plan.signature}"
+    val entry = Option(entries.get(key)).getOrElse {
+      val made = new Entry(new LoadedModel(SparkFiles.get(plan.archive), plan))
+      entries.put(key, made)
+      byModel.put(made.model, made)
+      while (entries.size > Capacity) {
+        val eldest = entries.entrySet().iterator().next()
+        entries.remove(eldest.getKey)
+        eldest.getValue.evicted = true
+        if (eldest.getValue.users == 0) closeEntry(eldest.getValue)
+      }
+      made
+    }
+    entry.users += 1
+    entry.model
+  }
+
+  def release(model: LoadedModel): Unit = synchronized {
+    Option(byModel.get(model)).foreach { entry =>
+      entry.users -= 1
+      if (entry.users == 0 && entry.evicted) closeEntry(entry)
+    }
+  }
+
+  /** How many models this JVM holds open (loaded and not yet freed). */
+  def open: Int = synchronized(byModel.size)
+
+  private def closeEntry(entry: Entry): Unit = {
+    byModel.remove(entry.model)
+    entry.model.close()
+  }
+}
+
+/** One task's scoring of batches: argument rows (one value per model input, of `types`) in, one result
+  * per row out, as the Python UDF makes them (`udfs.predict.Scorer`): a null takes the spec's default,
+  * a category is cut to its max_length and checked against its vocabulary, all counted. */
+final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseable {
+  private val model = SavedModels.acquire(plan)
+  private val readers = plan.inputs.zip(types).map { case (input, t) => InputReader(input, t) }
+  private val classes = plan.classes.map(UTF8String.fromString).toArray
+
+  override def close(): Unit = SavedModels.release(model)
+
+  def score(rows: Array[InternalRow], counts: mutable.Map[String, Long]): Array[Any] = {
+    val n = rows.length
+    val feeds = new java.util.HashMap[String, Tensor]()
+    try {
+      plan.inputs.zip(readers).zipWithIndex.foreach { case ((input, reader), i) =>
+        feeds.put(input.name, tensor(input, reader, rows, i, counts))
+      }
+      val result = model.function.call(feeds)
+      try {
+        add(counts, plan.rowsKey, n)
+        results(n, name => result.get(plan.outputs.getOrElse(name, name)).orElseThrow(() =>
+          new IllegalStateException(s"the SavedModel's ${plan.signature} has no output '${plan.outputs.getOrElse(name, name)}'")))
+      } finally result.close()
+    } finally feeds.values().asScala.foreach(_.close())
+  }
+
+  private def results(n: Int, output: String => Tensor): Array[Any] = plan.task match {
+    case ScoringPlan.Regression if !plan.returnsStruct =>
+      doubles(output("value"), n).map(v => v: Any)
+    case ScoringPlan.Autoencoder =>
+      val errors = doubles(output(plan.fields(1)), n)
+      val flags = booleans(output(plan.fields(2)), n)
+      val latent = output(plan.fields(0))
+      val width = if (latent.shape().numDimensions() == 2) latent.shape().get(1).toInt else 0
+      val values = floats(latent, n * width)
+      Array.tabulate[Any](n) { i =>
+        new GenericInternalRow(Array[Any](
+          UnsafeArrayData.fromPrimitiveArray(java.util.Arrays.copyOfRange(values, i * width, (i + 1) * width)),
+          errors(i), flags(i)))
+      }
+    case _ =>
+      val probability = doubles(output(plan.fields(0)), n)
+      val ids = longs(output("class_id"), n)
+      Array.tabulate[Any](n) { i => new GenericInternalRow(Array[Any](probability(i), classes(ids(i).toInt))) }
+  }
+
+  private def tensor(input: PlanInput, reader: InputReader, rows: Array[InternalRow], i: Int,
+                     counts: mutable.Map[String, Long]): Tensor = {
+    val n = rows.length
+    val dtype = model.inputTypes.getOrElse(input.name, throw new IllegalStateException(
+      s"the SavedModel's ${plan.signature} has no input '${input.name}'; it has ${model.inputTypes.keys.mkString(", ")}"))
+    input.kind match {
+      case "string" =>
+        val vocab = model.vocabularies.get(input.name)
+        val values = new Array[Array[Byte]](n)
+        var nulls, cut, unseen = 0L
+        var r = 0
+        while (r < n) {
+          var v = if (rows(r).isNullAt(i)) { nulls += 1; UTF8String.fromString(input.defaultText) } else reader.text(rows(r), i)
+          if (input.maxLength >= 0 && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
+          if (vocab.exists(!_.contains(v))) unseen += 1
+          values(r) = v.getBytes
+          r += 1
+        }
+        add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+        TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
+      case "number" =>
+        val values = new Array[Double](n)
+        var filled = 0L
+        var r = 0
+        while (r < n) {
+          val v = if (rows(r).isNullAt(i)) Double.NaN else reader.number(rows(r), i)
+          values(r) = if (v.isNaN) { filled += 1; input.defaultNumber } else v
+          r += 1
+        }
+        add(counts, input.nullKey, filled)
+        numbers(dtype, Shape.of(n.toLong), values, input.name)
+      case "text" => // the raw text (the graph tokenizes it); its words counted here by the same rule
+        val vocab = model.vocabularies.get(input.name)
+        val values = new Array[Array[Byte]](n)
+        var nulls, cut, unseen = 0L
+        var r = 0
+        while (r < n) {
+          val text = if (rows(r).isNullAt(i)) { nulls += 1; "" } else rows(r).getUTF8String(i).toString
+          val words = Scoring.words(text)
+          if (words.length > input.maxLength) cut += 1
+          val kept = words.take(input.maxLength)
+          val tokens = if (input.ngrams == 2) kept ++ kept.sliding(2).filter(_.length == 2).map(_.mkString(" ")) else kept
+          vocab.foreach(v => unseen += tokens.count(t => !v.contains(UTF8String.fromString(t))))
+          values(r) = text.getBytes(StandardCharsets.UTF_8)
+          r += 1
+        }
+        add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+        TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
+      case "list" => // [rows, max_length] elements as prepare stores them: nulls and empties left out, cut, padded
+        val vocab = model.vocabularies.get(input.name)
+        val w = input.width
+        val pad = UTF8String.fromString(input.defaultText).getBytes
+        val values = new Array[Array[Byte]](n * w)
+        java.util.Arrays.fill(values.asInstanceOf[Array[AnyRef]], pad)
+        var nulls, cut, unseen = 0L
+        var r = 0
+        while (r < n) {
+          if (rows(r).isNullAt(i)) nulls += 1
+          else {
+            val elements = rows(r).getArray(i)
+            var kept, k = 0
+            while (k < elements.numElements()) {
+              val e = if (elements.isNullAt(k)) null else reader.element(elements, k)
+              if (e == null || e.numBytes() == 0) nulls += 1
+              else {
+                if (kept < input.maxLength) {
+                  if (vocab.exists(!_.contains(e))) unseen += 1
+                  values(r * w + kept) = e.getBytes
+                }
+                kept += 1
+              }
+              k += 1
+            }
+            if (kept > input.maxLength) cut += 1
+          }
+          r += 1
+        }
+        add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+        TString.tensorOfBytes(NdArrays.wrap(Shape.of(n.toLong, w.toLong), DataBuffers.ofObjects(values: _*)))
+      case kind => // "window" or "vector": [rows, width]
+        val w = input.width
+        val values = new Array[Double](n * w)
+        var nulls = 0L
+        var r = 0
+        while (r < n) {
+          if (rows(r).isNullAt(i)) {
+            if (kind == "window") throw new IllegalArgumentException(
+              s"column '${input.name}' (sequence feature): the model takes windows of $w values, row $r of a batch has a null")
+            nulls += 1 // a null vector: zeros
+          } else reader.fill(rows(r).getArray(i), values, r * w, w, r)
+          r += 1
+        }
+        add(counts, input.nullKey, nulls)
+        numbers(dtype, Shape.of(n.toLong, w.toLong), values, input.name)
+    }
+  }
+
+  private def numbers(dtype: TFType, shape: Shape, values: Array[Double], name: String): Tensor = dtype match {
+    case TFType.DT_FLOAT => TFloat32.tensorOf(shape, DataBuffers.of(values.map(_.toFloat), true, false))
+    case TFType.DT_DOUBLE => TFloat64.tensorOf(shape, DataBuffers.of(values, true, false))
+    case other => throw new IllegalStateException(s"the SavedModel's input '$name' takes $other; numbers go as float or double")
+  }
+
+  private def add(counts: mutable.Map[String, Long], key: String, n: Long): Unit =
+    if (n != 0 && key.nonEmpty) counts(key) = counts.getOrElse(key, 0L) + n
+
+  private def doubles(t: Tensor, n: Int): Array[Double] = t match {
+    case f: TFloat32 => val a = new Array[Float](n); f.copyTo(DataBuffers.of(a, false, false)); a.map(_.toDouble)
+    case d: TFloat64 => val a = new Array[Double](n); d.copyTo(DataBuffers.of(a, false, false)); a
+    case other => throw new IllegalStateException(s"an output of type ${other.dataType()} where a number was expected")
+  }
+
+  private def floats(t: Tensor, size: Int): Array[Float] = t match {
+    case f: TFloat32 => val a = new Array[Float](size); f.copyTo(DataBuffers.of(a, false, false)); a
+    case other => doubles(other, size).map(_.toFloat)
+  }
+
+  private def longs(t: Tensor, n: Int): Array[Long] = t match {
+    case l: TInt64 => val a = new Array[Long](n); l.copyTo(DataBuffers.of(a, false, false)); a
+    case i: TInt32 => val a = new Array[Int](n); i.copyTo(DataBuffers.of(a, false, false)); a.map(_.toLong)
+    case other => throw new IllegalStateException(s"a class id of type ${other.dataType()}")
+  }
+
+  private def booleans(t: Tensor, n: Int): Array[Boolean] = t match {
+    case b: TBool => val a = new Array[Boolean](n); b.copyTo(DataBuffers.of(a, false, false)); a
+    case other => throw new IllegalStateException(s"an anomaly flag of type ${other.dataType()}")
+  }
+}
+
+object Scoring {
+  private val Separators = java.util.regex.Pattern.compile("[^\\p{L}\\p{N}\\p{M}]+")
+
+  /** A text's words by the rule of `features.text`: lowercased by Unicode's rules, split on what is not a
+    * letter, a digit or a combining mark, none empty. */
+  def words(text: String): Array[String] =
+    Separators.split(text.toLowerCase(java.util.Locale.ROOT)).filter(_.nonEmpty)
+}
+
+/** How one argument's Spark values become a model input's: a category's text, a number, a window's values. */
+final case class InputReader(input: PlanInput, t: DataType) {
+  private val element: DataType = t match {
+    case ArrayType(e, _) => e
+    case _ => NullType
+  }
+
+  def text(row: InternalRow, i: Int): UTF8String = t match {
+    case StringType => row.getUTF8String(i)
+    case _: StringType => row.getUTF8String(i)
+    case ByteType => UTF8String.fromString(row.getByte(i).toString)
+    case ShortType => UTF8String.fromString(row.getShort(i).toString)
+    case IntegerType => UTF8String.fromString(row.getInt(i).toString)
+    case LongType => UTF8String.fromString(row.getLong(i).toString)
+    case BooleanType => UTF8String.fromString(if (row.getBoolean(i)) "True" else "False")
+    case other => UTF8String.fromString(String.valueOf(row.get(i, other)))
+  }
+
+  def number(row: InternalRow, i: Int): Double = InputReader.number(row, i, t)
+
+  /** A list's element as text (integers as their digits). */
+  def element(values: ArrayData, k: Int): UTF8String = element match {
+    case _: StringType => values.getUTF8String(k)
+    case IntegerType => UTF8String.fromString(values.getInt(k).toString)
+    case LongType => UTF8String.fromString(values.getLong(k).toString)
+    case ShortType => UTF8String.fromString(values.getShort(k).toString)
+    case ByteType => UTF8String.fromString(values.getByte(k).toString)
+    case other => UTF8String.fromString(String.valueOf(values.get(k, other)))
+  }
+
+  /** A window's or vector's `width` values into `out` from `offset`: a wrong length or a null value is an error. */
+  def fill(values: ArrayData, out: Array[Double], offset: Int, width: Int, row: Int): Unit = {
+    val what = if (input.kind == "window") "sequence feature" else "vector feature"
+    val unit = if (input.kind == "window") "windows" else "vectors"
+    if (values.numElements() != width) throw new IllegalArgumentException(
+      s"column '${input.name}' ($what): the model takes $unit of $width values, row $row of a batch has ${values.numElements()}")
+    var k = 0
+    while (k < width) {
+      val v = if (values.isNullAt(k)) Double.NaN else InputReader.element(values, k, element)
+      if (v.isNaN) throw new IllegalArgumentException(
+        s"column '${input.name}' ($what): row $row of a batch holds a null value")
+      out(offset + k) = v
+      k += 1
+    }
+  }
+}
+
+object InputReader {
+  def number(row: InternalRow, i: Int, t: DataType): Double = t match {
+    case DoubleType => row.getDouble(i)
+    case FloatType => row.getFloat(i).toDouble
+    case IntegerType => row.getInt(i).toDouble
+    case LongType => row.getLong(i).toDouble
+    case ShortType => row.getShort(i).toDouble
+    case ByteType => row.getByte(i).toDouble
+    case BooleanType => if (row.getBoolean(i)) 1.0 else 0.0
+    case d: DecimalType => row.getDecimal(i, d.precision, d.scale).toDouble
+    case NullType => Double.NaN
+    case other => throw new IllegalArgumentException(s"a number was expected, not a value of type ${other.typeName}")
+  }
+
+  def element(values: ArrayData, k: Int, t: DataType): Double = t match {
+    case DoubleType => values.getDouble(k)
+    case FloatType => values.getFloat(k).toDouble
+    case IntegerType => values.getInt(k).toDouble
+    case LongType => values.getLong(k).toDouble
+    case ShortType => values.getShort(k).toDouble
+    case ByteType => values.getByte(k).toDouble
+    case d: DecimalType => values.getDecimal(k, d.precision, d.scale).toDouble
+    case other => throw new IllegalArgumentException(s"an array of numbers was expected, not of ${other.typeName}")
+  }
+}

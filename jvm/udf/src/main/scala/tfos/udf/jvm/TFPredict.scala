@@ -1,0 +1,141 @@
+package tfos.udf.jvm
+
+import scala.collection.mutable
+
+import org.apache.spark.TaskContext
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, AttributeSet, Expression,
+  GenericInternalRow, JoinedRow, NamedExpression, UnsafeProjection, Unevaluable}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project, UnaryNode}
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.util.ArrayBasedMapData
+import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
+import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
+import org.apache.spark.sql.types.DataType
+import org.apache.spark.unsafe.types.UTF8String
+import org.apache.spark.util.AccumulatorV2
+
+/** The prediction function's call in a query, scored in the executor JVM. It is never evaluated row by
+  * row: `ExtractTFPredict` moves it into a `TFBatchEval` below the operator that uses it, planned as
+  * `TFBatchEvalExec`, which scores `plan.batchSize` rows per TensorFlow call (as Spark moves a Python
+  * UDF into a BatchEvalPython). Unevaluable also keeps the optimizer from running it on the driver. */
+case class TFPredict(name: String, plan: ScoringPlan, children: Seq[Expression], counted: Boolean,
+                     counter: Option[CountsAccumulator], countedFields: (String, String))
+  extends Expression with Unevaluable {
+  override def dataType: DataType =
+    if (counted) plan.countedType(countedFields._1, countedFields._2) else plan.resultType
+  override def nullable: Boolean = true
+  override lazy val deterministic: Boolean = true
+  override def prettyName: String = name
+  override def toString: String = s"$name(${children.mkString(", ")})"
+  override protected def withNewChildrenInternal(newChildren: IndexedSeq[Expression]): TFPredict =
+    copy(children = newChildren)
+}
+
+/** The function's rows counted over every query that used it (rows scored, nulls filled, unseen and cut
+  * values per feature), kept on the driver like any accumulator. */
+class CountsAccumulator extends AccumulatorV2[(String, Long), java.util.Map[String, java.lang.Long]] {
+  private val counts = new java.util.HashMap[String, java.lang.Long]()
+  override def isZero: Boolean = counts.isEmpty
+  override def copy(): CountsAccumulator = { val c = new CountsAccumulator; c.merge(this); c }
+  override def reset(): Unit = counts.clear()
+  override def add(v: (String, Long)): Unit = counts.merge(v._1, v._2, (a, b) => a + b)
+  override def merge(other: AccumulatorV2[(String, Long), java.util.Map[String, java.lang.Long]]): Unit =
+    other.value.forEach((k, v) => counts.merge(k, v, (a, b) => a + b))
+  override def value: java.util.Map[String, java.lang.Long] = counts
+}
+
+/** `child` with the functions' results appended as `resultAttrs`. */
+case class TFBatchEval(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], child: LogicalPlan) extends UnaryNode {
+  override def output: Seq[Attribute] = child.output ++ resultAttrs
+  override def producedAttributes: AttributeSet = AttributeSet(resultAttrs)
+  override protected def withNewChildInternal(newChild: LogicalPlan): TFBatchEval = copy(child = newChild)
+}
+
+/** Every operator with one input whose expressions call the function on its input's columns gets a
+  * `TFBatchEval` below it, and refers to the results by attribute (a Project, a Filter, an Aggregate
+  * of the predictions, a Sort, a Window...). */
+object ExtractTFPredict extends Rule[LogicalPlan] {
+  override def apply(plan: LogicalPlan): LogicalPlan = plan.transformUp {
+    case p: LogicalPlan if p.children.size == 1 && !p.isInstanceOf[TFBatchEval] =>
+      val child = p.children.head
+      val udfs = p.expressions.flatMap(_.collect {
+        case u: TFPredict if u.children.forall(_.find(_.isInstanceOf[TFPredict]).isEmpty) &&
+          u.references.subsetOf(child.outputSet) => u
+      }).distinct
+      if (udfs.isEmpty) p
+      else {
+        val attrs = udfs.map(u => AttributeReference(s"${u.name}_result", u.dataType, nullable = true)())
+        val bound = udfs.zip(attrs).toMap[Expression, Attribute]
+        val rewritten = p.withNewChildren(Seq(TFBatchEval(udfs, attrs, child))).transformExpressions {
+          case u: TFPredict if bound.contains(u) => bound(u)
+        }
+        if (rewritten.output.map(_.exprId) == p.output.map(_.exprId)) rewritten else Project(p.output, rewritten)
+      }
+  }
+}
+
+object TFBatchEvalStrategy extends SparkStrategy {
+  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case TFBatchEval(udfs, attrs, child) => TFBatchEvalExec(udfs, attrs, planLater(child)) :: Nil
+    case _ => Nil
+  }
+}
+
+/** Scores its input in batches of `plan.batchSize` rows, each function once per batch, and appends the
+  * results. The models load once per executor (`SavedModels`) and are shared by its task threads. */
+case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], child: SparkPlan) extends UnaryExecNode {
+  override def output: Seq[Attribute] = child.output ++ resultAttrs
+  override def producedAttributes: AttributeSet = AttributeSet(resultAttrs)
+  override lazy val metrics: Map[String, SQLMetric] = Map(
+    "numOutputRows" -> SQLMetrics.createMetric(sparkContext, "number of output rows"),
+    "batches" -> SQLMetrics.createMetric(sparkContext, "number of TensorFlow calls"),
+    "scoreTime" -> SQLMetrics.createNanoTimingMetric(sparkContext, "time scoring in TensorFlow"))
+
+  override protected def withNewChildInternal(newChild: SparkPlan): TFBatchEvalExec = copy(child = newChild)
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    val functions = udfs
+    val inputs = child.output
+    val outputs = output
+    val rowsOut = longMetric("numOutputRows")
+    val calls = longMetric("batches")
+    val scoreTime = longMetric("scoreTime")
+    child.execute().mapPartitions { iter =>
+      val arguments = functions.map(u => UnsafeProjection.create(u.children, inputs))
+      val scorings = functions.map(u => new Scoring(u.plan, u.children.map(_.dataType)))
+      Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => scorings.foreach(_.close())))
+      val joined = new JoinedRow
+      val project = UnsafeProjection.create(outputs, outputs)
+      val size = math.max(1, functions.map(_.plan.batchSize).min)
+      // copied as they come: an operator's iterator may hand out one row object, refilled each time
+      iter.map(_.copy()).grouped(size).flatMap { group =>
+        val rows = group.toArray
+        val started = System.nanoTime()
+        val results = functions.indices.map { k =>
+          val args = rows.map(r => arguments(k)(r).copy(): InternalRow)
+          val counts = mutable.LinkedHashMap[String, Long]()
+          val scored = scorings(k).score(args, counts)
+          functions(k).counter.foreach(acc => counts.foreach(acc.add))
+          if (functions(k).counted) TFBatchEvalExec.withCounts(scored, counts) else scored
+        }
+        scoreTime += System.nanoTime() - started
+        calls += functions.size
+        rowsOut += rows.length
+        rows.indices.iterator.map { i =>
+          project(joined(rows(i), new GenericInternalRow(results.map(_(i)).toArray)))
+        }
+      }
+    }
+  }
+}
+
+object TFBatchEvalExec {
+  /** Each result with its batch's counters: on the first row, an empty map on the others (as the Python UDF). */
+  def withCounts(scored: Array[Any], counts: mutable.Map[String, Long]): Array[Any] = {
+    val first = ArrayBasedMapData(counts.keys.map(UTF8String.fromString).toArray, counts.values.toArray)
+    val empty = ArrayBasedMapData(Array.empty[Any], Array.empty[Any])
+    scored.indices.map(i => new GenericInternalRow(Array[Any](scored(i), if (i == 0) first else empty)): Any).toArray
+  }
+}

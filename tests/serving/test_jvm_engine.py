@@ -1,0 +1,133 @@
+"""The prediction function scored inside the executor JVM by TensorFlow Java (`predict.engine = "jvm"`): the Python
+UDF's results and counters on every row, planned as a batch-evaluation operator with no Python in the plan."""
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from tfos_jobs.contracts import serving as contract
+from tfos_jobs.errors import ConfigError
+from udfs import jvm_engine, register
+
+
+def _explained(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_jvm_scores_as_the_python_udf_on_every_row(spark, setup):
+    cfg, model, features = setup
+    python = register(spark, "census_py", str(model), batch_size=700)
+    jvm = register(spark, "census_jvm", str(model), batch_size=700, engine="jvm")
+    assert (python.engine, jvm.engine) == ("python", "jvm")
+    args = [F.col(n) for n in jvm.spec.model_inputs]
+    both = features.select(F.monotonically_increasing_id().alias("row"), python(*args).alias("p"),
+                           jvm(*args).alias("j")).cache()
+    rows = both.count()
+    assert rows == features.count() > 1000
+    differs = both.where(F.abs(F.col("p.probability") - F.col("j.probability")) > jvm_engine.TOLERANCE)
+    assert differs.count() == 0, differs.limit(3).collect()
+    assert both.where(F.col("p.label") != F.col("j.label")).count() == 0
+    assert both.where(F.col("j.label").isNull()).count() == 0
+    assertDataFrameEqual(both.select("row", "j.label"), both.select("row", "p.label"))
+    assert python.counts() == jvm.counts()
+    assert jvm.counts()[contract.COUNT_ROWS] == rows
+    both.unpersist()
+
+
+def test_the_plan_has_no_python_and_sql_calls_it_by_name(spark, setup):
+    cfg, model, features = setup
+    jvm = register(spark, "census_plan", str(model), engine="jvm")
+    features.createOrReplaceTempView("census_plan_rows")
+    df = spark.sql("SELECT census_plan(struct(*)).label AS label, census_plan(struct(*)).probability AS p "
+                   "FROM census_plan_rows WHERE age > 30")
+    plan = _explained(df)
+    assert "TFBatchEval" in plan and "Python" not in plan and "ArrowEval" not in plan, plan
+    got = df.collect()
+    assert len(got) == features.where("age > 30").count()
+    assert {r.label for r in got} <= set(contract.class_names(jvm.spec))
+    # an aggregate of the predictions, and a filter on them
+    mean = spark.sql("SELECT avg(census_plan(struct(*)).probability) AS m FROM census_plan_rows").first().m
+    assert 0.0 < mean < 1.0
+    kept = spark.sql("SELECT count(*) AS n FROM census_plan_rows WHERE census_plan(struct(*)).probability >= 0.5")
+    assert kept.first().n == sum(1 for r in features.select(jvm().alias("s")).collect() if r.s.probability >= 0.5)
+
+
+def test_a_wrong_argument_fails_at_analysis(spark, setup):
+    _, model, features = setup
+    jvm = register(spark, "census_wrong", str(model), engine="jvm")
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException, match="census_wrong takes the features as"):
+        features.select(F.call_function("census_wrong", F.col("age"))).collect()
+
+
+def test_counted_gives_the_python_udfs_counters(spark, setup):
+    from tfos_jobs.serving.scoring import with_predictions
+
+    _, model, features = setup
+    python = register(spark, "census_count_py", str(model))
+    jvm = register(spark, "census_count_jvm", str(model), engine="jvm")
+    seen: dict[str, list] = {"py": [], "jvm": []}
+    scored = {k: with_predictions(features, u, seen[k]) for k, u in (("py", python), ("jvm", jvm))}
+    for k in scored:
+        scored[k] = scored[k].cache()
+        scored[k].count()
+    counts = {k: python.counts_of(seen[k][0]) for k in seen}
+    assert counts["py"] == counts["jvm"] and counts["jvm"][contract.COUNT_ROWS] == features.count()
+    cols = ["predicted_probability"]
+    assert scored["py"].select(F.sum(*cols)).first()[0] == pytest.approx(scored["jvm"].select(F.sum(*cols)).first()[0],
+                                                                          rel=1e-6)
+
+
+def test_auto_checks_the_jvm_against_python_and_uses_it(spark, setup):
+    _, model, _ = setup
+    udf = register(spark, "census_auto", str(model), engine="auto")
+    assert udf.engine == "jvm" and udf.engine_reason == ""
+
+
+def _with_newer_op(model, out):
+    """The model re-saved with an op TensorFlow 2.20 added (DecodeWebP), which TensorFlow Java 1.1's 2.18 runtime lacks,
+    on a branch never taken. (A `tf.py_function` runs only in the process that defined it: no loaded SavedModel runs
+    one, in Python or elsewhere.)"""
+    import shutil
+
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(model / "saved_model"))
+    serving, examples = loaded.signatures[contract.SERVING_SIGNATURE], loaded.signatures[contract.EXAMPLES_SIGNATURE]
+
+    def scored(**inputs):
+        outputs = dict(serving(**inputs))
+        p = outputs[contract.PROBABILITY]
+        webp = tf.constant(b"RIFF")
+        p = tf.cond(tf.size(p) < 0, lambda: p + tf.cast(tf.size(tf.io.decode_webp(webp)), p.dtype), lambda: p)
+        return {**outputs, contract.PROBABILITY: p}
+
+    holder = tf.Module()
+    holder.inner = loaded
+    concrete = tf.function(scored).get_concrete_function(**serving.structured_input_signature[1])
+    tf.saved_model.save(holder, str(out), signatures={contract.SERVING_SIGNATURE: concrete,
+                                                      contract.EXAMPLES_SIGNATURE: examples})
+    shutil.copytree(model / "saved_model" / contract.ASSETS, out / contract.ASSETS, dirs_exist_ok=True)
+    return out
+
+
+def test_auto_falls_back_with_one_line_where_the_jvm_cannot_run_the_model(spark, setup, tmp_path, caplog):
+    _, model, features = setup
+    odd = _with_newer_op(model, tmp_path / "newer_op_model")
+    with caplog.at_level("WARNING", logger="tfos_jobs.predict"):
+        udf = register(spark, "census_newer_op", str(odd), engine="auto")
+    assert udf.engine == "python"
+    assert "DecodeWebP" in udf.engine_reason, udf.engine_reason
+    lines = [r.getMessage() for r in caplog.records if "census_newer_op scores in a Python worker" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert features.select(udf().alias("s")).where("s.label IS NULL").count() == 0  # the Python UDF serves it
+    with pytest.raises(ConfigError, match="engine 'jvm' cannot score"):
+        register(spark, "census_newer_op_jvm", str(odd), engine="jvm")
+
+
+def test_an_unknown_engine_is_refused(spark, setup):
+    _, model, _ = setup
+    with pytest.raises(ConfigError, match="engine 'gpu' is not one of python, jvm, auto"):
+        register(spark, "census_gpu", str(model), engine="gpu")
