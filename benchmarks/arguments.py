@@ -13,7 +13,7 @@ SPARK_MASTER = "local[2]"  # P4 is defined on local[2]
 TFOS_MASTER = "local-cluster[4,1,1536]"  # TFoS: one executor per TF node (PS: chief + 2 workers + 1 ps)
 P14_MASTER = "local-cluster[2,1,4096]"  # P14: two executors, one per TF node, holding 100x the people's joins
 # Stages that need nothing of the others and can run alone (P6: training and scaling, P3 P6 P7 P8).
-ONLY = ("P6", "P14", "P15", "P16", "P17", "P18", "P19")
+ONLY = ("P4j", "P6", "P14", "P15", "P16", "P17", "P18", "P19")
 
 
 def parser(prog: str = "tfos bench") -> argparse.ArgumentParser:

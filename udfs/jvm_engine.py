@@ -100,12 +100,15 @@ def plan_json(spec: FeatureSpec, model: "ShippedModel", *, batch_size: int) -> s
         inputs.append(entry)
     task = contract.task_of(spec)
     classifier = contract.udf_returns_struct(task) and task != contract.AUTOENCODER
+    # categories as distinct values and codes, where the model has that signature and takes nothing else
+    codes = [contract.CODES_SIGNATURE, contract.CODES_STRINGS, contract.CODES_CODES, contract.CODES_NUMBERS] \
+        if all(entry["kind"] in ("string", "number") for entry in inputs) else []
     return json.dumps({
         "archive": model.archive, "version": model.version, "signature": contract.SERVING_SIGNATURE,
         "task": str(task), "classes": contract.class_names(spec) if classifier else [],
         "fields": list(contract.UDF_FIELDS[task]),
         "outputs": {field: field for field in (*contract.SIGNATURE_OUTPUTS[task], *contract.UDF_FIELDS[task])},
-        "inputs": inputs, "rows_key": contract.COUNT_ROWS, "batch_size": batch_size,
+        "inputs": inputs, "rows_key": contract.COUNT_ROWS, "batch_size": batch_size, "codes": codes,
     })
 
 

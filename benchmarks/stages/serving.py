@@ -157,9 +157,8 @@ def jvm_function(bench: Bench, pr: Any, task: str, columns: str, rows: int,
     spark = bench.spark
     udfs.register(spark, JVM_NAME, pr.model, batch_size=pr.batch_size, engine="jvm")
 
-    def query(function: str, plain: bool = False) -> Callable[[], Sample]:
-        sql = scoring.score_sql(function, task, "bench_inputs", columns, plain) if plain else \
-            scoring.every_field_sql(function, task, "bench_inputs", columns)
+    def query(function: str) -> Callable[[], Sample]:
+        sql = scoring.every_field_sql(function, task, "bench_inputs", columns)
 
         def once() -> None:
             n = spark.sql(sql).first()["n"]
@@ -171,7 +170,7 @@ def jvm_function(bench: Bench, pr: Any, task: str, columns: str, rows: int,
         "JVM function": query(JVM_NAME),
         "Python UDF": query(pr.name),
         "no-op UDF": query(NOOP),
-        "predict_batch_udf": query("bench_spark_udf", plain=True),
+        "predict_batch_udf": query("bench_spark_udf"),
     }, repeats=bench.sizes.serving_repeats)
     jvm = Figure("JVM function", "rows/s", out["JVM function"]["rows_per_sec"])
     bench.run.results.append(Result(

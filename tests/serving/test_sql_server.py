@@ -390,6 +390,7 @@ def test_tls(setup, tmp_path):
     assert not [line for line in srv.seen if store_password in line]
 
 
+@pytest.mark.slow
 def test_beeline_over_jvm_scoring_needs_no_python_on_the_executors(spark, setup, tmp_path):
     """`predict.engine = "jvm"` on a cluster whose executors' Python does not exist: the function scores inside the
     executor JVMs, EXPLAIN over JDBC shows no Python evaluation, and beeline gets tfos sql's numbers."""

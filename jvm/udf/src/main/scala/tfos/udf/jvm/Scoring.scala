@@ -32,6 +32,9 @@ final class LoadedModel(val dir: String, plan: ScoringPlan) extends AutoCloseabl
       bundle.close()
       throw new IllegalArgumentException(s"the SavedModel in $dir has no signature '${plan.signature}'", e)
   }
+  /** The signature taking categories as distinct values and codes, when the plan names one and the model has it. */
+  val codesFunction: Option[SessionFunction] = plan.codes.headOption.filter(name =>
+    bundle.signatures().asScala.exists(_.key() == name)).map(bundle.function)
   /** The signature's input dtypes, by input name. */
   val inputTypes: Map[String, TFType] = function.signature().getInputs.asScala.map { case (k, v) => k -> v.dataType }.toMap
   val vocabularies: Map[String, java.util.Set[UTF8String]] = plan.inputs.filter(_.hasVocabulary).map { input =>
@@ -55,6 +58,11 @@ final class LoadedModel(val dir: String, plan: ScoringPlan) extends AutoCloseabl
   * model replaces the older one, which is closed, freeing TensorFlow's memory, once no task holds it). */
 object SavedModels {
   val Capacity = 3
+  // JavaCPP, under TensorFlow Java, reads the process's resident size at every native allocation to enforce a limit
+  // (by default twice the heap): a string tensor allocates once per element. TensorFlow's memory is off-heap and
+  // counted in spark.executor.memoryOverhead, so no limit here, unless one is set.
+  if (System.getProperty("org.bytedeco.javacpp.maxPhysicalBytes") == null)
+    System.setProperty("org.bytedeco.javacpp.maxPhysicalBytes", "0")
   private final class Entry(val model: LoadedModel) { var users = 0; var evicted = false }
   private val entries = new java.util.LinkedHashMap[String, Entry](16, 0.75f, true)
   private val byModel = new java.util.IdentityHashMap[LoadedModel, Entry]()
@@ -107,10 +115,15 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
     val n = rows.length
     val feeds = new java.util.HashMap[String, Tensor]()
     try {
-      plan.inputs.zip(readers).zipWithIndex.foreach { case ((input, reader), i) =>
-        feeds.put(input.name, tensor(input, reader, rows, i, counts))
+      val function = model.codesFunction match {
+        case Some(codes) => codeFeeds(rows, counts, feeds); codes
+        case None =>
+          plan.inputs.zip(readers).zipWithIndex.foreach { case ((input, reader), i) =>
+            feeds.put(input.name, tensor(input, reader, rows, i, counts))
+          }
+          model.function
       }
-      val result = model.function.call(feeds)
+      val result = function.call(feeds)
       try {
         add(counts, plan.rowsKey, n)
         results(n, name => result.get(plan.outputs.getOrElse(name, name)).orElseThrow(() =>
@@ -137,6 +150,62 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
       val probability = doubles(output(plan.fields(0)), n)
       val ids = longs(output("class_id"), n)
       Array.tabulate[Any](n) { i => new GenericInternalRow(Array[Any](probability(i), classes(ids(i).toInt))) }
+  }
+
+  /** The codes signature's three inputs: every categorical column's distinct values one column after another, per
+    * categorical column and row an index into them, per numeric column and row its value (nulls filled). A batch's
+    * strings are then its few distinct values, not one per row and column: TensorFlow Java copies each string
+    * element into native memory one by one. */
+  private def codeFeeds(rows: Array[InternalRow], counts: mutable.Map[String, Long],
+                        feeds: java.util.Map[String, Tensor]): Unit = {
+    val n = rows.length
+    val Seq(_, stringsName, codesName, numbersName) = plan.codes
+    val strings = mutable.ArrayBuffer[Array[Byte]]()
+    val categorical = plan.inputs.indices.filter(i => plan.inputs(i).kind == "string")
+    val numeric = plan.inputs.indices.filter(i => plan.inputs(i).kind == "number")
+    val codes = new Array[Int](categorical.size * n)
+    categorical.zipWithIndex.foreach { case (i, c) =>
+      val input = plan.inputs(i)
+      val vocab = model.vocabularies.get(input.name)
+      val index = new java.util.HashMap[UTF8String, Integer]()
+      var nulls, cut, unseen = 0L
+      var r = 0
+      while (r < n) {
+        var v = if (rows(r).isNullAt(i)) { nulls += 1; UTF8String.fromString(input.defaultText) } else readers(i).text(rows(r), i)
+        if (input.maxLength >= 0 && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
+        var code = index.get(v)
+        if (code == null) {
+          v = v.copy() // a key outlives the row's buffer
+          code = strings.size
+          index.put(v, code)
+          strings += v.getBytes
+        }
+        codes(c * n + r) = code
+        r += 1
+      }
+      vocab.foreach { known => // the rows holding a value outside the vocabulary, looked up once per distinct value
+        val outside = new Array[Boolean](strings.size)
+        index.forEach((v, k) => outside(k) = !known.contains(v))
+        var k = c * n
+        while (k < (c + 1) * n) { if (outside(codes(k))) unseen += 1; k += 1 }
+      }
+      add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+    }
+    val numbers = new Array[Float](numeric.size * n)
+    numeric.zipWithIndex.foreach { case (i, c) =>
+      val input = plan.inputs(i)
+      var filled = 0L
+      var r = 0
+      while (r < n) {
+        val v = if (rows(r).isNullAt(i)) Double.NaN else readers(i).number(rows(r), i)
+        numbers(c * n + r) = (if (v.isNaN) { filled += 1; input.defaultNumber } else v).toFloat
+        r += 1
+      }
+      add(counts, input.nullKey, filled)
+    }
+    feeds.put(stringsName, TString.tensorOfBytes(NdArrays.vectorOfObjects(strings.toSeq: _*)))
+    feeds.put(codesName, TInt32.tensorOf(Shape.of(categorical.size.toLong, n.toLong), DataBuffers.of(codes, true, false)))
+    feeds.put(numbersName, TFloat32.tensorOf(Shape.of(numeric.size.toLong, n.toLong), DataBuffers.of(numbers, true, false)))
   }
 
   private def tensor(input: PlanInput, reader: InputReader, rows: Array[InternalRow], i: Int,

@@ -18,7 +18,10 @@ final case class ScoringPlan(
     outputs: Map[String, String], // result field or "class_id" -> the signature's output
     inputs: Seq[PlanInput],
     rowsKey: String,
-    batchSize: Int) {
+    batchSize: Int,
+    // a wide & deep model's signature that takes the categorical inputs as their distinct values and a code per row
+    // (`contracts.serving.CODES_SIGNATURE`): signature, then its inputs' names (strings, codes, numbers); empty: none
+    codes: Seq[String]) {
 
   def returnsStruct: Boolean = fields.size != 1 || task != ScoringPlan.Regression
 
@@ -81,6 +84,6 @@ object ScoringPlan {
     val outputs = root.get("outputs").fieldNames().asScala.map(k => k -> root.get("outputs").get(k).asText()).toMap
     ScoringPlan(text(root, "archive"), text(root, "version"), text(root, "signature"), text(root, "task"),
       texts(root, "classes"), texts(root, "fields"), outputs, inputs, text(root, "rows_key"),
-      Option(root.get("batch_size")).filterNot(_.isNull).map(_.asInt()).getOrElse(10000))
+      Option(root.get("batch_size")).filterNot(_.isNull).map(_.asInt()).getOrElse(10000), texts(root, "codes"))
   }
 }

@@ -46,9 +46,10 @@ class CountsAccumulator extends AccumulatorV2[(String, Long), java.util.Map[Stri
   override def value: java.util.Map[String, java.lang.Long] = counts
 }
 
-/** `child` with the functions' results appended as `resultAttrs`. */
-case class TFBatchEval(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], child: LogicalPlan) extends UnaryNode {
-  override def output: Seq[Attribute] = child.output ++ resultAttrs
+/** The columns of `child` the plan above needs (`passThrough`), and the functions' results as `resultAttrs`. */
+case class TFBatchEval(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], passThrough: Seq[Attribute],
+                       child: LogicalPlan) extends UnaryNode {
+  override def output: Seq[Attribute] = passThrough ++ resultAttrs
   override def producedAttributes: AttributeSet = AttributeSet(resultAttrs)
   override protected def withNewChildInternal(newChild: LogicalPlan): TFBatchEval = copy(child = newChild)
 }
@@ -68,9 +69,11 @@ object ExtractTFPredict extends Rule[LogicalPlan] {
       else {
         val attrs = udfs.map(u => AttributeReference(s"${u.name}_result", u.dataType, nullable = true)())
         val bound = udfs.zip(attrs).toMap[Expression, Attribute]
-        val rewritten = p.withNewChildren(Seq(TFBatchEval(udfs, attrs, child))).transformExpressions {
-          case u: TFPredict if bound.contains(u) => bound(u)
-        }
+        val uses = p.transformExpressions { case u: TFPredict if bound.contains(u) => bound(u) }
+        // only the input columns used above go on: an aggregate of the predictions keeps no input row
+        val needed = uses.references ++ AttributeSet(p.output)
+        val eval = TFBatchEval(udfs, attrs, child.output.filter(needed.contains), child)
+        val rewritten = uses.withNewChildren(Seq(eval))
         if (rewritten.output.map(_.exprId) == p.output.map(_.exprId)) rewritten else Project(p.output, rewritten)
       }
   }
@@ -78,15 +81,16 @@ object ExtractTFPredict extends Rule[LogicalPlan] {
 
 object TFBatchEvalStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
-    case TFBatchEval(udfs, attrs, child) => TFBatchEvalExec(udfs, attrs, planLater(child)) :: Nil
+    case TFBatchEval(udfs, attrs, passThrough, child) => TFBatchEvalExec(udfs, attrs, passThrough, planLater(child)) :: Nil
     case _ => Nil
   }
 }
 
 /** Scores its input in batches of `plan.batchSize` rows, each function once per batch, and appends the
   * results. The models load once per executor (`SavedModels`) and are shared by its task threads. */
-case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], child: SparkPlan) extends UnaryExecNode {
-  override def output: Seq[Attribute] = child.output ++ resultAttrs
+case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], passThrough: Seq[Attribute],
+                           child: SparkPlan) extends UnaryExecNode {
+  override def output: Seq[Attribute] = passThrough ++ resultAttrs
   override def producedAttributes: AttributeSet = AttributeSet(resultAttrs)
   override lazy val metrics: Map[String, SQLMetric] = Map(
     "numOutputRows" -> SQLMetrics.createMetric(sparkContext, "number of output rows"),
@@ -98,25 +102,28 @@ case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], ch
   override protected def doExecute(): RDD[InternalRow] = {
     val functions = udfs
     val inputs = child.output
+    val kept = passThrough
     val outputs = output
     val rowsOut = longMetric("numOutputRows")
     val calls = longMetric("batches")
     val scoreTime = longMetric("scoreTime")
     child.execute().mapPartitions { iter =>
       val arguments = functions.map(u => UnsafeProjection.create(u.children, inputs))
+      val keep = UnsafeProjection.create(kept, inputs)
       val scorings = functions.map(u => new Scoring(u.plan, u.children.map(_.dataType)))
       Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => scorings.foreach(_.close())))
       val joined = new JoinedRow
       val project = UnsafeProjection.create(outputs, outputs)
       val size = math.max(1, functions.map(_.plan.batchSize).min)
-      // copied as they come: an operator's iterator may hand out one row object, refilled each time
-      iter.map(_.copy()).grouped(size).flatMap { group =>
+      // each row's arguments and the columns kept, copied as they come: an operator's iterator may hand out one
+      // row object, refilled each time
+      iter.map(row => (arguments.map(_(row).copy(): InternalRow).toArray, keep(row).copy(): InternalRow))
+        .grouped(size).flatMap { group =>
         val rows = group.toArray
         val started = System.nanoTime()
         val results = functions.indices.map { k =>
-          val args = rows.map(r => arguments(k)(r).copy(): InternalRow)
           val counts = mutable.LinkedHashMap[String, Long]()
-          val scored = scorings(k).score(args, counts)
+          val scored = scorings(k).score(rows.map(_._1(k)), counts)
           functions(k).counter.foreach(acc => counts.foreach(acc.add))
           if (functions(k).counted) TFBatchEvalExec.withCounts(scored, counts) else scored
         }
@@ -124,7 +131,7 @@ case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], ch
         calls += functions.size
         rowsOut += rows.length
         rows.indices.iterator.map { i =>
-          project(joined(rows(i), new GenericInternalRow(results.map(_(i)).toArray)))
+          project(joined(rows(i)._2, new GenericInternalRow(results.map(_(i)).toArray)))
         }
       }
     }
