@@ -38,6 +38,10 @@ class StreamConfig:
     max_offsets_per_trigger: int = 50_000
     alerts: int = 20  # anomaly alerts printed per micro-batch at most (all are in the output)
     stop_when_idle_seconds: float = 0.0  # > 0: stop once no event arrived for this long (replays, tests)
+    # micro_batch: micro-batches every trigger_seconds, to Parquet (and output_topic); real_time: Spark's real-time
+    # trigger, each event scored in the executor JVM as it arrives and sent to output_topic (rows, not sensor windows)
+    mode: Literal["micro_batch", "real_time"] = "micro_batch"
+    real_time_batch_seconds: float = 60.0  # real_time: how long each of its batches runs (its checkpoint interval)
 
     def errors(self) -> list[str]:
         errs = []
@@ -65,6 +69,12 @@ class StreamConfig:
             errs.append(f"stream.max_offsets_per_trigger: must be >= 0 (0: no limit), got {self.max_offsets_per_trigger}")
         if self.alerts < 0:
             errs.append(f"stream.alerts: must be >= 0, got {self.alerts}")
+        if self.mode == "real_time" and not self.output_topic:
+            errs.append("stream.output_topic: real_time mode sends its scores to Kafka; name the output topic")
+        if self.mode == "real_time" and self.stop_when_idle_seconds:
+            errs.append("stream.stop_when_idle_seconds: real_time mode runs until stopped (SIGINT, SIGTERM)")
+        if self.real_time_batch_seconds <= 0:
+            errs.append(f"stream.real_time_batch_seconds: must be > 0, got {self.real_time_batch_seconds}")
         if self.stop_when_idle_seconds < 0:
             errs.append(f"stream.stop_when_idle_seconds: must be >= 0 (0: run until stopped), got "
                         f"{self.stop_when_idle_seconds}")

@@ -34,13 +34,7 @@ def schema(spark: SparkSession, config: Config, spec: FeatureSpec) -> StructType
     """The events' columns and types."""
     st = config.stream
     if st.schema:
-        try:
-            parsed = DataType.fromDDL(st.schema)
-        except (PySparkException, ValueError) as e:
-            raise ConfigError(f"stream.schema: {st.schema!r} is not a DDL column list: {str(e).splitlines()[0]}") from None
-        if not isinstance(parsed, StructType):
-            raise ConfigError(f"stream.schema: {st.schema!r} is not a column list (name TYPE, ...)")
-        return parsed
+        return given_schema(st.schema)
     if spec.is_sequence:
         readings = DataType.fromDDL(", ".join(f"`{n}` {t}" for n, t in input_types(spec).items()))
         assert isinstance(readings, StructType)  # a column list parses as one
@@ -48,6 +42,17 @@ def schema(spark: SparkSession, config: Config, spec: FeatureSpec) -> StructType
     main = config.prepare.main
     table = sources.read(spark, main, config.sources[main]).schema
     return StructType([StructField(c.name, json_type(spec, c.name, c.dataType), c.nullable) for c in table.fields])
+
+
+def given_schema(ddl: str) -> StructType:
+    """`stream.schema`, parsed."""
+    try:
+        parsed = DataType.fromDDL(ddl)
+    except (PySparkException, ValueError) as e:
+        raise ConfigError(f"stream.schema: {ddl!r} is not a DDL column list: {str(e).splitlines()[0]}") from None
+    if not isinstance(parsed, StructType):
+        raise ConfigError(f"stream.schema: {ddl!r} is not a column list (name TYPE, ...)")
+    return parsed
 
 
 def json_type(spec: FeatureSpec, column: str, stored: DataType) -> DataType:

@@ -14,3 +14,10 @@ object StatusAccess {
   /** One of this executor's local directories (spark.local.dir, or the cluster manager's). */
   def localDir(): String = org.apache.spark.util.Utils.getLocalDir(org.apache.spark.SparkEnv.get.conf)
 }
+
+/** A thread of the package's that works for a task (reads its input for it) sees the task's context, as Spark's
+  * own helper threads do. */
+object TaskThreads {
+  def inherit(context: org.apache.spark.TaskContext): Unit = org.apache.spark.TaskContext.setTaskContext(context)
+  def forget(): Unit = org.apache.spark.TaskContext.unset()
+}
