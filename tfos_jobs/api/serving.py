@@ -199,8 +199,10 @@ def stream(spark: SparkSession, *, config: Config, log: Log = print) -> "StreamS
     TfosError : the query failed (naming the micro-batch and the cause) or a setting is wrong.
 
     Stable. Example: ``api.stream(spark, config=config.load("conf/fleet.toml").with_settings({"stream.stop_when_idle_seconds": 30}))``"""
-    from tfos_jobs.jobs.stream.driver import job
+    from tfos_jobs.jobs.stream.driver import job, real_time
 
+    if config.stream.mode == "real_time":  # Spark's real-time trigger, scored in the JVM
+        return real_time.run(spark, config, log=log)
     return job.run(spark, config, log=log)
 
 

@@ -53,10 +53,6 @@ class StreamSummary:
 
 def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = print) -> StreamSummary:
     st = config.stream
-    if st.mode == "real_time":
-        from tfos_jobs.jobs.stream.driver import real_time
-
-        return real_time.run(spark, config, log=log)
     started = time.time()
     slot = ModelSlot(spark, config)
     try:
