@@ -115,8 +115,6 @@ def register_in(spark: SparkSession, udf: PredictionUdf) -> PredictionUdf:
 def choose_engine(spark: SparkSession, udf: PredictionUdf, model: shipping.ShippedModel, engine: str,
                   setting: str) -> PredictionUdf:
     """`udf` scoring in the JVM (engine "jvm", or "auto" once the check batch agrees), else as it is, with the reason."""
-    if engine not in jvm_engine.ENGINES:
-        raise ConfigError(f"{setting}: engine {engine!r} is not one of {', '.join(jvm_engine.ENGINES)}")
     if engine == "python":
         return udf
     batch = udf.batch_size or jvm_engine.DEFAULT_BATCH
@@ -166,11 +164,17 @@ def register(spark: SparkSession, name: str, model_dir: str, *, signature: str |
 
     `engine`: where it scores (`udfs.jvm_engine`): "python", "jvm" (inside the executor JVM, by TensorFlow Java), or
     "auto" (the JVM when it answers a check batch as the Python UDF does, else Python, saying why)."""
+    if engine not in jvm_engine.ENGINES:
+        raise ConfigError(f"{setting}: engine {engine!r} is not one of {', '.join(jvm_engine.ENGINES)}")
     if engine != "jvm":  # scoring in the JVM needs no Python on the executors
         check_worker_python(spark)
     storage = Storage(spark)
     export_dir = locate_saved_model(storage, model_dir, setting=setting, resolve=resolve)
     if signature is not None:
+        if engine == "jvm":
+            raise ConfigError(f"{setting}: engine 'jvm' scores models tfos train exported (their feature spec says how "
+                              "to prepare each input); a SavedModel served by its signature scores in a Python worker: "
+                              "leave engine as \"python\" or \"auto\"")
         return register_signature(spark, name, export_dir, signature=signature, setting=setting,
                                   counter_param=CounterParam(), batch_size=batch_size)
     if not storage.exists(contract.spec_asset(export_dir)):

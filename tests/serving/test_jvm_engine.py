@@ -131,3 +131,5 @@ def test_an_unknown_engine_is_refused(spark, setup):
     _, model, _ = setup
     with pytest.raises(ConfigError, match="engine 'gpu' is not one of python, jvm, auto"):
         register(spark, "census_gpu", str(model), engine="gpu")
+    with pytest.raises(ConfigError, match="engine 'jvm' scores models tfos train exported"):
+        register(spark, "census_by_signature", str(model), signature="serving_default", engine="jvm")

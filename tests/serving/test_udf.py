@@ -223,7 +223,7 @@ def test_the_function_reads_in_one_line(spark, setup):
     p = udfs.register(spark, "predict_income", str(model))
     text = repr(p)
     assert text == (f"PredictionUdf(name='predict_income', model={p.export_dir!r}, version={p.version!r}, "
-                    f"inputs={len(p.spec.model_inputs)})")
+                    f"inputs={len(p.spec.model_inputs)}, engine='python')")
     assert len(text) < 120 + len(p.export_dir) and "\n" not in text
 
 
