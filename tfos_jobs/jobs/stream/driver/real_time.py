@@ -27,7 +27,7 @@ from tfos_jobs.config import Config
 from tfos_jobs.contracts import serving
 from tfos_jobs.contracts import stream as contract
 from tfos_jobs.errors import ConfigError, TfosError
-from tfos_jobs.features.spec import FeatureSpec, ListFeature, NumericFeature, TextFeature, VectorFeature
+from tfos_jobs.features.spec import FeatureSpec, ListFeature, NumericFeature, VectorFeature
 from tfos_jobs.jobs.stream.driver import events
 from tfos_jobs.jobs.stream.driver.job import StreamSummary, failure_line
 from tfos_jobs.storage import Storage
