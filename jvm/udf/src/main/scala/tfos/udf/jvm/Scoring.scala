@@ -9,7 +9,7 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.{SparkEnv, SparkFiles}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, UnsafeArrayData}
+import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, SpecializedGetters, UnsafeArrayData}
 import org.apache.spark.sql.catalyst.util.ArrayData
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
@@ -353,28 +353,12 @@ final case class InputReader(input: PlanInput, t: DataType) {
     case _ => NullType
   }
 
-  def text(row: InternalRow, i: Int): UTF8String = t match {
-    case StringType => row.getUTF8String(i)
-    case _: StringType => row.getUTF8String(i)
-    case ByteType => UTF8String.fromString(row.getByte(i).toString)
-    case ShortType => UTF8String.fromString(row.getShort(i).toString)
-    case IntegerType => UTF8String.fromString(row.getInt(i).toString)
-    case LongType => UTF8String.fromString(row.getLong(i).toString)
-    case BooleanType => UTF8String.fromString(if (row.getBoolean(i)) "True" else "False")
-    case other => UTF8String.fromString(String.valueOf(row.get(i, other)))
-  }
+  def text(row: InternalRow, i: Int): UTF8String = InputReader.text(row, i, t)
 
   def number(row: InternalRow, i: Int): Double = InputReader.number(row, i, t)
 
   /** A list's element as text (integers as their digits). */
-  def element(values: ArrayData, k: Int): UTF8String = element match {
-    case _: StringType => values.getUTF8String(k)
-    case IntegerType => UTF8String.fromString(values.getInt(k).toString)
-    case LongType => UTF8String.fromString(values.getLong(k).toString)
-    case ShortType => UTF8String.fromString(values.getShort(k).toString)
-    case ByteType => UTF8String.fromString(values.getByte(k).toString)
-    case other => UTF8String.fromString(String.valueOf(values.get(k, other)))
-  }
+  def element(values: ArrayData, k: Int): UTF8String = InputReader.text(values, k, element)
 
   /** A window's or vector's `width` values into `out` from `offset`: a wrong length or a null value is an error. */
   def fill(values: ArrayData, out: Array[Double], offset: Int, width: Int, row: Int): Unit = {
@@ -384,7 +368,7 @@ final case class InputReader(input: PlanInput, t: DataType) {
       s"column '${input.name}' ($what): the model takes $unit of $width values, row $row of a batch has ${values.numElements()}")
     var k = 0
     while (k < width) {
-      val v = if (values.isNullAt(k)) Double.NaN else InputReader.element(values, k, element)
+      val v = if (values.isNullAt(k)) Double.NaN else InputReader.number(values, k, element)
       if (v.isNaN) throw new IllegalArgumentException(
         s"column '${input.name}' ($what): row $row of a batch holds a null value")
       out(offset + k) = v
@@ -394,27 +378,28 @@ final case class InputReader(input: PlanInput, t: DataType) {
 }
 
 object InputReader {
-  def number(row: InternalRow, i: Int, t: DataType): Double = t match {
-    case DoubleType => row.getDouble(i)
-    case FloatType => row.getFloat(i).toDouble
-    case IntegerType => row.getInt(i).toDouble
-    case LongType => row.getLong(i).toDouble
-    case ShortType => row.getShort(i).toDouble
-    case ByteType => row.getByte(i).toDouble
-    case BooleanType => if (row.getBoolean(i)) 1.0 else 0.0
-    case d: DecimalType => row.getDecimal(i, d.precision, d.scale).toDouble
+  /** A number from a row's field or an array's element (both are Spark's SpecializedGetters). */
+  def number(values: SpecializedGetters, i: Int, t: DataType): Double = t match {
+    case DoubleType => values.getDouble(i)
+    case FloatType => values.getFloat(i).toDouble
+    case IntegerType => values.getInt(i).toDouble
+    case LongType => values.getLong(i).toDouble
+    case ShortType => values.getShort(i).toDouble
+    case ByteType => values.getByte(i).toDouble
+    case BooleanType => if (values.getBoolean(i)) 1.0 else 0.0
+    case d: DecimalType => values.getDecimal(i, d.precision, d.scale).toDouble
     case NullType => Double.NaN
     case other => throw new IllegalArgumentException(s"a number was expected, not a value of type ${other.typeName}")
   }
 
-  def element(values: ArrayData, k: Int, t: DataType): Double = t match {
-    case DoubleType => values.getDouble(k)
-    case FloatType => values.getFloat(k).toDouble
-    case IntegerType => values.getInt(k).toDouble
-    case LongType => values.getLong(k).toDouble
-    case ShortType => values.getShort(k).toDouble
-    case ByteType => values.getByte(k).toDouble
-    case d: DecimalType => values.getDecimal(k, d.precision, d.scale).toDouble
-    case other => throw new IllegalArgumentException(s"an array of numbers was expected, not of ${other.typeName}")
+  /** A category's or a list element's text (integers as their digits), from a row's field or an array's element. */
+  def text(values: SpecializedGetters, i: Int, t: DataType): UTF8String = t match {
+    case _: StringType => values.getUTF8String(i)
+    case ByteType => UTF8String.fromString(values.getByte(i).toString)
+    case ShortType => UTF8String.fromString(values.getShort(i).toString)
+    case IntegerType => UTF8String.fromString(values.getInt(i).toString)
+    case LongType => UTF8String.fromString(values.getLong(i).toString)
+    case BooleanType => UTF8String.fromString(if (values.getBoolean(i)) "True" else "False")
+    case other => UTF8String.fromString(String.valueOf(values.get(i, other)))
   }
 }
