@@ -9,9 +9,11 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.{SparkEnv, SparkFiles}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, SpecializedGetters, UnsafeArrayData}
+import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, SpecializedGetters, UnsafeArrayData, UnsafeRow}
 import org.apache.spark.sql.catalyst.util.ArrayData
 import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.Platform
+import org.apache.spark.unsafe.array.ByteArrayMethods
 import org.apache.spark.unsafe.types.UTF8String
 import org.tensorflow.{SavedModelBundle, SessionFunction, Tensor}
 import org.tensorflow.ndarray.{NdArrays, Shape}
@@ -101,12 +103,17 @@ object SavedModels {
   }
 }
 
-/** One task's scoring of batches: argument rows (one value per model input, of `types`) in, one result
-  * per row out, as the Python UDF makes them (`udfs.predict.Scorer`): a null takes the spec's default,
-  * a category is cut to its max_length and checked against its vocabulary, all counted. */
-final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseable {
+/** One task's scoring of batches: rows holding the model's inputs (input `i`, of `types(i)`, at `ordinals(i)`)
+  * in, one result per row out, as the Python UDF makes them (`udfs.predict.Scorer`): a null takes the spec's
+  * default, a category is cut to its max_length and checked against its vocabulary, all counted. Reading the
+  * inputs where they are spares a copy of each row's arguments. */
+final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int]) extends AutoCloseable {
+  def this(plan: ScoringPlan, types: Seq[DataType]) = this(plan, types, Array.range(0, types.size))
+  require(ordinals.length == plan.inputs.size && types.size == plan.inputs.size,
+    s"the model takes ${plan.inputs.size} inputs; given ${types.size} types and ${ordinals.length} ordinals")
   private val model = SavedModels.acquire(plan)
-  private val readers = plan.inputs.zip(types).map { case (input, t) => InputReader(input, t) }
+  private val inputs = plan.inputs.toArray
+  private val readers = inputs.zip(types).map { case (input, t) => InputReader(input, t) }
   private val classes = plan.classes.map(UTF8String.fromString).toArray
 
   override def close(): Unit = SavedModels.release(model)
@@ -118,9 +125,8 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
       val function = model.codesFunction match {
         case Some(codes) => codeFeeds(rows, counts, feeds); codes
         case None =>
-          plan.inputs.zip(readers).zipWithIndex.foreach { case ((input, reader), i) =>
-            feeds.put(input.name, tensor(input, reader, rows, i, counts))
-          }
+          var i = 0
+          while (i < inputs.length) { feeds.put(inputs(i).name, tensor(inputs(i), readers(i), rows, ordinals(i), counts)); i += 1 }
           model.function
       }
       val result = function.call(feeds)
@@ -155,60 +161,74 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
   /** The codes signature's three inputs: every categorical column's distinct values one column after another, per
     * categorical column and row an index into them, per numeric column and row its value (nulls filled). A batch's
     * strings are then its few distinct values, not one per row and column: TensorFlow Java copies each string
-    * element into native memory one by one. */
+    * element into native memory one by one. Read row by row: a row's inputs are read while it is in the cache. */
   private def codeFeeds(rows: Array[InternalRow], counts: mutable.Map[String, Long],
                         feeds: java.util.Map[String, Tensor]): Unit = {
     val n = rows.length
     val Seq(_, stringsName, codesName, numbersName) = plan.codes
+    val categorical = inputs.indices.filter(i => inputs(i).kind == "string").toArray
+    val numeric = inputs.indices.filter(i => inputs(i).kind == "number").toArray
+    val at = categorical.map(ordinals(_)) ++ numeric.map(ordinals(_))
+    val limits = categorical.map(i => if (inputs(i).maxLength >= 0) inputs(i).maxLength else Int.MaxValue)
+    val texts = categorical.map(i => types(i).isInstanceOf[StringType])
+    val defaults = numeric.map(inputs(_).defaultNumber.toFloat)
+    val indexes = categorical.map(_ => new DistinctValues)
+    val nulls, cut = new Array[Long](categorical.length + numeric.length)
+    val codes = new Array[Int](categorical.length * n)
+    val numbers = new Array[Float](numeric.length * n)
+    var r = 0
+    while (r < n) {
+      val row = rows(r)
+      val unsafe = row match { case u: UnsafeRow => u; case _ => null }
+      var c = 0
+      while (c < categorical.length) {
+        val o = at(c)
+        codes(c * n + r) =
+          if (unsafe != null && texts(c) && !unsafe.isNullAt(o) && (unsafe.getLong(o) & 0xFFFFFFFFL) <= limits(c)) {
+            // the value's bytes where they are (no more bytes than the limit has characters: not cut)
+            val offsetAndSize = unsafe.getLong(o)
+            indexes(c).code(unsafe.getBaseObject, unsafe.getBaseOffset + (offsetAndSize >>> 32), offsetAndSize.toInt)
+          } else {
+            var v = if (row.isNullAt(o)) { nulls(c) += 1; UTF8String.fromString(inputs(categorical(c)).defaultText) }
+              else readers(categorical(c)).text(row, o)
+            if (v.numBytes() > limits(c) && v.numChars() > limits(c)) { cut(c) += 1; v = v.substring(0, limits(c)) }
+            indexes(c).code(v)
+          }
+        c += 1
+      }
+      c = 0
+      while (c < numeric.length) {
+        val o = at(categorical.length + c)
+        val v = if (row.isNullAt(o)) Double.NaN else readers(numeric(c)).number(row, o)
+        numbers(c * n + r) = if (v.isNaN) { nulls(categorical.length + c) += 1; defaults(c) } else v.toFloat
+        c += 1
+      }
+      r += 1
+    }
     val strings = mutable.ArrayBuffer[Array[Byte]]()
-    val categorical = plan.inputs.indices.filter(i => plan.inputs(i).kind == "string")
-    val numeric = plan.inputs.indices.filter(i => plan.inputs(i).kind == "number")
-    val codes = new Array[Int](categorical.size * n)
-    categorical.zipWithIndex.foreach { case (i, c) =>
-      val input = plan.inputs(i)
-      val vocab = model.vocabularies.get(input.name)
-      val index = new java.util.HashMap[UTF8String, Integer]()
-      var nulls, cut, unseen = 0L
-      var r = 0
-      while (r < n) {
-        var v = if (rows(r).isNullAt(i)) { nulls += 1; UTF8String.fromString(input.defaultText) } else readers(i).text(rows(r), i)
-        if (input.maxLength >= 0 && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
-        var code = index.get(v)
-        if (code == null) {
-          v = v.copy() // a key outlives the row's buffer
-          code = strings.size
-          index.put(v, code)
-          strings += v.getBytes
-        }
-        codes(c * n + r) = code
-        r += 1
+    categorical.indices.foreach { c =>
+      val input = inputs(categorical(c))
+      val values = indexes(c).values
+      val first = strings.size
+      strings ++= values
+      // the rows holding a value outside the vocabulary, looked up once per distinct value
+      val outside = model.vocabularies.get(input.name).map(known => values.map(v => !known.contains(UTF8String.fromBytes(v))))
+      var unseen = 0L
+      var k = c * n
+      while (k < (c + 1) * n) {
+        if (outside.exists(_(codes(k)))) unseen += 1
+        codes(k) += first
+        k += 1
       }
-      vocab.foreach { known => // the rows holding a value outside the vocabulary, looked up once per distinct value
-        val outside = new Array[Boolean](strings.size)
-        index.forEach((v, k) => outside(k) = !known.contains(v))
-        var k = c * n
-        while (k < (c + 1) * n) { if (outside(codes(k))) unseen += 1; k += 1 }
-      }
-      add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+      add(counts, input.nullKey, nulls(c)); add(counts, input.truncatedKey, cut(c)); add(counts, input.unseenKey, unseen)
     }
-    val numbers = new Array[Float](numeric.size * n)
-    numeric.zipWithIndex.foreach { case (i, c) =>
-      val input = plan.inputs(i)
-      var filled = 0L
-      var r = 0
-      while (r < n) {
-        val v = if (rows(r).isNullAt(i)) Double.NaN else readers(i).number(rows(r), i)
-        numbers(c * n + r) = (if (v.isNaN) { filled += 1; input.defaultNumber } else v).toFloat
-        r += 1
-      }
-      add(counts, input.nullKey, filled)
-    }
+    numeric.indices.foreach(c => add(counts, inputs(numeric(c)).nullKey, nulls(categorical.length + c)))
     feeds.put(stringsName, TString.tensorOfBytes(NdArrays.vectorOfObjects(strings.toSeq: _*)))
-    feeds.put(codesName, TInt32.tensorOf(Shape.of(categorical.size.toLong, n.toLong), DataBuffers.of(codes, true, false)))
-    feeds.put(numbersName, TFloat32.tensorOf(Shape.of(numeric.size.toLong, n.toLong), DataBuffers.of(numbers, true, false)))
+    feeds.put(codesName, TInt32.tensorOf(Shape.of(categorical.length.toLong, n.toLong), DataBuffers.of(codes, true, false)))
+    feeds.put(numbersName, TFloat32.tensorOf(Shape.of(numeric.length.toLong, n.toLong), DataBuffers.of(numbers, true, false)))
   }
 
-  private def tensor(input: PlanInput, reader: InputReader, rows: Array[InternalRow], i: Int,
+  private def tensor(input: PlanInput, reader: InputReader, rows: Array[InternalRow], at: Int,
                      counts: mutable.Map[String, Long]): Tensor = {
     val n = rows.length
     val dtype = model.inputTypes.getOrElse(input.name, throw new IllegalStateException(
@@ -220,8 +240,8 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
         var nulls, cut, unseen = 0L
         var r = 0
         while (r < n) {
-          var v = if (rows(r).isNullAt(i)) { nulls += 1; UTF8String.fromString(input.defaultText) } else reader.text(rows(r), i)
-          if (input.maxLength >= 0 && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
+          var v = if (rows(r).isNullAt(at)) { nulls += 1; UTF8String.fromString(input.defaultText) } else reader.text(rows(r), at)
+          if (input.maxLength >= 0 && v.numBytes() > input.maxLength && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
           if (vocab.exists(!_.contains(v))) unseen += 1
           values(r) = v.getBytes
           r += 1
@@ -233,7 +253,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
         var filled = 0L
         var r = 0
         while (r < n) {
-          val v = if (rows(r).isNullAt(i)) Double.NaN else reader.number(rows(r), i)
+          val v = if (rows(r).isNullAt(at)) Double.NaN else reader.number(rows(r), at)
           values(r) = if (v.isNaN) { filled += 1; input.defaultNumber } else v
           r += 1
         }
@@ -245,7 +265,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
         var nulls, cut, unseen = 0L
         var r = 0
         while (r < n) {
-          val text = if (rows(r).isNullAt(i)) { nulls += 1; "" } else rows(r).getUTF8String(i).toString
+          val text = if (rows(r).isNullAt(at)) { nulls += 1; "" } else rows(r).getUTF8String(at).toString
           val words = Scoring.words(text)
           if (words.length > input.maxLength) cut += 1
           val kept = words.take(input.maxLength)
@@ -265,9 +285,9 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
         var nulls, cut, unseen = 0L
         var r = 0
         while (r < n) {
-          if (rows(r).isNullAt(i)) nulls += 1
+          if (rows(r).isNullAt(at)) nulls += 1
           else {
-            val elements = rows(r).getArray(i)
+            val elements = rows(r).getArray(at)
             var kept, k = 0
             while (k < elements.numElements()) {
               val e = if (elements.isNullAt(k)) null else reader.element(elements, k)
@@ -293,11 +313,11 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
         var nulls = 0L
         var r = 0
         while (r < n) {
-          if (rows(r).isNullAt(i)) {
+          if (rows(r).isNullAt(at)) {
             if (kind == "window") throw new IllegalArgumentException(
               s"column '${input.name}' (sequence feature): the model takes windows of $w values, row $r of a batch has a null")
             nulls += 1 // a null vector: zeros
-          } else reader.fill(rows(r).getArray(i), values, r * w, w, r)
+          } else reader.fill(rows(r).getArray(at), values, r * w, w, r)
           r += 1
         }
         add(counts, input.nullKey, nulls)
@@ -334,6 +354,75 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType]) extends AutoCloseab
   private def booleans(t: Tensor, n: Int): Array[Boolean] = t match {
     case b: TBool => val a = new Array[Boolean](n); b.copyTo(DataBuffers.of(a, false, false)); a
     case other => throw new IllegalStateException(s"an anomaly flag of type ${other.dataType()}")
+  }
+}
+
+/** A column's distinct values in a batch, each given a code (0, 1, ... in order of appearance). Its own table,
+  * on the values' bytes where they lie: a batch looks up every row's value, and a UTF8String per row and its hash
+  * (Murmur3, four bytes a round and then byte by byte) cost more than the rest of the row's scoring. */
+final class DistinctValues {
+  private var keys = new Array[Array[Byte]](64)
+  private var codes = new Array[Int](64)
+  private var hashes = new Array[Long](64)
+  private var count = 0
+
+  def code(v: UTF8String): Int = code(v.getBaseObject, v.getBaseOffset, v.numBytes())
+
+  /** The code of the value in `size` bytes at `offset` of `base` (an array, or null for an address), added if new. */
+  def code(base: AnyRef, offset: Long, size: Int): Int = {
+    val h = DistinctValues.hash(base, offset, size)
+    var slot = (h & (keys.length - 1)).toInt
+    while (keys(slot) != null) {
+      val key = keys(slot)
+      if (hashes(slot) == h && key.length == size &&
+        ByteArrayMethods.arrayEquals(key, Platform.BYTE_ARRAY_OFFSET, base, offset, size)) return codes(slot)
+      slot = (slot + 1) & (keys.length - 1)
+    }
+    val copy = new Array[Byte](size) // the bytes may lie in a row's buffer, refilled later
+    Platform.copyMemory(base, offset, copy, Platform.BYTE_ARRAY_OFFSET, size)
+    keys(slot) = copy; codes(slot) = count; hashes(slot) = h
+    count += 1
+    if (count * 2 > keys.length) grow()
+    count - 1
+  }
+
+  /** The distinct values' bytes, by code. */
+  def values: Array[Array[Byte]] = {
+    val out = new Array[Array[Byte]](count)
+    var slot = 0
+    while (slot < keys.length) { if (keys(slot) != null) out(codes(slot)) = keys(slot); slot += 1 }
+    out
+  }
+
+  private def grow(): Unit = {
+    val (oldKeys, oldCodes, oldHashes) = (keys, codes, hashes)
+    keys = new Array[Array[Byte]](oldKeys.length * 2); codes = new Array[Int](keys.length); hashes = new Array[Long](keys.length)
+    var i = 0
+    while (i < oldKeys.length) {
+      if (oldKeys(i) != null) {
+        var slot = (oldHashes(i) & (keys.length - 1)).toInt
+        while (keys(slot) != null) slot = (slot + 1) & (keys.length - 1)
+        keys(slot) = oldKeys(i); codes(slot) = oldCodes(i); hashes(slot) = oldHashes(i)
+      }
+      i += 1
+    }
+  }
+}
+
+object DistinctValues {
+  /** Eight bytes a round, multiplied and folded (not for adversaries: a batch's values are the user's own). */
+  def hash(base: AnyRef, offset: Long, size: Int): Long = {
+    var h = size.toLong * 0x9E3779B97F4A7C15L
+    var i = 0
+    while (i + 8 <= size) {
+      h = (h ^ Platform.getLong(base, offset + i)) * 0xBF58476D1CE4E5B9L
+      h ^= h >>> 31
+      i += 8
+    }
+    var tail = 0L
+    while (i < size) { tail = (tail << 8) | (Platform.getByte(base, offset + i) & 0xFFL); i += 1 }
+    h = (h ^ tail) * 0x94D049BB133111EBL
+    h ^ (h >>> 29)
   }
 }
 

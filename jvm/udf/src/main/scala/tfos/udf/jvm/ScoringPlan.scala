@@ -80,7 +80,7 @@ object ScoringPlan {
         text(n, "null_key"), text(n, "unseen_key"), text(n, "truncated_key"))
       require(Kinds.contains(input.kind), s"input '${input.name}': no kind '${input.kind}' (one of ${Kinds.mkString(", ")})")
       input
-    }.toSeq
+    }.toIndexedSeq
     val outputs = root.get("outputs").fieldNames().asScala.map(k => k -> root.get("outputs").get(k).asText()).toMap
     ScoringPlan(text(root, "archive"), text(root, "version"), text(root, "signature"), text(root, "task"),
       texts(root, "classes"), texts(root, "fields"), outputs, inputs, text(root, "rows_key"),

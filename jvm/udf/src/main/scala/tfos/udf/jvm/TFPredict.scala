@@ -103,42 +103,94 @@ case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], pa
     val functions = udfs
     val inputs = child.output
     val kept = passThrough
-    val outputs = output
+    val results = resultAttrs
     val rowsOut = longMetric("numOutputRows")
     val calls = longMetric("batches")
     val scoreTime = longMetric("scoreTime")
     child.execute().mapPartitions { iter =>
-      val arguments = functions.map(u => UnsafeProjection.create(u.children, inputs))
-      val keep = UnsafeProjection.create(kept, inputs)
-      val scorings = functions.map(u => new Scoring(u.plan, u.children.map(_.dataType)))
-      Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => scorings.foreach(_.close())))
-      val joined = new JoinedRow
-      val project = UnsafeProjection.create(outputs, outputs)
-      val size = math.max(1, functions.map(_.plan.batchSize).min)
-      // each row's arguments and the columns kept, copied as they come: an operator's iterator may hand out one
-      // row object, refilled each time
-      iter.map(row => (arguments.map(_(row).copy(): InternalRow).toArray, keep(row).copy(): InternalRow))
-        .grouped(size).flatMap { group =>
-        val rows = group.toArray
+      val batches = new TFBatchEvalExec.Batches(functions, inputs, kept, results, iter)
+      Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => batches.close()))
+      batches.flatMap { batch =>
         val started = System.nanoTime()
-        val results = functions.indices.map { k =>
-          val counts = mutable.LinkedHashMap[String, Long]()
-          val scored = scorings(k).score(rows.map(_._1(k)), counts)
-          functions(k).counter.foreach(acc => counts.foreach(acc.add))
-          if (functions(k).counted) TFBatchEvalExec.withCounts(scored, counts) else scored
-        }
+        val out = batches.score(batch)
         scoreTime += System.nanoTime() - started
         calls += functions.size
-        rowsOut += rows.length
-        rows.indices.iterator.map { i =>
-          project(joined(rows(i)._2, new GenericInternalRow(results.map(_(i)).toArray)))
-        }
+        rowsOut += batch.held.length
+        out
       }
     }
   }
 }
 
 object TFBatchEvalExec {
+  /** A batch's held rows (the input rows, or the columns kept above) and, per function, its arguments' rows (the
+    * held rows themselves when the arguments are read where they are). */
+  final case class Batch(held: Array[InternalRow], args: Array[Array[InternalRow]])
+
+  /** A partition's rows in batches of the functions' batch size, scored. When every argument is one of the input's
+    * columns (as a struct of the columns becomes once the optimizer has taken it apart), each input row is held as it
+    * is and the models read their inputs where they are; otherwise each function's arguments are projected. Rows are
+    * copied as they come: an operator's iterator may hand out one row object, refilled each time. */
+  final class Batches(functions: Seq[TFPredict], inputs: Seq[Attribute], kept: Seq[Attribute],
+                      results: Seq[Attribute], iter: Iterator[InternalRow]) extends Iterator[Batch] {
+    private val batchSize = math.max(1, functions.map(_.plan.batchSize).min)
+    private def ordinal(e: Expression): Int = e match {
+      case a: Attribute => inputs.indexWhere(_.exprId == a.exprId)
+      case _ => -1
+    }
+    private val direct: Option[Seq[Array[Int]]] =
+      Some(functions.map(_.children.map(ordinal).toArray)).filter(_.forall(_.forall(_ >= 0)))
+    private val arguments = if (direct.isEmpty) functions.map(u => UnsafeProjection.create(u.children, inputs)).toArray
+      else Array.empty[UnsafeProjection]
+    private val keep = if (direct.isEmpty) Some(UnsafeProjection.create(kept, inputs)) else None
+    private val project = UnsafeProjection.create(kept ++ results, (if (direct.isEmpty) kept else inputs) ++ results)
+    private val scorings = functions.indices.map { k =>
+      val types = functions(k).children.map(_.dataType)
+      direct.fold(new Scoring(functions(k).plan, types))(ordinals => new Scoring(functions(k).plan, types, ordinals(k)))
+    }
+    def close(): Unit = scorings.foreach(_.close())
+
+    override def hasNext: Boolean = iter.hasNext
+
+    override def next(): Batch = {
+      val held = new Array[InternalRow](batchSize)
+      val projected = if (direct.isEmpty) Array.fill(functions.size)(new Array[InternalRow](batchSize)) else Array.empty[Array[InternalRow]]
+      var n = 0
+      while (n < batchSize && iter.hasNext) {
+        val row = iter.next()
+        keep match {
+          case None => held(n) = row.copy()
+          case Some(k) =>
+            held(n) = k(row).copy()
+            var f = 0
+            while (f < arguments.length) { projected(f)(n) = arguments(f)(row).copy(); f += 1 }
+        }
+        n += 1
+      }
+      def trimmed(a: Array[InternalRow]) = if (n == batchSize) a else java.util.Arrays.copyOf(a, n)
+      val rows = trimmed(held)
+      Batch(rows, if (direct.isEmpty) projected.map(trimmed) else Array.fill(functions.size)(rows))
+    }
+
+    /** The held rows with each function's result appended, as the operator's output rows. */
+    def score(batch: Batch): Iterator[InternalRow] = {
+      val scored = functions.indices.map { k =>
+        val counts = mutable.LinkedHashMap[String, Long]()
+        val out = scorings(k).score(batch.args(k), counts)
+        functions(k).counter.foreach(acc => counts.foreach(acc.add))
+        if (functions(k).counted) withCounts(out, counts) else out
+      }.toArray
+      val joined = new JoinedRow
+      val held = batch.held
+      held.indices.iterator.map { i =>
+        val values = new Array[Any](scored.length)
+        var k = 0
+        while (k < scored.length) { values(k) = scored(k)(i); k += 1 }
+        project(joined(held(i), new GenericInternalRow(values)))
+      }
+    }
+  }
+
   /** Each result with its batch's counters: on the first row, an empty map on the others (as the Python UDF). */
   def withCounts(scored: Array[Any], counts: mutable.Map[String, Long]): Array[Any] = {
     val first = ArrayBasedMapData(counts.keys.map(UTF8String.fromString).toArray, counts.values.toArray)
