@@ -35,6 +35,23 @@ def test_jvm_scores_as_the_python_udf_on_every_row(spark, setup):
     both.unpersist()
 
 
+def test_arguments_computed_per_row_score_as_the_columns_do(spark, setup):
+    """Columns are read where they lie in the input row; expressions are computed into a row of arguments first:
+    both give the same results."""
+    cfg, model, features = setup
+    jvm = register(spark, "census_args", str(model), engine="jvm")
+    names = jvm.spec.model_inputs
+    text = next(f.name for f in features.schema.fields if f.name in names and f.dataType.typeName() == "string")
+    rows = features.select(F.monotonically_increasing_id().alias("row"), *names).cache()
+    direct = rows.select("row", jvm(*[F.col(n) for n in names]).alias("p"))
+    computed = rows.select("row", jvm(*[F.concat(F.col(n), F.lit("")) if n == text else F.col(n)
+                                        for n in names]).alias("p"))
+    assert "TFBatchEval" in _explained(computed)
+    assertDataFrameEqual(computed, direct)
+    assert computed.count() == features.count()
+    rows.unpersist()
+
+
 def test_the_plan_has_no_python_and_sql_calls_it_by_name(spark, setup):
     cfg, model, features = setup
     jvm = register(spark, "census_plan", str(model), engine="jvm")
