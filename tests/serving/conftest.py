@@ -38,6 +38,26 @@ def setup(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def codes_setup(spark, setup, tmp_path_factory):
+    """The same data and model without the text and list features (one value a row): a wide & deep model that also
+    takes its categories as codes (`serving_codes`); its config, model directory and rows to score."""
+    from benchmarks.context import one_value_a_row
+
+    cfg, _, _ = setup
+    root = tmp_path_factory.mktemp("codes")
+    model = root / "model"
+    one = one_value_a_row(cfg)
+    one = dataclasses.replace(
+        one, prepare=dataclasses.replace(one.prepare, output=str(root / "dataset")),
+        train=dataclasses.replace(one.train, dataset=str(root / "dataset"), model_dir=str(model)),
+        predict=dataclasses.replace(one.predict, model=str(model)))
+    prepare.run(spark, one)
+    train_job.run(spark, one, log=lambda _: None)
+    features, _ = assemble(spark, one, for_prediction=True)
+    return one, model, features.cache()
+
+
+@pytest.fixture(scope="session")
 def bag_model(tmp_path_factory):
     """A model of a text, a list, a vector, a categorical and a number (tests/unit/test_bag_model.py's), exported
     beside its dataset's `_meta/`: its model directory."""

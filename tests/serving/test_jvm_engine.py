@@ -35,6 +35,42 @@ def test_jvm_scores_as_the_python_udf_on_every_row(spark, setup):
     both.unpersist()
 
 
+def test_a_model_taking_codes_scores_as_the_python_udf_on_every_row(spark, codes_setup):
+    """A wide & deep model of one value a row is fed its categories as codes; rows held beside the results (a column
+    kept) or read as they come (an aggregate of the results) score as the Python UDF, unseen, over-long and missing
+    categories counted alike."""
+    from tfos_jobs.contracts.serving import CODES_SIGNATURE
+    from tfos_jobs.model.export import load_signature
+
+    cfg, model, features = codes_setup
+    python = register(spark, "codes_py", str(model), batch_size=500)
+    jvm = register(spark, "codes_jvm", str(model), batch_size=500, engine="jvm")
+    assert load_signature(python.local_dir, CODES_SIGNATURE) is not None
+    texts = {f.name for f in features.schema.fields if f.dataType.typeName() == "string"}
+    categorical = next(f.name for f in jvm.spec.with_vocabulary if f.name in texts)
+    n = F.monotonically_increasing_id()
+    odd = features.withColumn("row", n).withColumn(categorical, F.when(
+        F.col("row") % 7 == 0, F.lit("a value never seen in training, longer than any category's limit " * 4)).when(
+        F.col("row") % 11 == 0, F.lit(None)).when(F.col("row") % 13 == 0, F.lit("unseen")).otherwise(
+        F.col(categorical))).cache()
+    args = [F.col(c) for c in jvm.spec.model_inputs]
+    both = odd.select("row", python(*args).alias("p"), jvm(*args).alias("j")).cache()
+    rows = both.count()
+    assert rows == features.count() > 1000
+    differs = both.where(F.abs(F.col("p.probability") - F.col("j.probability")) > jvm_engine.TOLERANCE)
+    assert differs.count() == 0, differs.limit(3).collect()
+    assertDataFrameEqual(both.select("row", "j.label"), both.select("row", "p.label"))
+    assert python.counts() == jvm.counts()
+    counts = jvm.counts()
+    assert counts[contract.count_key(contract.COUNT_UNSEEN, categorical)] >= rows // 13, counts
+    assert counts[contract.count_key(contract.COUNT_NULL, categorical)] >= rows // 11 * 0.9, counts
+    # read as they come, nothing held: the same sum as the Python UDF's
+    jvm_total = odd.select(jvm(*args).alias("s")).agg(F.sum("s.probability").alias("t")).first().t
+    assert jvm_total == pytest.approx(both.agg(F.sum("p.probability").alias("t")).first().t, abs=rows * 1e-5)
+    both.unpersist()
+    odd.unpersist()
+
+
 def test_arguments_computed_per_row_score_as_the_columns_do(spark, setup):
     """Columns are read where they lie in the input row; expressions are computed into a row of arguments first:
     both give the same results."""
@@ -49,6 +85,11 @@ def test_arguments_computed_per_row_score_as_the_columns_do(spark, setup):
     assert "TFBatchEval" in _explained(computed)
     assertDataFrameEqual(computed, direct)
     assert computed.count() == features.count()
+    # no input column kept beside the results: each row read as it comes, none held
+    scored = rows.select(jvm(*[F.col(n) for n in names]).alias("p"))
+    got = scored.agg(F.sum("p.probability").alias("total"), F.count("*").alias("n")).first()
+    assert got.n == features.count()
+    assert got.total == pytest.approx(direct.agg(F.sum("p.probability").alias("t")).first().t, rel=1e-9)
     rows.unpersist()
 
 

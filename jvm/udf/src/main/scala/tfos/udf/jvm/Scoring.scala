@@ -118,24 +118,40 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
 
   override def close(): Unit = SavedModels.release(model)
 
-  def score(rows: Array[InternalRow], counts: mutable.Map[String, Long]): Array[Any] = {
-    val n = rows.length
+  /** Whether the model takes its categories as codes (`Coded` batches, filled row by row). */
+  def coded: Boolean = model.codesFunction.isDefined
+
+  def score(rows: Array[InternalRow], counts: mutable.Map[String, Long]): Array[Any] =
+    if (coded) {
+      val batch = new Coded(rows.length)
+      rows.foreach(batch.add)
+      score(batch, counts)
+    } else {
+      val feeds = new java.util.HashMap[String, Tensor]()
+      try {
+        var i = 0
+        while (i < inputs.length) { feeds.put(inputs(i).name, tensor(inputs(i), readers(i), rows, ordinals(i), counts)); i += 1 }
+        call(model.function, feeds, rows.length, counts)
+      } finally feeds.values().asScala.foreach(_.close())
+    }
+
+  def score(batch: Scoring#Coded, counts: mutable.Map[String, Long]): Array[Any] = {
+    require(batch.scoring eq this, "a batch is scored by the scoring that made it")
     val feeds = new java.util.HashMap[String, Tensor]()
     try {
-      val function = model.codesFunction match {
-        case Some(codes) => codeFeeds(rows, counts, feeds); codes
-        case None =>
-          var i = 0
-          while (i < inputs.length) { feeds.put(inputs(i).name, tensor(inputs(i), readers(i), rows, ordinals(i), counts)); i += 1 }
-          model.function
-      }
-      val result = function.call(feeds)
-      try {
-        add(counts, plan.rowsKey, n)
-        results(n, name => result.get(plan.outputs.getOrElse(name, name)).orElseThrow(() =>
-          new IllegalStateException(s"the SavedModel's ${plan.signature} has no output '${plan.outputs.getOrElse(name, name)}'")))
-      } finally result.close()
+      batch.feeds(feeds, counts)
+      call(model.codesFunction.get, feeds, batch.size, counts)
     } finally feeds.values().asScala.foreach(_.close())
+  }
+
+  private def call(function: SessionFunction, feeds: java.util.Map[String, Tensor], n: Int,
+                   counts: mutable.Map[String, Long]): Array[Any] = {
+    val result = function.call(feeds)
+    try {
+      tally(counts, plan.rowsKey, n)
+      results(n, name => result.get(plan.outputs.getOrElse(name, name)).orElseThrow(() =>
+        new IllegalStateException(s"the SavedModel's ${plan.signature} has no output '${plan.outputs.getOrElse(name, name)}'")))
+    } finally result.close()
   }
 
   private def results(n: Int, output: String => Tensor): Array[Any] = plan.task match {
@@ -158,32 +174,35 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
       Array.tabulate[Any](n) { i => new GenericInternalRow(Array[Any](probability(i), classes(ids(i).toInt))) }
   }
 
-  /** The codes signature's three inputs: every categorical column's distinct values one column after another, per
+  // the codes signature's inputs: the categorical ones, then the numeric ones
+  private val categorical = inputs.indices.filter(i => inputs(i).kind == "string").toArray
+  private val numeric = inputs.indices.filter(i => inputs(i).kind == "number").toArray
+  private val codedAt = categorical.map(ordinals(_)) ++ numeric.map(ordinals(_))
+  private val limits = categorical.map(i => if (inputs(i).maxLength >= 0) inputs(i).maxLength else Int.MaxValue)
+  private val texts = categorical.map(i => types(i).isInstanceOf[StringType])
+  private val defaults = numeric.map(inputs(_).defaultNumber.toFloat)
+
+  /** A batch for the codes signature, filled as rows come (`add`: nothing of a row is kept, so an operator may refill
+    * it next), up to `capacity` rows: every categorical column's distinct values one column after another, per
     * categorical column and row an index into them, per numeric column and row its value (nulls filled). A batch's
     * strings are then its few distinct values, not one per row and column: TensorFlow Java copies each string
-    * element into native memory one by one. Read row by row: a row's inputs are read while it is in the cache. */
-  private def codeFeeds(rows: Array[InternalRow], counts: mutable.Map[String, Long],
-                        feeds: java.util.Map[String, Tensor]): Unit = {
-    val n = rows.length
-    val Seq(_, stringsName, codesName, numbersName) = plan.codes
-    val categorical = inputs.indices.filter(i => inputs(i).kind == "string").toArray
-    val numeric = inputs.indices.filter(i => inputs(i).kind == "number").toArray
-    val at = categorical.map(ordinals(_)) ++ numeric.map(ordinals(_))
-    val limits = categorical.map(i => if (inputs(i).maxLength >= 0) inputs(i).maxLength else Int.MaxValue)
-    val texts = categorical.map(i => types(i).isInstanceOf[StringType])
-    val defaults = numeric.map(inputs(_).defaultNumber.toFloat)
-    val indexes = categorical.map(_ => new DistinctValues)
-    val nulls, cut = new Array[Long](categorical.length + numeric.length)
-    val codes = new Array[Int](categorical.length * n)
-    val numbers = new Array[Float](numeric.length * n)
-    var r = 0
-    while (r < n) {
-      val row = rows(r)
+    * element into native memory one by one. */
+  final class Coded(capacity: Int) {
+    def scoring: Scoring = Scoring.this
+    private val indexes = categorical.map(_ => new DistinctValues)
+    private val nulls, cut = new Array[Long](categorical.length + numeric.length)
+    private val codes = new Array[Int](categorical.length * capacity)
+    private val numbers = new Array[Float](numeric.length * capacity)
+    private var n = 0
+
+    def size: Int = n
+
+    def add(row: InternalRow): Unit = {
       val unsafe = row match { case u: UnsafeRow => u; case _ => null }
       var c = 0
       while (c < categorical.length) {
-        val o = at(c)
-        codes(c * n + r) =
+        val o = codedAt(c)
+        codes(c * capacity + n) =
           if (unsafe != null && texts(c) && !unsafe.isNullAt(o) && (unsafe.getLong(o) & 0xFFFFFFFFL) <= limits(c)) {
             // the value's bytes where they are (no more bytes than the limit has characters: not cut)
             val offsetAndSize = unsafe.getLong(o)
@@ -198,34 +217,50 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
       }
       c = 0
       while (c < numeric.length) {
-        val o = at(categorical.length + c)
+        val o = codedAt(categorical.length + c)
         val v = if (row.isNullAt(o)) Double.NaN else readers(numeric(c)).number(row, o)
-        numbers(c * n + r) = if (v.isNaN) { nulls(categorical.length + c) += 1; defaults(c) } else v.toFloat
+        numbers(c * capacity + n) = if (v.isNaN) { nulls(categorical.length + c) += 1; defaults(c) } else v.toFloat
         c += 1
       }
-      r += 1
+      n += 1
     }
-    val strings = mutable.ArrayBuffer[Array[Byte]]()
-    categorical.indices.foreach { c =>
-      val input = inputs(categorical(c))
-      val values = indexes(c).values
-      val first = strings.size
-      strings ++= values
-      // the rows holding a value outside the vocabulary, looked up once per distinct value
-      val outside = model.vocabularies.get(input.name).map(known => values.map(v => !known.contains(UTF8String.fromBytes(v))))
-      var unseen = 0L
-      var k = c * n
-      while (k < (c + 1) * n) {
-        if (outside.exists(_(codes(k)))) unseen += 1
-        codes(k) += first
-        k += 1
+
+    /** The three inputs, and the batch's counters. */
+    def feeds(feeds: java.util.Map[String, Tensor], counts: mutable.Map[String, Long]): Unit = {
+      val Seq(_, stringsName, codesName, numbersName) = plan.codes
+      val packedCodes = packed(codes, categorical.length)
+      val strings = mutable.ArrayBuffer[Array[Byte]]()
+      categorical.indices.foreach { c =>
+        val input = inputs(categorical(c))
+        val values = indexes(c).values
+        val first = strings.size
+        strings ++= values
+        // the rows holding a value outside the vocabulary, looked up once per distinct value
+        val outside = model.vocabularies.get(input.name).map(known => values.map(v => !known.contains(UTF8String.fromBytes(v))))
+        var unseen = 0L
+        var k = c * n
+        while (k < (c + 1) * n) {
+          if (outside.exists(_(packedCodes(k)))) unseen += 1
+          packedCodes(k) += first
+          k += 1
+        }
+        tally(counts, input.nullKey, nulls(c)); tally(counts, input.truncatedKey, cut(c)); tally(counts, input.unseenKey, unseen)
       }
-      add(counts, input.nullKey, nulls(c)); add(counts, input.truncatedKey, cut(c)); add(counts, input.unseenKey, unseen)
+      numeric.indices.foreach(c => tally(counts, inputs(numeric(c)).nullKey, nulls(categorical.length + c)))
+      feeds.put(stringsName, TString.tensorOfBytes(NdArrays.vectorOfObjects(strings.toSeq: _*)))
+      feeds.put(codesName, TInt32.tensorOf(Shape.of(categorical.length.toLong, n.toLong), DataBuffers.of(packedCodes, true, false)))
+      feeds.put(numbersName, TFloat32.tensorOf(Shape.of(numeric.length.toLong, n.toLong),
+        DataBuffers.of(packed(numbers, numeric.length), true, false)))
     }
-    numeric.indices.foreach(c => add(counts, inputs(numeric(c)).nullKey, nulls(categorical.length + c)))
-    feeds.put(stringsName, TString.tensorOfBytes(NdArrays.vectorOfObjects(strings.toSeq: _*)))
-    feeds.put(codesName, TInt32.tensorOf(Shape.of(categorical.length.toLong, n.toLong), DataBuffers.of(codes, true, false)))
-    feeds.put(numbersName, TFloat32.tensorOf(Shape.of(numeric.length.toLong, n.toLong), DataBuffers.of(numbers, true, false)))
+
+    /** [columns, capacity] as [columns, n]. */
+    private def packed[A](values: Array[A], columns: Int): Array[A] =
+      if (n == capacity) values
+      else {
+        val out = java.lang.reflect.Array.newInstance(values.getClass.getComponentType, columns * n).asInstanceOf[Array[A]]
+        (0 until columns).foreach(c => System.arraycopy(values, c * capacity, out, c * n, n))
+        out
+      }
   }
 
   private def tensor(input: PlanInput, reader: InputReader, rows: Array[InternalRow], at: Int,
@@ -246,7 +281,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
           values(r) = v.getBytes
           r += 1
         }
-        add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+        tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
         TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
       case "number" =>
         val values = new Array[Double](n)
@@ -257,7 +292,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
           values(r) = if (v.isNaN) { filled += 1; input.defaultNumber } else v
           r += 1
         }
-        add(counts, input.nullKey, filled)
+        tally(counts, input.nullKey, filled)
         numbers(dtype, Shape.of(n.toLong), values, input.name)
       case "text" => // the raw text (the graph tokenizes it); its words counted here by the same rule
         val vocab = model.vocabularies.get(input.name)
@@ -274,7 +309,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
           values(r) = text.getBytes(StandardCharsets.UTF_8)
           r += 1
         }
-        add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+        tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
         TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
       case "list" => // [rows, max_length] elements as prepare stores them: nulls and empties left out, cut, padded
         val vocab = model.vocabularies.get(input.name)
@@ -305,7 +340,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
           }
           r += 1
         }
-        add(counts, input.nullKey, nulls); add(counts, input.truncatedKey, cut); add(counts, input.unseenKey, unseen)
+        tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
         TString.tensorOfBytes(NdArrays.wrap(Shape.of(n.toLong, w.toLong), DataBuffers.ofObjects(values: _*)))
       case kind => // "window" or "vector": [rows, width]
         val w = input.width
@@ -320,7 +355,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
           } else reader.fill(rows(r).getArray(at), values, r * w, w, r)
           r += 1
         }
-        add(counts, input.nullKey, nulls)
+        tally(counts, input.nullKey, nulls)
         numbers(dtype, Shape.of(n.toLong, w.toLong), values, input.name)
     }
   }
@@ -331,7 +366,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
     case other => throw new IllegalStateException(s"the SavedModel's input '$name' takes $other; numbers go as float or double")
   }
 
-  private def add(counts: mutable.Map[String, Long], key: String, n: Long): Unit =
+  private def tally(counts: mutable.Map[String, Long], key: String, n: Long): Unit =
     if (n != 0 && key.nonEmpty) counts(key) = counts.getOrElse(key, 0L) + n
 
   private def doubles(t: Tensor, n: Int): Array[Double] = t match {

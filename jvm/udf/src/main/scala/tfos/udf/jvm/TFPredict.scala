@@ -115,7 +115,7 @@ case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], pa
         val out = batches.score(batch)
         scoreTime += System.nanoTime() - started
         calls += functions.size
-        rowsOut += batch.held.length
+        rowsOut += batch.size
         out
       }
     }
@@ -123,9 +123,10 @@ case class TFBatchEvalExec(udfs: Seq[TFPredict], resultAttrs: Seq[Attribute], pa
 }
 
 object TFBatchEvalExec {
-  /** A batch's held rows (the input rows, or the columns kept above) and, per function, its arguments' rows (the
-    * held rows themselves when the arguments are read where they are). */
-  final case class Batch(held: Array[InternalRow], args: Array[Array[InternalRow]])
+  /** A batch of `size` rows: its held rows (the input rows, or the columns kept above) and, per function, its
+    * arguments' rows (the held rows themselves when the arguments are read where they are); or, when nothing is held,
+    * per function the batch its model takes, filled as the rows came (`Scoring#Coded`). */
+  final case class Batch(size: Int, held: Array[InternalRow], args: Array[Array[InternalRow]], coded: Array[Scoring#Coded])
 
   /** A partition's rows in batches of the functions' batch size, scored. When every argument is one of the input's
     * columns (as a struct of the columns becomes once the optimizer has taken it apart), each input row is held as it
@@ -143,7 +144,6 @@ object TFBatchEvalExec {
     private val arguments = if (direct.isEmpty) functions.map(u => UnsafeProjection.create(u.children, inputs)).toArray
       else Array.empty[UnsafeProjection]
     private val keep = if (direct.isEmpty) Some(UnsafeProjection.create(kept, inputs)) else None
-    private val project = UnsafeProjection.create(kept ++ results, (if (direct.isEmpty) kept else inputs) ++ results)
     private val scorings = functions.indices.map { k =>
       val types = functions(k).children.map(_.dataType)
       direct.fold(new Scoring(functions(k).plan, types))(ordinals => new Scoring(functions(k).plan, types, ordinals(k)))
@@ -152,7 +152,24 @@ object TFBatchEvalExec {
 
     override def hasNext: Boolean = iter.hasNext
 
+    // nothing to hold when no input column goes on and every model takes codes: each row read as it comes, not copied
+    private val streamed = direct.isDefined && kept.isEmpty && scorings.forall(_.coded)
+    // the output row: the held row (an input row, or the kept columns; none when streamed) joined with the results
+    private val project = UnsafeProjection.create(kept ++ results,
+      (if (direct.isEmpty || streamed) kept else inputs) ++ results)
+
     override def next(): Batch = {
+      if (streamed) {
+        val coded: Array[Scoring#Coded] = scorings.map(s => new s.Coded(batchSize): Scoring#Coded).toArray
+        var n = 0
+        while (n < batchSize && iter.hasNext) {
+          val row = iter.next()
+          var f = 0
+          while (f < coded.length) { coded(f).add(row); f += 1 }
+          n += 1
+        }
+        return Batch(n, null, null, coded)
+      }
       val held = new Array[InternalRow](batchSize)
       val projected = if (direct.isEmpty) Array.fill(functions.size)(new Array[InternalRow](batchSize)) else Array.empty[Array[InternalRow]]
       var n = 0
@@ -169,24 +186,25 @@ object TFBatchEvalExec {
       }
       def trimmed(a: Array[InternalRow]) = if (n == batchSize) a else java.util.Arrays.copyOf(a, n)
       val rows = trimmed(held)
-      Batch(rows, if (direct.isEmpty) projected.map(trimmed) else Array.fill(functions.size)(rows))
+      Batch(n, rows, if (direct.isEmpty) projected.map(trimmed) else Array.fill(functions.size)(rows), null)
     }
 
     /** The held rows with each function's result appended, as the operator's output rows. */
     def score(batch: Batch): Iterator[InternalRow] = {
       val scored = functions.indices.map { k =>
         val counts = mutable.LinkedHashMap[String, Long]()
-        val out = scorings(k).score(batch.args(k), counts)
+        val out = if (batch.coded != null) scorings(k).score(batch.coded(k), counts)
+          else scorings(k).score(batch.args(k), counts)
         functions(k).counter.foreach(acc => counts.foreach(acc.add))
         if (functions(k).counted) withCounts(out, counts) else out
       }.toArray
       val joined = new JoinedRow
       val held = batch.held
-      held.indices.iterator.map { i =>
+      (0 until batch.size).iterator.map { i =>
         val values = new Array[Any](scored.length)
         var k = 0
         while (k < scored.length) { values(k) = scored(k)(i); k += 1 }
-        project(joined(held(i), new GenericInternalRow(values)))
+        project(joined(if (held == null) InternalRow.empty else held(i), new GenericInternalRow(values)))
       }
     }
   }
