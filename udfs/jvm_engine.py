@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from tfos_jobs import driver_calls
 from tfos_jobs.contracts import serving as contract
@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
     from udfs.shipping import ShippedModel
 
-Engine = Literal["python", "jvm", "auto"]
-ENGINES: tuple[str, ...] = ("python", "jvm", "auto")
+Engine, ENGINES = contract.Engine, contract.ENGINES
 TOLERANCE = 1e-5  # the largest difference between the engines' probabilities (or errors, latents) `auto` accepts
 CHECK_ROWS = 64  # rows of the check batch
 DEFAULT_BATCH = 10_000  # rows per TensorFlow call when the caller gives no batch size

@@ -34,11 +34,12 @@ from typing import Any, Callable, Iterator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from benchmarks import ROOT
+from benchmarks import ROOT, sql_metrics
 from benchmarks.context import Bench, Run
 from benchmarks.harness import Figure, Result, Sample, fmt
 from tfos_jobs.config import Config, StreamConfig
 from tfos_jobs.contracts import stream as contract
+from udfs.jvm_engine import Engine
 
 NAME = "P15"  # its facts in the run, its plot in the report
 BROKER = ROOT / "scripts" / "kafka-broker"
@@ -125,14 +126,15 @@ def streaming(bench: Bench, *, alone: bool) -> None:
     record(bench, p, a, b)
 
 
-def stream_config(bench: Bench, bootstrap: str, topic: str, run: str, max_offsets: int) -> Config:
-    """The bench's 16x config streaming `topic` into `run`, from its first event."""
+def stream_config(bench: Bench, bootstrap: str, topic: str, run: str, max_offsets: int,
+                  engine: Engine = "python") -> Config:
+    """The bench's 16x config streaming `topic` into `run`, from its first event, scored by `engine`."""
     st = StreamConfig(bootstrap_servers=bootstrap, topic=topic, starting_offsets="earliest",
                       model=bench.big.predict.model, output=f"{run}/scores", quarantine=f"{run}/quarantine",
                       checkpoint=f"{run}/checkpoint", progress_log=f"{run}/micro_batches.jsonl",
                       trigger_seconds=TRIGGER_SECONDS, max_offsets_per_trigger=max_offsets,
                       stop_when_idle_seconds=IDLE_SECONDS)
-    return dataclasses.replace(bench.big, stream=st)
+    return dataclasses.replace(bench.big, stream=st, predict=dataclasses.replace(bench.big.predict, engine=engine))
 
 
 def events_of(bench: Bench, path: str) -> DataFrame:
@@ -195,12 +197,21 @@ def throughput(bench: Bench, p: Plan, bootstrap: str, root: str, rows_path: str)
         **cfg.sources, main: dataclasses.replace(cfg.sources[main], path=rows_path, filter=None)})
     runs = [0]
     batches: list[list[dict[str, Any]]] = []
+    cores = spark.sparkContext.defaultParallelism
 
-    def streamed() -> Sample:
-        runs[0] += 1
-        found = run_stream(bench, stream_config(bench, bootstrap, topic, f"{root}/stream-{runs[0]}", per_batch), p.rows)
-        batches.append(found)
-        return {"rows_per_sec": p.rows / busy_seconds(found), "micro_batches": len(found)}
+    def streamed(engine: Engine) -> Callable[[], Sample]:
+        def once() -> Sample:
+            runs[0] += 1
+            executions = sql_metrics.Executions(spark)
+            found = run_stream(bench, stream_config(bench, bootstrap, topic, f"{root}/stream-{runs[0]}", per_batch,
+                                                    engine), p.rows)
+            busy = busy_seconds(found)
+            if engine == "python":
+                batches.append(found)
+            # scoring's share of the micro-batches' task time: its task seconds over the cores' seconds while they ran
+            return {"rows_per_sec": p.rows / busy, "micro_batches": len(found),
+                    "scoring_share": executions.scoring_seconds() / (busy * cores)}
+        return once
 
     def batch() -> Sample:
         # The rows given as the main table: its static sides (regions, the events' aggregates) are
@@ -226,12 +237,16 @@ def throughput(bench: Bench, p: Plan, bootstrap: str, root: str, rows_path: str)
         written.write.mode("overwrite").parquet(f"{root}/kafka-batch")
         return {"rows_per_sec": p.rows / (time.perf_counter() - started)}
 
-    out = bench.repeat("P15b stream vs batch", {"tfos stream": streamed, "batch UDF": batch,
-                                                "batch of the Kafka records": kafka_batch})
+    out = bench.repeat("P15b stream vs batch", {"tfos stream": streamed("python"), "batch UDF": batch,
+                                                "batch of the Kafka records": kafka_batch,
+                                                "tfos stream, JVM function": streamed("jvm")})
+    jvm = out["tfos stream, JVM function"]
     return {"stream": out["tfos stream"]["rows_per_sec"], "batch": out["batch UDF"]["rows_per_sec"],
             "kafka_batch": out["batch of the Kafka records"]["rows_per_sec"],
             "per_batch": per_batch, "micro_batches": out["tfos stream"]["micro_batches"],
-            "batch_ms": [b[contract.BATCH_MS] for b in batches[-1]]}
+            "batch_ms": [b[contract.BATCH_MS] for b in batches[-1]],
+            "stream_jvm": jvm["rows_per_sec"], "micro_batches_jvm": jvm["micro_batches"],
+            "scoring_share": out["tfos stream"]["scoring_share"], "scoring_share_jvm": jvm["scoring_share"]}
 
 
 def latency(bench: Bench, p: Plan, bootstrap: str, root: str, rows_path: str) -> dict[str, Any]:
@@ -298,6 +313,12 @@ def record(bench: Bench, p: Plan, a: dict[str, Any], b: dict[str, Any]) -> None:
                 "the same Kafka records: the cost of the streaming engine (micro-batches, checkpoint, commits)",
         Figure("tfos stream", "rows/s", b["stream"]), Figure("batch of the Kafka records", "rows/s", b["kafka_batch"]),
         0.8, ">="))
+    bench.run.results.append(Result(
+        "P15j", f"tfos stream rows/s scored by the JVM function vs by the Python UDF (the same {p.rows:,} rows in "
+                f"micro-batches of {b['per_batch']:,} at most); scoring's share of the micro-batches' task time: "
+                f"{fmt(100 * median(b['scoring_share_jvm']))}% vs {fmt(100 * median(b['scoring_share']))}%",
+        Figure("tfos stream, JVM function", "rows/s", b["stream_jvm"]),
+        Figure("tfos stream, Python UDF", "rows/s", b["stream"]), 1.0, ">="))
     bench.run.facts[NAME] = {"plan": dataclasses.asdict(p), "latency": a, "throughput": b,
                               "trigger": TRIGGER_SECONDS}
     bench.run.sizes["P15 rows (throughput) / events (latency)"] = f"{p.rows:,} / {p.events:,} at {p.rate:,.0f}/s"
@@ -330,6 +351,11 @@ def section(run: Run, image: str) -> list[str]:
         "in one job, reading the rows from Parquet; on both sides the static tables (regions, the events' "
         "aggregates) are computed once and kept, outside the time measured. Stream "
         f"{fmt(median(b['stream']))} rows/s, batch {fmt(median(b['batch']))} rows/s (medians).", "",
+        f"**Scored in the JVM (P15j).** The same runs with `predict.engine = \"jvm\"`: "
+        f"{fmt(median(b['stream_jvm']))} rows/s. Scoring's share of the micro-batches' task time (Spark's own metrics "
+        "of the scoring operator, summed over tasks, over the cores' time from the first micro-batch's start to the "
+        f"last one's end): JVM function {fmt(100 * median(b['scoring_share_jvm']))}%, Python UDF "
+        f"{fmt(100 * median(b['scoring_share']))}% (medians).", "",
         f"**Where the difference goes (P15c).** The stream's own work run as one batch job over the same Kafka records "
         f"(read with the stream's fetch sizes, parsed from JSON, joined, scored, written): {fmt(median(b['kafka_batch']))} "
         "rows/s. Reading and parsing JSON from Kafka costs what separates it from the Parquet batch; what separates "

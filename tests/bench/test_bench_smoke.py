@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import CENSUS, ROOT
 
 P14 = ("P14a", "P14b", "P14c", "P14d", "P14e")
-P15 = ("P15a", "P15b", "P15c")
+P15 = ("P15a", "P15b", "P15c", "P15j")
 P16 = ("P16a", "P16b")
 P18 = ("P18a", "P18b", "P18c")
 P19 = ("P19a", "P19b", "P19c")

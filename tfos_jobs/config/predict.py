@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping, Union
 
 from tfos_jobs.config.sources import SourceConfig, unknown
+from tfos_jobs.contracts.serving import Engine
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class PredictConfig:
     batch_size: int = 10_000  # rows per call of the model (each function its own, whatever the Arrow batches)
     # where the function scores: "python" (an Arrow UDF in a Python worker), "jvm" (TensorFlow Java inside the
     # executor JVM), "auto" (the JVM when it answers a check batch as Python does, else Python, saying why)
-    engine: Literal["python", "jvm", "auto"] = "python"
+    engine: Engine = "python"
 
     def errors(self, sources: Mapping[str, SourceConfig]) -> list[str]:
         errs = [] if self.input is None else unknown(sources, "predict.input", self.input)
