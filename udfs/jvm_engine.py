@@ -17,6 +17,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tfos_jobs import driver_calls
+from tfos_jobs.config import predict as predict_config
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.features.spec import (CategoricalFeature, FeatureSpec, KeyFeature, ListFeature, NumericFeature,
                                      SequenceFeature, TextFeature, VectorFeature)
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from udfs.shipping import ShippedModel
 
-Engine, ENGINES = contract.Engine, contract.ENGINES
+Engine, ENGINES = predict_config.Engine, predict_config.ENGINES
 TOLERANCE = 1e-5  # the largest difference between the engines' probabilities (or errors, latents) `auto` accepts
 CHECK_ROWS = 64  # rows of the check batch
 DEFAULT_BATCH = 10_000  # rows per TensorFlow call when the caller gives no batch size

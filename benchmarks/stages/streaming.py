@@ -39,7 +39,7 @@ from benchmarks.context import Bench, Run
 from benchmarks.harness import Figure, Result, Sample, fmt
 from tfos_jobs.config import Config, StreamConfig
 from tfos_jobs.contracts import stream as contract
-from udfs.jvm_engine import Engine
+from tfos_jobs.config.predict import Engine
 
 NAME = "P15"  # its facts in the run, its plot in the report
 BROKER = ROOT / "scripts" / "kafka-broker"

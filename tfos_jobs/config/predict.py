@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping, Union
+from typing import Literal, Mapping, Union, get_args
 
 from tfos_jobs.config.sources import SourceConfig, unknown
-from tfos_jobs.contracts.serving import Engine
+
+# where the prediction function scores: "python" (an Arrow UDF in a Python worker), "jvm" (TensorFlow Java inside the
+# executor JVM), "auto" (the JVM when it answers a check batch as Python does, else Python, saying why)
+Engine = Literal["python", "jvm", "auto"]
+ENGINES: tuple[str, ...] = get_args(Engine)
 
 
 @dataclass(frozen=True)
@@ -23,8 +27,7 @@ class PredictConfig:
     # the partitions this run writes; append: add the rows to it.
     mode: Literal["create", "overwrite", "overwrite_partitions", "append"] = "create"
     batch_size: int = 10_000  # rows per call of the model (each function its own, whatever the Arrow batches)
-    # where the function scores: "python" (an Arrow UDF in a Python worker), "jvm" (TensorFlow Java inside the
-    # executor JVM), "auto" (the JVM when it answers a check batch as Python does, else Python, saying why)
+    # where the function scores (ENGINES)
     engine: Engine = "python"
 
     def errors(self, sources: Mapping[str, SourceConfig]) -> list[str]:

@@ -4,7 +4,7 @@
 SQL (`probability`, `label`, `value`) are part of it."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING
 
 from tfos_jobs.contracts.dataset import MANIFEST, SPEC, STATS, VOCAB
 from tfos_jobs.tasks import Task
@@ -23,10 +23,6 @@ EXAMPLES_INPUT = "examples"  # the input of EXAMPLES_SIGNATURE
 # SERVING_SIGNATURE: CODES_STRINGS, the distinct values of the categorical inputs; CODES_CODES
 # [len(spec.categorical), rows] int32, each row's index into them; CODES_NUMBERS
 # [len(spec.numeric), rows] float32, nulls filled. Both in spec order. Other models lack it.
-# where the prediction function scores (`predict.engine`): "python" (an Arrow UDF in a Python worker), "jvm"
-# (TensorFlow Java inside the executor JVM), "auto" (the JVM when it answers a check batch as Python does)
-Engine = Literal["python", "jvm", "auto"]
-ENGINES: tuple[str, ...] = get_args(Engine)
 CODES_SIGNATURE = "serving_codes"
 CODES_STRINGS, CODES_CODES, CODES_NUMBERS = "strings", "codes", "numbers"
 # A built-in model with text inputs: SERVING_SIGNATURE's inputs, but each text as its token ids, [rows, width] int64

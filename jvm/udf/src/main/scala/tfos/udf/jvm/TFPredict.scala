@@ -131,7 +131,9 @@ object TFBatchEvalExec {
   /** A partition's rows in batches of the functions' batch size, scored. When every argument is one of the input's
     * columns (as a struct of the columns becomes once the optimizer has taken it apart), each input row is held as it
     * is and the models read their inputs where they are; otherwise each function's arguments are projected. Rows are
-    * copied as they come: an operator's iterator may hand out one row object, refilled each time. */
+    * copied as they come (an operator's iterator may hand out one row object, refilled each time), unless nothing of
+    * them is held: then each row is read into its batch as it comes (`streamed`), and the time scoring
+    * (`scoreTime`) leaves that reading out. */
   final class Batches(functions: Seq[TFPredict], inputs: Seq[Attribute], kept: Seq[Attribute],
                       results: Seq[Attribute], iter: Iterator[InternalRow]) extends Iterator[Batch] {
     private val batchSize = math.max(1, functions.map(_.plan.batchSize).min)
@@ -148,15 +150,15 @@ object TFBatchEvalExec {
       val types = functions(k).children.map(_.dataType)
       direct.fold(new Scoring(functions(k).plan, types))(ordinals => new Scoring(functions(k).plan, types, ordinals(k)))
     }
-    def close(): Unit = scorings.foreach(_.close())
-
-    override def hasNext: Boolean = iter.hasNext
-
     // nothing to hold when no input column goes on and every model takes codes: each row read as it comes, not copied
     private val streamed = direct.isDefined && kept.isEmpty && scorings.forall(_.coded)
     // the output row: the held row (an input row, or the kept columns; none when streamed) joined with the results
     private val project = UnsafeProjection.create(kept ++ results,
       (if (direct.isEmpty || streamed) kept else inputs) ++ results)
+
+    def close(): Unit = scorings.foreach(_.close())
+
+    override def hasNext: Boolean = iter.hasNext
 
     override def next(): Batch = {
       if (streamed) {
