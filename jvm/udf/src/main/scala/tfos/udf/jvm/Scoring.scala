@@ -114,6 +114,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
   private val model = SavedModels.acquire(plan)
   private val inputs = plan.inputs.toArray
   private val readers = inputs.zip(types).map { case (input, t) => InputReader(input, t) }
+  private val defaultTexts = inputs.map(input => UTF8String.fromString(input.defaultText)) // what a null becomes
   private val classes = plan.classes.map(UTF8String.fromString).toArray
 
   override def close(): Unit = SavedModels.release(model)
@@ -130,7 +131,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
       val feeds = new java.util.HashMap[String, Tensor]()
       try {
         var i = 0
-        while (i < inputs.length) { feeds.put(inputs(i).name, tensor(inputs(i), readers(i), rows, ordinals(i), counts)); i += 1 }
+        while (i < inputs.length) { feeds.put(inputs(i).name, tensor(i, rows, counts)); i += 1 }
         call(model.function, feeds, rows.length, counts)
       } finally feeds.values().asScala.foreach(_.close())
     }
@@ -208,7 +209,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
             val offsetAndSize = unsafe.getLong(o)
             indexes(c).code(unsafe.getBaseObject, unsafe.getBaseOffset + (offsetAndSize >>> 32), offsetAndSize.toInt)
           } else {
-            var v = if (row.isNullAt(o)) { nulls(c) += 1; UTF8String.fromString(inputs(categorical(c)).defaultText) }
+            var v = if (row.isNullAt(o)) { nulls(c) += 1; defaultTexts(categorical(c)) }
               else readers(categorical(c)).text(row, o)
             if (v.numBytes() > limits(c) && v.numChars() > limits(c)) { cut(c) += 1; v = v.substring(0, limits(c)) }
             indexes(c).code(v)
@@ -263,8 +264,9 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
       }
   }
 
-  private def tensor(input: PlanInput, reader: InputReader, rows: Array[InternalRow], at: Int,
-                     counts: mutable.Map[String, Long]): Tensor = {
+  /** Input `i`'s tensor for the batch `rows`. */
+  private def tensor(i: Int, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Tensor = {
+    val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
     val n = rows.length
     val dtype = model.inputTypes.getOrElse(input.name, throw new IllegalStateException(
       s"the SavedModel's ${plan.signature} has no input '${input.name}'; it has ${model.inputTypes.keys.mkString(", ")}"))
@@ -275,7 +277,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
         var nulls, cut, unseen = 0L
         var r = 0
         while (r < n) {
-          var v = if (rows(r).isNullAt(at)) { nulls += 1; UTF8String.fromString(input.defaultText) } else reader.text(rows(r), at)
+          var v = if (rows(r).isNullAt(at)) { nulls += 1; defaultTexts(i) } else reader.text(rows(r), at)
           if (input.maxLength >= 0 && v.numBytes() > input.maxLength && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
           if (vocab.exists(!_.contains(v))) unseen += 1
           values(r) = v.getBytes
