@@ -264,102 +264,126 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
       }
   }
 
-  /** Input `i`'s tensor for the batch `rows`. */
+  /** Input `i` of a batch's rows as its tensor. One method per kind: a single method holding them all was compiled
+    * (C2) again and again, each time for over a second of a core, long after the first rows. */
   private def tensor(i: Int, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Tensor = {
-    val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
-    val n = rows.length
+    val input = inputs(i)
     val dtype = model.inputTypes.getOrElse(input.name, throw new IllegalStateException(
       s"the SavedModel's ${plan.signature} has no input '${input.name}'; it has ${model.inputTypes.keys.mkString(", ")}"))
     input.kind match {
-      case "string" =>
-        val vocab = model.vocabularies.get(input.name)
-        val values = new Array[Array[Byte]](n)
-        var nulls, cut, unseen = 0L
-        var r = 0
-        while (r < n) {
-          var v = if (rows(r).isNullAt(at)) { nulls += 1; defaultTexts(i) } else reader.text(rows(r), at)
-          if (input.maxLength >= 0 && v.numBytes() > input.maxLength && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
-          if (vocab.exists(!_.contains(v))) unseen += 1
-          values(r) = v.getBytes
-          r += 1
-        }
-        tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
-        TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
-      case "number" =>
-        val values = new Array[Double](n)
-        var filled = 0L
-        var r = 0
-        while (r < n) {
-          val v = if (rows(r).isNullAt(at)) Double.NaN else reader.number(rows(r), at)
-          values(r) = if (v.isNaN) { filled += 1; input.defaultNumber } else v
-          r += 1
-        }
-        tally(counts, input.nullKey, filled)
-        numbers(dtype, Shape.of(n.toLong), values, input.name)
-      case "text" => // the raw text (the graph tokenizes it); its words counted here by the same rule
-        val vocab = model.vocabularies.get(input.name)
-        val values = new Array[Array[Byte]](n)
-        var nulls, cut, unseen = 0L
-        var r = 0
-        while (r < n) {
-          val text = if (rows(r).isNullAt(at)) { nulls += 1; "" } else rows(r).getUTF8String(at).toString
-          val words = Scoring.words(text)
-          if (words.length > input.maxLength) cut += 1
-          val kept = words.take(input.maxLength)
-          val tokens = if (input.ngrams == 2) kept ++ kept.sliding(2).filter(_.length == 2).map(_.mkString(" ")) else kept
-          vocab.foreach(v => unseen += tokens.count(t => !v.contains(UTF8String.fromString(t))))
-          values(r) = text.getBytes(StandardCharsets.UTF_8)
-          r += 1
-        }
-        tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
-        TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
-      case "list" => // [rows, max_length] elements as prepare stores them: nulls and empties left out, cut, padded
-        val vocab = model.vocabularies.get(input.name)
-        val w = input.width
-        val pad = UTF8String.fromString(input.defaultText).getBytes
-        val values = new Array[Array[Byte]](n * w)
-        java.util.Arrays.fill(values.asInstanceOf[Array[AnyRef]], pad)
-        var nulls, cut, unseen = 0L
-        var r = 0
-        while (r < n) {
-          if (rows(r).isNullAt(at)) nulls += 1
-          else {
-            val elements = rows(r).getArray(at)
-            var kept, k = 0
-            while (k < elements.numElements()) {
-              val e = if (elements.isNullAt(k)) null else reader.element(elements, k)
-              if (e == null || e.numBytes() == 0) nulls += 1
-              else {
-                if (kept < input.maxLength) {
-                  if (vocab.exists(!_.contains(e))) unseen += 1
-                  values(r * w + kept) = e.getBytes
-                }
-                kept += 1
-              }
-              k += 1
-            }
-            if (kept > input.maxLength) cut += 1
-          }
-          r += 1
-        }
-        tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
-        TString.tensorOfBytes(NdArrays.wrap(Shape.of(n.toLong, w.toLong), DataBuffers.ofObjects(values: _*)))
+      case "string" => categories(i, rows, counts)
+      case "number" => numbers(dtype, Shape.of(rows.length.toLong), scalars(i, rows, counts), input.name)
+      case "text" => texts(i, rows, counts)
+      case "list" => lists(i, rows, counts)
       case kind => // "window" or "vector": [rows, width]
-        val w = input.width
-        val values = new Array[Double](n * w)
-        var nulls = 0L
-        var r = 0
-        while (r < n) {
-          if (rows(r).isNullAt(at)) {
-            if (kind == "window") throw new IllegalArgumentException(
-              s"column '${input.name}' (sequence feature): the model takes windows of $w values, row $r of a batch has a null")
-            nulls += 1 // a null vector: zeros
-          } else reader.fill(rows(r).getArray(at), values, r * w, w, r)
-          r += 1
-        }
-        tally(counts, input.nullKey, nulls)
-        numbers(dtype, Shape.of(n.toLong, w.toLong), values, input.name)
+        numbers(dtype, Shape.of(rows.length.toLong, input.width.toLong), dense(i, kind == "window", rows, counts), input.name)
     }
+  }
+
+  private def categories(i: Int, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Tensor = {
+    val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
+    val vocab = model.vocabularies.get(input.name)
+    val values = new Array[Array[Byte]](rows.length)
+    var nulls, cut, unseen = 0L
+    var r = 0
+    while (r < rows.length) {
+      var v = if (rows(r).isNullAt(at)) { nulls += 1; defaultTexts(i) } else reader.text(rows(r), at)
+      if (input.maxLength >= 0 && v.numBytes() > input.maxLength && v.numChars() > input.maxLength) { cut += 1; v = v.substring(0, input.maxLength) }
+      if (vocab.exists(!_.contains(v))) unseen += 1
+      values(r) = v.getBytes
+      r += 1
+    }
+    tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
+    TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
+  }
+
+  private def scalars(i: Int, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Array[Double] = {
+    val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
+    val values = new Array[Double](rows.length)
+    var filled = 0L
+    var r = 0
+    while (r < rows.length) {
+      val v = if (rows(r).isNullAt(at)) Double.NaN else reader.number(rows(r), at)
+      values(r) = if (v.isNaN) { filled += 1; input.defaultNumber } else v
+      r += 1
+    }
+    tally(counts, input.nullKey, filled)
+    values
+  }
+
+  /** The raw texts (the graph tokenizes them); their words counted here by the same rule. */
+  private def texts(i: Int, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Tensor = {
+    val (input, at) = (inputs(i), ordinals(i))
+    val vocab = model.vocabularies.get(input.name)
+    val values = new Array[Array[Byte]](rows.length)
+    var nulls, cut, unseen = 0L
+    var r = 0
+    while (r < rows.length) {
+      val text = if (rows(r).isNullAt(at)) { nulls += 1; "" } else rows(r).getUTF8String(at).toString
+      val words = Scoring.words(text)
+      if (words.length > input.maxLength) cut += 1
+      val kept = words.take(input.maxLength)
+      val tokens = if (input.ngrams == 2) kept ++ kept.sliding(2).filter(_.length == 2).map(_.mkString(" ")) else kept
+      vocab.foreach(v => unseen += tokens.count(t => !v.contains(UTF8String.fromString(t))))
+      values(r) = text.getBytes(StandardCharsets.UTF_8)
+      r += 1
+    }
+    tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
+    TString.tensorOfBytes(NdArrays.vectorOfObjects(values: _*))
+  }
+
+  /** [rows, max_length] elements as prepare stores them: nulls and empties left out, cut, padded. */
+  private def lists(i: Int, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Tensor = {
+    val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
+    val vocab = model.vocabularies.get(input.name)
+    val (n, w) = (rows.length, input.width)
+    val pad = UTF8String.fromString(input.defaultText).getBytes
+    val values = new Array[Array[Byte]](n * w)
+    java.util.Arrays.fill(values.asInstanceOf[Array[AnyRef]], pad)
+    var nulls, cut, unseen = 0L
+    var r = 0
+    while (r < n) {
+      if (rows(r).isNullAt(at)) nulls += 1
+      else {
+        val elements = rows(r).getArray(at)
+        var kept, k = 0
+        while (k < elements.numElements()) {
+          val e = if (elements.isNullAt(k)) null else reader.element(elements, k)
+          if (e == null || e.numBytes() == 0) nulls += 1
+          else {
+            if (kept < input.maxLength) {
+              if (vocab.exists(!_.contains(e))) unseen += 1
+              values(r * w + kept) = e.getBytes
+            }
+            kept += 1
+          }
+          k += 1
+        }
+        if (kept > input.maxLength) cut += 1
+      }
+      r += 1
+    }
+    tally(counts, input.nullKey, nulls); tally(counts, input.truncatedKey, cut); tally(counts, input.unseenKey, unseen)
+    TString.tensorOfBytes(NdArrays.wrap(Shape.of(n.toLong, w.toLong), DataBuffers.ofObjects(values: _*)))
+  }
+
+  /** A window's or vector's values, [rows, width] flattened: a null vector is zeros, a null window an error. */
+  private def dense(i: Int, window: Boolean, rows: Array[InternalRow], counts: mutable.Map[String, Long]): Array[Double] = {
+    val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
+    val w = input.width
+    val values = new Array[Double](rows.length * w)
+    var nulls = 0L
+    var r = 0
+    while (r < rows.length) {
+      if (rows(r).isNullAt(at)) {
+        if (window) throw new IllegalArgumentException(
+          s"column '${input.name}' (sequence feature): the model takes windows of $w values, row $r of a batch has a null")
+        nulls += 1 // a null vector: zeros
+      } else reader.fill(rows(r).getArray(at), values, r * w, w, r)
+      r += 1
+    }
+    tally(counts, input.nullKey, nulls)
+    values
   }
 
   private def numbers(dtype: TFType, shape: Shape, values: Array[Double], name: String): Tensor = dtype match {
