@@ -1,7 +1,8 @@
 """`tfos stream` under Spark's real-time trigger (`stream.mode = "real_time"`): rows of features from Kafka scored inside
 the executor JVM as they arrive, to an output topic, as the batch function scores them; each event's latency (its output
 record's Kafka timestamp minus its input record's) measured at a steady 1,500 events/s and reported; a malformed event
-sent on with its reason; the sensor stream's per-asset windows refused."""
+sent on with its reason; every event out at least once across a kill and a restart; the sensor stream's per-asset
+windows refused."""
 from __future__ import annotations
 
 import json
@@ -183,7 +184,7 @@ def test_a_killed_real_time_stream_restarts_and_every_event_comes_out(spark, kaf
         wait_for_line(log, "in real time", proc)
         send_steadily(kafka, topic, before, 500)
         output_after(kafka, out_topic, {str(v[KEY]) for v in before})
-        send_steadily(kafka, topic, during[:1000], 500)  # the kill comes while these arrive
+        send_steadily(kafka, topic, during[:1000], 500)  # the kill comes as the last of these are scored
     finally:
         kill_group(proc)
     send_steadily(kafka, topic, during[1000:], 500)  # sent while no stream runs
