@@ -38,6 +38,11 @@ QUERY_NAME = "tfos_stream_real_time"
 # ships waits 0): a request per scored event costs the broker and the producer more CPU than the events themselves.
 # Each record's timestamp is taken when it is sent, before the wait.
 LINGER_MS = 5
+# Spark writes each entry of a checkpoint's logs to a hidden temporary file (".0.<uuid>.tmp", and its ".crc" on a local
+# disk) and renames it into place: a run killed between the two leaves the temporary file, and when no batch had been
+# committed yet the next start refuses the checkpoint ("commits should be empty on batch 0"). No query runs on the
+# checkpoint when this one starts, so such files are debris.
+CHECKPOINT_LOGS = ("commits", "offsets")
 PREDICTION = "__prediction"
 POLL_SECONDS = 0.5
 REFUSED = ("stream.mode: \"real_time\" keeps no state, and a sensor model's windows are cut per asset from the readings "
@@ -72,6 +77,13 @@ def outgoing(scored: DataFrame, spec: FeatureSpec, version: str) -> DataFrame:
     return scored.select(key.alias("key"), F.when(F.col(contract.REASON).isNull(), good).otherwise(bad).alias("value"))
 
 
+def unfinished_log_writes(storage: Storage, checkpoint: str) -> list[str]:
+    """The temporary files of log entries a killed run was writing (CHECKPOINT_LOGS)."""
+    return [f"{checkpoint.rstrip('/')}/{d}/{name}" for d in CHECKPOINT_LOGS
+            for name in storage.children(f"{checkpoint.rstrip('/')}/{d}")
+            if name.startswith(".") and name.endswith((".tmp", ".tmp.crc"))]
+
+
 def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = print) -> StreamSummary:
     from udfs import real_time, register
 
@@ -87,7 +99,13 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
     records = events.read(spark, dataclasses.replace(config, stream=dataclasses.replace(st, max_offsets_per_trigger=0)))
     parsed = events.parsed(records, event_schema(config, udf.spec), udf.spec)
     scored = real_time.scored(parsed, udf, column=PREDICTION, skip=contract.REASON)
-    checkpoint = Storage.as_spark_sees(spark).qualify(st.checkpoint)
+    storage = Storage.as_spark_sees(spark)
+    checkpoint = storage.qualify(st.checkpoint)
+    leftovers = unfinished_log_writes(storage, checkpoint)
+    for path in leftovers:
+        storage.delete(path)
+    if leftovers:
+        log(f"removed {len(leftovers)} unfinished write(s) a stopped run left in {checkpoint}: {', '.join(leftovers)}")
     writer = outgoing(scored, udf.spec, udf.version).writeStream.queryName(QUERY_NAME).format("kafka") \
         .option("kafka.bootstrap.servers", st.bootstrap_servers).option("topic", st.output_topic) \
         .option("checkpointLocation", checkpoint).outputMode("update").option("kafka.linger.ms", str(LINGER_MS))
