@@ -193,6 +193,7 @@ def test_a_killed_real_time_stream_restarts_and_every_event_comes_out(spark, kaf
     # what a kill while Spark writes a commit leaves (seen when no batch had been committed: Spark then refused the
     # checkpoint); the restart removes it
     commits = tmp_path / "checkpoint" / "commits"
+    commits.mkdir(parents=True, exist_ok=True)  # there from the query's start; a kill before that leaves none
     pending = 1 + max([int(p.name) for p in commits.iterdir() if p.name.isdigit()], default=-1)
     (commits / f".{pending}.0b9c1a2e-killed.tmp").write_bytes(b"")
     send_steadily(kafka, topic, during[1000:], 500)  # sent while no stream runs
