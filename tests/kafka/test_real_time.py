@@ -92,6 +92,16 @@ def wait_for_line(log, text: str, proc: subprocess.Popen, timeout: float = WAIT)
         time.sleep(0.5)
 
 
+def stream_command(overrides: list[str], kafka, topic: str, out_topic: str, checkpoint, *, batch_seconds: float
+                   ) -> list[str]:
+    """`tfos stream` in real-time mode on the census model, from `topic` to `out_topic`, local[2]."""
+    sets = [*overrides, f"stream.bootstrap_servers=\"{kafka.bootstrap}\"", f"stream.topic={topic}",
+            f"stream.output_topic={out_topic}", f"stream.checkpoint={checkpoint}", "stream.mode=real_time",
+            f"stream.real_time_batch_seconds={batch_seconds:g}", "spark.master=local[2]",
+            "spark.conf.spark.ui.showConsoleProgress=false"]
+    return [str(BIN / "tfos"), "stream", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+
+
 def test_each_event_is_scored_as_it_arrives(spark, kafka, census_model, tmp_path):
     from udfs import register
 
@@ -101,11 +111,7 @@ def test_each_event_is_scored_as_it_arrives(spark, kafka, census_model, tmp_path
     topic, out_topic = "rt-people", "rt-people-scored"
     kafka.create_topic(topic, partitions=1)
     kafka.create_topic(out_topic, partitions=1)
-    sets = [*overrides, f"stream.bootstrap_servers=\"{kafka.bootstrap}\"", f"stream.topic={topic}",
-            f"stream.output_topic={out_topic}", f"stream.checkpoint={tmp_path / 'checkpoint'}",
-            "stream.mode=real_time", "stream.real_time_batch_seconds=120", "spark.master=local[2]",
-            "spark.conf.spark.ui.showConsoleProgress=false"]
-    cmd = [str(BIN / "tfos"), "stream", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+    cmd = stream_command(overrides, kafka, topic, out_topic, tmp_path / "checkpoint", batch_seconds=120)
 
     # warm: the first events load the model on the executor; the run measured starts once they are out
     log = tmp_path / "stream.log"
@@ -173,11 +179,7 @@ def test_a_killed_real_time_stream_restarts_and_every_event_comes_out(spark, kaf
     topic, out_topic = "rt-restart", "rt-restart-scored"
     kafka.create_topic(topic, partitions=2)
     kafka.create_topic(out_topic, partitions=1)
-    sets = [*overrides, f"stream.bootstrap_servers=\"{kafka.bootstrap}\"", f"stream.topic={topic}",
-            f"stream.output_topic={out_topic}", f"stream.checkpoint={tmp_path / 'checkpoint'}",
-            "stream.mode=real_time", "stream.real_time_batch_seconds=5", "spark.master=local[2]",
-            "spark.conf.spark.ui.showConsoleProgress=false"]
-    cmd = [str(BIN / "tfos"), "stream", "--config", str(CENSUS), *[a for s in sets for a in ("--set", s)]]
+    cmd = stream_command(overrides, kafka, topic, out_topic, tmp_path / "checkpoint", batch_seconds=5)
     keyed = [dict(p, **{KEY: n}) for n, p in enumerate((people * (6000 // len(people) + 1))[:6000])]
     before, during, after = keyed[:2000], keyed[2000:4000], keyed[4000:]
 

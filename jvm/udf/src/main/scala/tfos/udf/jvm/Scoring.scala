@@ -337,7 +337,7 @@ final class Scoring(plan: ScoringPlan, types: Seq[DataType], ordinals: Array[Int
     val (input, reader, at) = (inputs(i), readers(i), ordinals(i))
     val vocab = model.vocabularies.get(input.name)
     val (n, w) = (rows.length, input.width)
-    val pad = UTF8String.fromString(input.defaultText).getBytes
+    val pad = defaultTexts(i).getBytes
     val values = new Array[Array[Byte]](n * w)
     java.util.Arrays.fill(values.asInstanceOf[Array[AnyRef]], pad)
     var nulls, cut, unseen = 0L
