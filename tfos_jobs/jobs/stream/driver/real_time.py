@@ -133,6 +133,9 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
                             stopped_by=signalled[0] if signalled else "the query ended")
     summary.batches = len(running.recentProgress)
     summary.events = sum(int(p.numInputRows or 0) for p in running.recentProgress)
-    log(f"stream stopped ({summary.stopped_by}) after {summary.seconds} s: {summary.batches:,} real-time batches, "
-        f"{summary.events:,} events")
+    # Spark reports a real-time batch's events when the batch ends: those of the batch running at the stop went out as
+    # they were scored, uncounted
+    log(f"stream stopped ({summary.stopped_by}) after {summary.seconds} s: {summary.batches:,} real-time batch(es) "
+        f"ended, {summary.events:,} events in them; the events of the batch running at the stop (it would have ended "
+        f"after {st.real_time_batch_seconds:g} s) are not counted here")
     return summary
