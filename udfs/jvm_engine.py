@@ -228,10 +228,19 @@ def _close(a: Any, b: Any) -> bool:
 
 def _cause(message: str) -> str:
     """The innermost error of a failed query's message: TensorFlow's own line where there is one."""
+    if any(f"{kind}: org{sep}tensorflow{sep}" in message for kind in ("NoClassDefFoundError", "ClassNotFoundException")
+           for sep in "/."):
+        return NO_TFJAVA_ON_EXECUTORS
     lines = [s.strip() for s in message.splitlines() if s.strip()]
     found = [s for s in lines if "Op type not registered" in s or "TFRuntimeException" in s or "TensorFlowException" in s]
     caused = [s for s in lines if s.startswith("Caused by:")]
     return _first_line((found or caused or lines or [message])[0].removeprefix("Caused by: "))[:400]
+
+
+NO_TFJAVA_ON_EXECUTORS = (
+    "the executors do not have TensorFlow Java's classes: a Spark Connect client's session sees only the jars its "
+    "server started with (start it with `tfos connect-server`, or give spark-submit --jars the jars of "
+    "tfos_jobs/jars/tfjava beside the package's jar)")
 
 
 def _first_line(message: str) -> str:

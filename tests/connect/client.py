@@ -12,7 +12,7 @@ classic session (`--master local-cluster[...]`). Each step prints one JSON line:
   sweep     two single-process trials, in parallel
   stream    the people's rows replayed into Kafka, scored by `api.stream` as they arrive
   bags      a table of texts, lists, a vector and a hashed id the client holds: prepared, trained (one
-            process), scored in SQL with `struct(*)`
+            process), scored in SQL with `struct(*)`, by the Python UDF and inside the executor JVM
   jvm       whether this process has a JVM (a gateway, or a java child process)
 """
 from __future__ import annotations
@@ -219,8 +219,13 @@ def bags_step(spark, work: Path) -> None:
     api.register(spark, name="predict_kinds", model=result)
     spark.createDataFrame(table(BAG_SCORED, seed=2), SCHEMA).createOrReplaceTempView("client_kinds")
     scored = spark.sql("SELECT id, predict_kinds(struct(*)) AS p FROM client_kinds").collect()
+    # the same model scored inside the executor JVM, registered from this process
+    jvm = api.register(spark, name="predict_kinds_jvm", model=result, engine="jvm")
+    in_jvm = spark.sql("SELECT id, predict_kinds_jvm(struct(*)) AS p FROM client_kinds").collect()
     emit("bags", vocabularies=sorted(manifest.vocabulary_sizes), saved_model=result.saved_model,
-         probabilities={r["id"]: r["p"]["probability"] for r in scored})
+         probabilities={r["id"]: r["p"]["probability"] for r in scored}, jvm_engine=jvm.engine,
+         jvm={r["id"]: [r["p"]["probability"], r["p"]["label"]] for r in in_jvm},
+         labels={r["id"]: r["p"]["label"] for r in scored})
 
 
 def foreign_step(spark, work: Path) -> None:

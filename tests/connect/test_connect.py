@@ -78,8 +78,9 @@ def test_every_step_of_the_api_runs_from_a_connect_client_as_from_a_classic_sess
 
 def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_connect_client(connect_server, tmp_path):
     """A client without a JVM holds a table of texts, lists, a vector and a hashed id: it prepares it, trains on it (one
-    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers; serves a
-    SavedModel of its own by its signature; and fits, saves, loads and applies a Spark ML Pipeline with TFEstimator."""
+    process) and scores rows it uploaded with `predict_kinds(struct(*))`, the SavedModel's numbers, in a Python worker
+    and inside the executor JVM; serves a SavedModel of its own by its signature; and fits, saves, loads and applies a
+    Spark ML Pipeline with TFEstimator."""
     import numpy as np
     import tensorflow as tf
 
@@ -98,6 +99,13 @@ def test_texts_lists_and_vectors_are_prepared_trained_and_scored_in_sql_from_a_c
                      emb=tf.constant([r[4] for r in rows], tf.float32),
                      user=tf.constant([r[5] for r in rows]))["probability"].numpy()
     np.testing.assert_allclose([got[r[0]] for r in rows], expected, atol=1e-6)
+    # the same function inside the executor JVM (engine "jvm", registered from the client): the same labels, the
+    # probabilities within 1e-5
+    assert bags["jvm_engine"] == "jvm"
+    in_jvm = {int(k): v for k, v in bags["jvm"].items()}
+    assert sorted(in_jvm) == sorted(got)
+    assert {k: v[1] for k, v in in_jvm.items()} == {int(k): v for k, v in bags["labels"].items()}
+    np.testing.assert_allclose([in_jvm[k][0] for k in sorted(got)], [got[k] for k in sorted(got)], atol=1e-5)
     # a SavedModel tfos did not export, served by its signature: a null argument gives a null result
     assert steps["foreign"]["totals"] == [5.0, 6.0, None]
     # a Pipeline with TFEstimator fitted, saved, loaded and applied from the client, as from a classic session

@@ -67,6 +67,11 @@ def test_the_connect_server_gets_the_same_executor_settings():
     assert settings[python_daemon.SETTING] == python_daemon.MODULE
     assert settings[session_builder.PLUGINS] == f"x.Y,{session_builder.WARM_UP_PLUGIN}"
     assert settings["spark.executorEnv.PYSPARK_PYTHON"] == "/opt/py/bin/python"
+    # its clients' sessions are isolated on the executors: TensorFlow Java's jars come with the server's own
+    jars = line[line.index("--jars") + 1].split(",")
+    assert jars[0] == str(session_builder.tfrecord_jar())
+    tfjava = sorted(str(p) for p in session_builder.TFJAVA_JARS.glob("*.jar"))
+    assert tfjava and all(j in jars for j in tfjava)
 
 
 def test_each_node_waits_for_the_servers_its_strategy_connects_to():

@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tfos_jobs import config as config_mod
 from tfos_jobs.api.training import TrainResult
 from tfos_jobs.config import Config
+from tfos_jobs.config.predict import Engine
 from tfos_jobs.contracts.metrics import Evaluation
 from tfos_jobs.contracts.model_dir import ModelDir
 from tfos_jobs.contracts.prediction import PredictionSummary
@@ -24,11 +25,14 @@ Log = Callable[[str], None]
 
 
 def register(spark: SparkSession, *, name: str, model: str | TrainResult | ModelDir, batch_size: int | None = None,
-             tracking_uri: str | None = None) -> PredictionUdf:
+             tracking_uri: str | None = None, engine: Engine = "python") -> PredictionUdf:
     """Register `name` as a Spark SQL function scoring with the SavedModel trained into `model`
     (what `train` returned, a model directory on any filesystem or its `ModelDir`, or
     `models:/NAME@alias` in the MLflow registry at `tracking_uri`, else MLFLOW_TRACKING_URI),
     `batch_size` rows per call; it also builds Columns for the DataFrame API (docs/serving.md).
+    `engine` is where it scores: "python" (a Python worker), "jvm" (TensorFlow Java in the executor JVM, no
+    Python worker) or "auto" (the JVM when it answers a check batch as Python does, else Python, saying why);
+    the same from a classic session and from a Spark Connect client.
 
     Returns
     -------
@@ -44,7 +48,7 @@ def register(spark: SparkSession, *, name: str, model: str | TrainResult | Model
     from udfs import register as register_udf
 
     return register_udf(spark, name, _model_dir(model), batch_size=batch_size, setting="model",
-                        resolve=resolver(tracking_uri))
+                        resolve=resolver(tracking_uri), engine=engine)
 
 
 def register_saved_model(spark: SparkSession, *, name: str, model: str, signature: str = "serving_default",

@@ -1,7 +1,8 @@
 """`tfos connect-server`: a Spark Connect server for clients of this package, started with what
 it needs: the package's jar on its class path (the TFRecord data source, the nodes' inputs, the
-driver calls, the relay of the control channel), Spark's Kafka connector where it was fetched,
-and the package's Python for the executors' workers, with their fixed environment.
+driver calls, the relay of the control channel), TensorFlow Java's jars (the prediction function
+in the executor JVM), Spark's Kafka connector where it was fetched, and the package's Python for
+the executors' workers, with their fixed environment.
 
     tfos connect-server start --dir DIR [--master local-cluster[2,1,2048]] [--port 15002] [--conf K=V ...]
     tfos connect-server stop --dir DIR
@@ -34,10 +35,14 @@ STOP_GRACE = 30.0
 
 def command(*, master: str, port: int, python: str, conf: Mapping[str, str] | None = None) -> list[str]:
     """The spark-submit command line of a server for this package's clients."""
-    from tfos_jobs.session_builder import KAFKA_JARS, executor_settings, tfrecord_jar
+    from tfos_jobs.session_builder import KAFKA_JARS, TFJAVA_JARS, executor_settings, tfrecord_jar
     from tfos_jobs.deploy.submit import spark_submit
 
-    jars = [str(tfrecord_jar()), *sorted(str(p) for p in KAFKA_JARS.glob("*.jar"))]
+    # TensorFlow Java's too: a client's session is isolated on the executors, which load its classes from the jars the
+    # server started with and the session's own artifacts, not from jars added to the application later (as a classic
+    # session's prediction function in the JVM adds them)
+    jars = [str(tfrecord_jar()), *sorted(str(p) for p in KAFKA_JARS.glob("*.jar")),
+            *sorted(str(p) for p in TFJAVA_JARS.glob("*.jar"))]
     given = {"spark.executorEnv.PYSPARK_PYTHON": python, **dict(conf or {})}
     settings = {PORT_SETTING: str(port), "spark.pyspark.python": python, "spark.sql.session.timeZone": "UTC",
                 **given, **executor_settings(given)}

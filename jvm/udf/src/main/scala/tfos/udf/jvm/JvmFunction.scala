@@ -23,7 +23,7 @@ object JvmFunction {
 
   def register(session: SparkSession, name: String, planJson: String, inputsJson: String, countedName: String,
                valueField: String, countsField: String): Unit = {
-    val plan = ScoringPlan.parse(planJson)
+    val plan = ScoringPlan.parse(planJson).copy(session = org.apache.spark.tfos.SessionFiles.current())
     val inputs = PredictionFunction.parse(inputsJson)
     require(inputs.map(_.name) == plan.inputs.map(_.name),
       s"$name: the inputs checked (${inputs.map(_.name).mkString(", ")}) are not the model's (${plan.inputs.map(_.name).mkString(", ")})")

@@ -7,7 +7,7 @@ import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
-import org.apache.spark.{SparkEnv, SparkFiles}
+import org.apache.spark.SparkEnv
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, SpecializedGetters, UnsafeArrayData, UnsafeRow}
 import org.apache.spark.sql.catalyst.util.ArrayData
@@ -72,7 +72,7 @@ object SavedModels {
   def acquire(plan: ScoringPlan): LoadedModel = synchronized {
     val key = s"${plan.archive}@${plan.signature}"
     val entry = Option(entries.get(key)).getOrElse {
-      val made = new Entry(new LoadedModel(SparkFiles.get(plan.archive), plan))
+      val made = new Entry(new LoadedModel(org.apache.spark.tfos.SessionFiles.get(plan.archive, plan.session), plan))
       entries.put(key, made)
       byModel.put(made.model, made)
       while (entries.size > Capacity) {

@@ -21,7 +21,10 @@ final case class ScoringPlan(
     batchSize: Int,
     // a wide & deep model's signature that takes the categorical inputs as their distinct values and a code per row
     // (`contracts.serving.CODES_SIGNATURE`): signature, then its inputs' names (strings, codes, numbers); empty: none
-    codes: Seq[String]) {
+    codes: Seq[String],
+    // the isolated session (a Spark Connect client's) that shipped the archive as its own artifact, set when the
+    // function is registered in it: the executors find the archive in that session's files
+    session: Option[String] = None) {
 
   def returnsStruct: Boolean = fields.size != 1 || task != ScoringPlan.Regression
 
