@@ -59,7 +59,8 @@ object RealTimeScoring {
         queue.put(End)
       } catch {
         case _: InterruptedException => ()
-        case e: Throwable => queue.put(new Failed(e))
+        case e: Throwable => // handed to the task, unless the task is ending (interrupted) too
+          try queue.put(new Failed(e)) catch { case _: InterruptedException => () }
       } finally TaskThreads.forget()
     }, "tfos-real-time-reader")
     reader.setDaemon(true)
