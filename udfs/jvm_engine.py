@@ -34,6 +34,7 @@ TOLERANCE = 1e-5  # the largest difference between the engines' probabilities (o
 CHECK_ROWS = 64  # rows of the check batch
 DEFAULT_BATCH = 10_000  # rows per TensorFlow call when the caller gives no batch size
 CHECK_PREFIX = "__tfos_jvm_check_"  # the JVM function's name while `auto` checks it
+SCORES_IN: dict[str, str] = {"jvm": "scoring in the executor JVM", "python": "scoring in a Python worker"}
 
 log = logging.getLogger("tfos_jobs.predict")
 

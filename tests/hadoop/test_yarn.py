@@ -89,13 +89,15 @@ def test_prepare_train_predict_on_yarn_in_cluster_mode(spark, yarn_env_archive, 
                             env_archive=yarn_env_archive, cwd=tmp_path)
     storage.write_text(f"{root}/conf/count.sql",
                        "SELECT COUNT(*) AS n, AVG(predict_income(struct(*)).probability) AS p FROM features")
-    yarn_cluster.submit(["sql", "--config", f"{root}/conf/census.toml", *paths, "-f", f"{root}/conf/count.sql",
-                         "--output", f"{root}/sql"], deploy_mode="cluster", env_archive=yarn_env_archive, cwd=tmp_path)
+    for engine in ("python", "jvm"):
+        yarn_cluster.submit(["sql", "--config", f"{root}/conf/census.toml", *paths, "--set", f"predict.engine={engine}",
+                             "-f", f"{root}/conf/count.sql", "--output", f"{root}/sql-{engine}"],
+                            deploy_mode="cluster", env_archive=yarn_env_archive, cwd=tmp_path)
 
-    apps = yarn_cluster.applications()[-4:]
+    apps = yarn_cluster.applications()[-5:]
     assert [(a["name"], a["finalStatus"]) for a in apps] == [
         ("tfos prepare", "SUCCEEDED"), ("tfos train", "SUCCEEDED"), ("tfos predict", "SUCCEEDED"),
-        ("tfos sql", "SUCCEEDED")]
+        ("tfos sql", "SUCCEEDED"), ("tfos sql", "SUCCEEDED")]
     train_app = apps[1]["id"]
     driver_out = next(text for name, text in yarn_cluster.container_logs().items()
                       if name.startswith(f"{train_app}/") and "_000001/stdout" in name)
@@ -104,8 +106,11 @@ def test_prepare_train_predict_on_yarn_in_cluster_mode(spark, yarn_env_archive, 
     assert [n["role"] for n in metrics["nodes"]] == ["chief", "worker"] and metrics["eval"]["auc"] > 0.8
     assert all(n["python"].endswith("/tfos-env/bin/python") for n in metrics["nodes"])
     assert spark.read.parquet(f"{root}/predictions").count() == PEOPLE
-    [row] = spark.read.parquet(f"{root}/sql").collect()  # the UDF, serving the model from HDFS in containers
+    [row] = spark.read.parquet(f"{root}/sql-python").collect()  # the UDF, serving the model from HDFS in containers
     assert row["n"] == PEOPLE and 0 < row["p"] < 1
+    # the same function scored in the containers' JVMs: TensorFlow Java's jars shipped by the driver in the AM
+    [jvm] = spark.read.parquet(f"{root}/sql-jvm").collect()
+    assert jvm["n"] == PEOPLE and jvm["p"] == pytest.approx(row["p"], abs=1e-6)
     assert not list(tmp_path.iterdir())  # nothing was written where it was submitted from
 
     # A model of the user's own, in the directory it is submitted from and nowhere else: `tfos submit`

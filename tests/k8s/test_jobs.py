@@ -18,6 +18,7 @@ from tests.k8s.conftest import LOGS, PEOPLE, TIMES, Cluster, submission_pod, wai
 from tests.serving.clients import dbapi
 from tfos_jobs.deploy.kubernetes import IMAGE_PACKAGE
 from tfos_jobs.resources import DEMO_QUERIES
+from udfs.jvm_engine import SCORES_IN
 
 pytestmark = pytest.mark.k8s
 
@@ -52,6 +53,9 @@ def pipeline(cluster: Cluster, dataset: str) -> dict[str, str]:
         ("train", ["train", "--config", "census", *sets(*paths, *TRAIN), "--overwrite"]),
         ("sql", ["sql", "--config", "census", *sets(*paths), "-f", f"{IMAGE_PACKAGE}/resources/conf/queries/"
                  f"{DEMO_QUERIES['rows']}", "--output", cluster.url(root + "/by_education")]),
+        ("sql (jvm)", ["sql", "--config", "census", *sets(*paths, "predict.engine=jvm"), "-f",
+                       f"{IMAGE_PACKAGE}/resources/conf/queries/{DEMO_QUERIES['rows']}",
+                       "--output", cluster.url(root + "/by_education_jvm")]),
         ("predict", ["predict", "--config", "census", *sets(*paths), "--overwrite"]),
     ]:
         out = run(cluster, name, job)
@@ -81,6 +85,15 @@ def test_the_demo_query_runs_with_the_prediction_function(cluster, pipeline):
     rows = pq.read_table(cluster.stored("k8s/pipeline/by_education")).to_pylist()
     assert len(rows) == 16 and sum(r["people"] for r in rows) == PEOPLE
     assert all(0 < r["predicted_positive_rate"] < 1 for r in rows)
+
+
+def test_the_query_gives_the_same_answer_scored_in_the_executor_pods_jvms(cluster, pipeline):
+    """TensorFlow Java's jars from the image's package, shipped by the driver pod to the executor pods."""
+    python = pq.read_table(cluster.stored("k8s/pipeline/by_education")).to_pylist()
+    jvm = pq.read_table(cluster.stored("k8s/pipeline/by_education_jvm")).to_pylist()
+    assert SCORES_IN["jvm"] in pipeline["sql (jvm)"] and SCORES_IN["python"] in pipeline["sql"]
+    key = lambda r: r["education"]  # noqa: E731
+    assert sorted(jvm, key=key) == sorted(python, key=key)
 
 
 def test_predict_scores_every_row(cluster, pipeline):

@@ -15,6 +15,7 @@ from tfos_jobs.serving.error_lines import error_line, query_errors
 from tfos_jobs.session_builder import settle_console
 from tfos_jobs.tracking.registry import resolver
 from udfs import register
+from udfs.jvm_engine import SCORES_IN
 
 FEATURES_VIEW = "features"
 WINDOWS_VIEW = "windows"
@@ -83,7 +84,8 @@ def query(spark: SparkSession, config: Config, script: str, *, model: str | None
         udf, why = None, str(e)
     views = open_views(spark, config, udf.spec if udf else config.features)
     if udf:
-        log(f"-- {udf.name}({', '.join(udf.spec.model_inputs)}) or {udf.name}(struct(...)); views: {', '.join(views)}")
+        log(f"-- {udf.name}({', '.join(udf.spec.model_inputs)}) or {udf.name}(struct(...)), "
+            f"{SCORES_IN[udf.engine]}; views: {', '.join(views)}")
     else:
         log(f"-- {fn}() is not registered ({why}); views: {', '.join(views)}")
     todo = statements(script)
