@@ -221,7 +221,7 @@ def test_a_killed_real_time_stream_restarts_and_every_event_comes_out(spark, kaf
     text = finished(proc, log2)
     assert "stream stopped (SIGTERM)" in text, text[-3000:]
     # the planted file, and any the kill itself left (it may land while Spark writes an entry)
-    removed = re.search(r"removed (\d+) unfinished write\(s\) .*", text)
+    removed = re.search(rf"removed (\d+) {re.escape(real_time.REMOVED_LEFTOVERS)} .*", text)
     assert removed and int(removed.group(1)) >= 1 and planted.name in removed.group(0), text[-3000:]
     assert not planted.exists()
 

@@ -43,6 +43,7 @@ LINGER_MS = 5
 # committed yet the next start refuses the checkpoint ("commits should be empty on batch 0"). No query runs on the
 # checkpoint when this one starts, so such files are debris.
 CHECKPOINT_LOGS = ("commits", "offsets")
+REMOVED_LEFTOVERS = "unfinished write(s) a stopped run left in"  # the line saying so: "removed N ... CHECKPOINT: PATHS"
 PREDICTION = "__prediction"
 POLL_SECONDS = 0.5
 REFUSED = ("stream.mode: \"real_time\" keeps no state, and a sensor model's windows are cut per asset from the readings "
@@ -105,7 +106,7 @@ def run(spark: SparkSession, config: Config, *, log: Callable[[str], None] = pri
     for path in leftovers:
         storage.delete(path)
     if leftovers:
-        log(f"removed {len(leftovers)} unfinished write(s) a stopped run left in {checkpoint}: {', '.join(leftovers)}")
+        log(f"removed {len(leftovers)} {REMOVED_LEFTOVERS} {checkpoint}: {', '.join(leftovers)}")
     writer = outgoing(scored, udf.spec, udf.version).writeStream.queryName(QUERY_NAME).format("kafka") \
         .option("kafka.bootstrap.servers", st.bootstrap_servers).option("topic", st.output_topic) \
         .option("checkpointLocation", checkpoint).outputMode("update").option("kafka.linger.ms", str(LINGER_MS))
