@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from tfos_jobs import driver_calls
@@ -41,6 +42,10 @@ log = logging.getLogger("tfos_jobs.predict")
 
 class JvmUnavailable(Exception):
     """Why the JVM cannot score this model here (one line)."""
+
+
+class PythonUdfFails(Exception):
+    """The Python UDF itself failed on the check batch: there is no engine to fall back on (one line)."""
 
 
 def counted_name(name: str) -> str:
@@ -187,6 +192,7 @@ def check_batch(spark: "SparkSession", spec: FeatureSpec, vocabularies: dict[str
                 jvm_counted: str) -> str | None:
     """The JVM function on a check batch, in a query on the executors (it loads the model there), beside the Python
     UDF unless `python_counted` is None: what differs, if anything. Raises JvmUnavailable when the JVM fails."""
+    from pyspark.errors import PythonException
     from pyspark.sql import functions as F
 
     rows, schema = check_rows(spec, vocabularies)
@@ -197,6 +203,8 @@ def check_batch(spark: "SparkSession", spec: FeatureSpec, vocabularies: dict[str
         sides.append(python_counted(*cols).alias("p"))
     try:
         got = df.select(*sides).collect()
+    except PythonException as e:  # the Python side failed: no engine to fall back on
+        raise PythonUdfFails(f"the Python UDF fails on the check batch: {_python_cause(str(e))}") from None
     except Exception as e:  # the model does not load or run in TensorFlow Java (an op its runtime lacks)
         raise JvmUnavailable(f"it fails on the check batch: {_cause(str(e))}") from None
     if python_counted is None:
@@ -242,6 +250,12 @@ NO_TFJAVA_ON_EXECUTORS = (
     "the executors do not have TensorFlow Java's classes: a Spark Connect client's session sees only the jars its "
     "server started with (start it with `tfos connect-server`, or give spark-submit --jars the jars of "
     "tfos_jobs/jars/tfjava beside the package's jar)")
+
+
+def _python_cause(message: str) -> str:
+    """The last error line of a Python worker's traceback."""
+    lines = [s.strip() for s in message.splitlines() if re.match(r"^[A-Za-z_.]*(Error|Exception): ", s.strip())]
+    return (lines[-1] if lines else _first_line(message))[:400]
 
 
 def _first_line(message: str) -> str:

@@ -132,6 +132,8 @@ def choose_engine(spark: SparkSession, udf: PredictionUdf, model: shipping.Shipp
         if differs is not None:
             raise jvm_engine.JvmUnavailable(f"its answer to the check batch differs from the Python UDF's: {differs}")
         jvm_engine.register_jvm(spark, udf.name, udf.spec, model, batch_size=batch)
+    except jvm_engine.PythonUdfFails as e:
+        raise ConfigError(f"{setting}: {udf.export_dir!r} cannot be scored: {e}") from None
     except jvm_engine.JvmUnavailable as e:
         if engine == "jvm":
             raise ConfigError(f"{setting}: engine 'jvm' cannot score {udf.export_dir!r}: {e}") from None

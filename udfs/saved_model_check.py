@@ -3,6 +3,7 @@ what is wrong with it fails here, naming the model, instead of in every task of 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from tfos_jobs.contracts import serving as contract
 from tfos_jobs.errors import ConfigError
@@ -25,6 +26,8 @@ def check_saved_model(spec: FeatureSpec, local_dir: str, export_dir: str) -> Non
     absent = [s for s in contract.SIGNATURES if s not in signatures]
     if absent:
         raise ConfigError(f"the SavedModel in {export_dir!r} lacks signature(s) {absent}; it has {list(signatures)}")
+    refuse_python_bodies(signatures, (contract.SERVING_SIGNATURE, contract.CODES_SIGNATURE, contract.IDS_SIGNATURE),
+                         f"the SavedModel in {export_dir!r}")
     serving = signatures[contract.SERVING_SIGNATURE]
     inputs = sorted(serving.structured_input_signature[1])
     if inputs != sorted(spec.model_inputs):
@@ -33,3 +36,27 @@ def check_saved_model(spec: FeatureSpec, local_dir: str, export_dir: str) -> Non
     outputs, expected = sorted(serving.structured_outputs), sorted(contract.SIGNATURE_OUTPUTS[task])
     if outputs != expected:
         raise ConfigError(f"the SavedModel's outputs {outputs} are not those of a {task} model ({expected})")
+
+
+# The ops of tf.py_function and tf.numpy_function: a SavedModel keeps only a key into the registry of the Python process
+# that traced it, so they run nowhere else (TensorFlow: "Could not find callback with key=pyfunc_0 in the registry").
+PYTHON_BODIED_OPS = ("EagerPyFunc", "PyFunc", "PyFuncStateless")
+
+
+def python_bodied_ops(function: Any) -> list[str]:
+    """The ops of PYTHON_BODIED_OPS that `function` (a loaded signature) or a function it calls holds."""
+    graph = function.graph.as_graph_def()
+    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+    return sorted({n.op for n in nodes if n.op in PYTHON_BODIED_OPS})
+
+
+def refuse_python_bodies(signatures: Any, names: tuple[str, ...], where: str) -> None:
+    """A ConfigError, before any query, for a scored signature no engine can run: neither a Python worker (not the
+    process that saved the model) nor the executor JVM has the Python function's body; every task would fail."""
+    for name in names:
+        ops = python_bodied_ops(signatures[name]) if name in signatures else []
+        if ops:
+            raise ConfigError(f"{where}: its {name} signature calls a Python function (op {', '.join(ops)}, from "
+                              "tf.py_function or tf.numpy_function) whose body a SavedModel does not keep: it runs only "
+                              "in the process that saved the model, not in a Python worker nor in the executor JVM; "
+                              "write it with TensorFlow ops and export the model again")

@@ -33,6 +33,7 @@ from tfos_jobs.tf_import import tensorflow
 from udfs import shipping
 from udfs.argument_check import NULL_TYPE, check_inputs_at_analysis
 from udfs.model_location import version_of
+from udfs.saved_model_check import refuse_python_bodies
 
 NULL_ROWS = "null_rows"  # the counter of rows with a null argument, not scored
 ROWS = "rows"
@@ -295,6 +296,7 @@ def register_signature(spark: SparkSession, name: str, export_dir: str, *, signa
     except Exception as e:  # TF raises several types for unreadable models
         raise ConfigError(f"{where}: cannot load the SavedModel: {str(e).splitlines()[0]}") from None
     read = read_signature(loaded.signatures, signature, where)
+    refuse_python_bodies(loaded.signatures, (signature,), where)
     check_signature(loaded.signatures[signature], read, where)
     model = shipping.ship(spark, local_dir, version)
     counter = None if sessions.is_connect(spark) else spark.sparkContext.accumulator({}, counter_param)

@@ -185,6 +185,44 @@ def test_auto_falls_back_with_one_line_where_the_jvm_cannot_run_the_model(spark,
         register(spark, "census_newer_op_jvm", str(odd), engine="jvm")
 
 
+def _with_py_function(model, out):
+    """The model re-saved with its probability passed through a `tf.py_function`."""
+    import shutil
+
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(model / "saved_model"))
+    serving, examples = loaded.signatures[contract.SERVING_SIGNATURE], loaded.signatures[contract.EXAMPLES_SIGNATURE]
+
+    def scored(**inputs):
+        outputs = dict(serving(**inputs))
+        p = outputs[contract.PROBABILITY]
+        return {**outputs, contract.PROBABILITY: tf.ensure_shape(tf.py_function(lambda t: t, [p], p.dtype), p.shape)}
+
+    holder = tf.Module()
+    holder.inner = loaded
+    concrete = tf.function(scored).get_concrete_function(**serving.structured_input_signature[1])
+    tf.saved_model.save(holder, str(out), signatures={contract.SERVING_SIGNATURE: concrete,
+                                                      contract.EXAMPLES_SIGNATURE: examples})
+    shutil.copytree(model / "saved_model" / contract.ASSETS, out / contract.ASSETS, dirs_exist_ok=True)
+    return out
+
+
+def test_a_model_calling_a_py_function_is_refused_by_every_engine_before_any_query(spark, setup, tmp_path):
+    """A loaded SavedModel holds only a key into the saving process's registry of Python functions: a Python worker
+    fails on every row ("Could not find callback with key=pyfunc_0"), the JVM lacks the op; so none falls back."""
+    _, model, _ = setup
+    odd = _with_py_function(model, tmp_path / "py_function_model")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    for engine in jvm_engine.ENGINES:
+        with pytest.raises(ConfigError, match=r"serving_default signature calls a Python function \(op EagerPyFunc, "
+                                              r"from tf.py_function or tf.numpy_function\)"):
+            register(spark, f"census_py_function_{engine}", str(odd), engine=engine)
+    with pytest.raises(ConfigError, match="its serving_default signature calls a Python function"):
+        register(spark, "census_py_function_signature", str(odd), signature=contract.SERVING_SIGNATURE)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # refused on the driver: no query ran
+
+
 def test_an_unknown_engine_is_refused(spark, setup):
     _, model, _ = setup
     with pytest.raises(ConfigError, match="engine 'gpu' is not one of python, jvm, auto"):

@@ -23,3 +23,20 @@ def test_executors_without_tensorflow_java_are_named_with_the_way_to_give_it_to_
 
 def test_an_op_tensorflow_java_lacks_is_named_by_tensorflows_own_line():
     assert jvm_engine._cause(MISSING_OP) == "Op type not registered 'DecodeWebP' in binary"
+
+
+PYTHON_WORKER = """An exception was thrown from the Python worker. Please see the stack trace below.
+Traceback (most recent call last):
+  File "/work/udfs/predict.py", line 212, in score
+    except TypeError as e:
+tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph execution error:
+
+  File "/usr/lib/python3/dist-packages/tensorflow/python/ops/script_ops.py", line 261, in __call__
+    raise ValueError(f"Could not find callback with key={token} in the "
+ValueError: Could not find callback with key=pyfunc_0 in the registry.
+\tat org.apache.spark.util.SparkErrorUtils.tryWithSafeFinally(SparkErrorUtils.scala:86)
+"""
+
+
+def test_a_python_worker_failure_is_named_by_its_last_error_line():
+    assert jvm_engine._python_cause(PYTHON_WORKER) == "ValueError: Could not find callback with key=pyfunc_0 in the registry."
