@@ -190,8 +190,10 @@ k8s-tools: image-tools
 	fi
 	scripts/k8s-build
 
-# Starts the cluster, runs tests/k8s inside its network namespace, and stops it whatever happened.
+# Starts the cluster, runs tests/k8s inside its network namespace, and stops it whatever happened (a timeout's or
+# Ctrl-C's signal included: the trap stops it once the command the signal ended has returned).
 test-k8s: setup test-jars k8s-tools image
+	trap 'scripts/k8s-cluster stop $(K8S_RUN); exit 143' TERM INT HUP; \
 	scripts/k8s-cluster start $(K8S_RUN); rc=$$?; \
 	if [ $$rc = 0 ]; then scripts/k8s-cluster exec $(K8S_RUN) -- $(PY) -m pytest -m k8s tests/k8s --durations=10; rc=$$?; fi; \
 	scripts/k8s-cluster stop $(K8S_RUN) || rc=1; exit $$rc
