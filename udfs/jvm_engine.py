@@ -191,7 +191,8 @@ def compare(python: list[Any], jvm: list[Any], task: str) -> str | None:
 def check_batch(spark: "SparkSession", spec: FeatureSpec, vocabularies: dict[str, list[str]], python_counted: Any,
                 jvm_counted: str) -> str | None:
     """The JVM function on a check batch, in a query on the executors (it loads the model there), beside the Python
-    UDF unless `python_counted` is None: what differs, if anything. Raises JvmUnavailable when the JVM fails."""
+    UDF unless `python_counted` is None: what differs, if anything. Raises JvmUnavailable when the JVM fails,
+    PythonUdfFails when the Python UDF does."""
     from pyspark.errors import PythonException
     from pyspark.sql import functions as F
 
