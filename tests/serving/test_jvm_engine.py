@@ -144,10 +144,9 @@ def test_auto_checks_the_jvm_against_python_and_uses_it(spark, setup):
     assert udf.engine == "jvm" and udf.engine_reason == ""
 
 
-def _with_newer_op(model, out):
-    """The model re-saved with an op TensorFlow 2.20 added (DecodeWebP), which TensorFlow Java 1.1's 2.18 runtime lacks,
-    on a branch never taken. (A `tf.py_function` runs only in the process that defined it: no loaded SavedModel runs
-    one, in Python or elsewhere.)"""
+def _resaved(model, out, probability):
+    """The model re-saved to `out` with its serving signature's probability passed through `probability` (tensor in,
+    tensor out), its examples signature and assets as they were."""
     import shutil
 
     import tensorflow as tf
@@ -157,10 +156,7 @@ def _with_newer_op(model, out):
 
     def scored(**inputs):
         outputs = dict(serving(**inputs))
-        p = outputs[contract.PROBABILITY]
-        webp = tf.constant(b"RIFF")
-        p = tf.cond(tf.size(p) < 0, lambda: p + tf.cast(tf.size(tf.io.decode_webp(webp)), p.dtype), lambda: p)
-        return {**outputs, contract.PROBABILITY: p}
+        return {**outputs, contract.PROBABILITY: probability(outputs[contract.PROBABILITY])}
 
     holder = tf.Module()
     holder.inner = loaded
@@ -169,6 +165,18 @@ def _with_newer_op(model, out):
                                                       contract.EXAMPLES_SIGNATURE: examples})
     shutil.copytree(model / "saved_model" / contract.ASSETS, out / contract.ASSETS, dirs_exist_ok=True)
     return out
+
+
+def _with_newer_op(model, out):
+    """The model with an op TensorFlow 2.20 added (DecodeWebP), which TensorFlow Java 1.1's 2.18 runtime lacks, on a
+    branch never taken: Python serves it, the JVM cannot."""
+    import tensorflow as tf
+
+    def never_decoded(p):
+        webp = tf.constant(b"RIFF")  # not an image: decoding it would fail, and the branch is never taken
+        return tf.cond(tf.size(p) < 0, lambda: p + tf.cast(tf.size(tf.io.decode_webp(webp)), p.dtype), lambda: p)
+
+    return _resaved(model, out, never_decoded)
 
 
 def test_auto_falls_back_with_one_line_where_the_jvm_cannot_run_the_model(spark, setup, tmp_path, caplog):
@@ -186,26 +194,10 @@ def test_auto_falls_back_with_one_line_where_the_jvm_cannot_run_the_model(spark,
 
 
 def _with_py_function(model, out):
-    """The model re-saved with its probability passed through a `tf.py_function`."""
-    import shutil
-
+    """The model with its probability passed through a `tf.py_function`."""
     import tensorflow as tf
 
-    loaded = tf.saved_model.load(str(model / "saved_model"))
-    serving, examples = loaded.signatures[contract.SERVING_SIGNATURE], loaded.signatures[contract.EXAMPLES_SIGNATURE]
-
-    def scored(**inputs):
-        outputs = dict(serving(**inputs))
-        p = outputs[contract.PROBABILITY]
-        return {**outputs, contract.PROBABILITY: tf.ensure_shape(tf.py_function(lambda t: t, [p], p.dtype), p.shape)}
-
-    holder = tf.Module()
-    holder.inner = loaded
-    concrete = tf.function(scored).get_concrete_function(**serving.structured_input_signature[1])
-    tf.saved_model.save(holder, str(out), signatures={contract.SERVING_SIGNATURE: concrete,
-                                                      contract.EXAMPLES_SIGNATURE: examples})
-    shutil.copytree(model / "saved_model" / contract.ASSETS, out / contract.ASSETS, dirs_exist_ok=True)
-    return out
+    return _resaved(model, out, lambda p: tf.ensure_shape(tf.py_function(lambda t: t, [p], p.dtype), p.shape))
 
 
 def test_a_model_calling_a_py_function_is_refused_by_every_engine_before_any_query(spark, setup, tmp_path):
